@@ -1,0 +1,139 @@
+// bwplan: GPU memory and throughput planning for LLM training
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+
+#include <bwplan/error.hpp>
+#include <bwplan/units.hpp>
+
+#include <algorithm>
+#include <cctype>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace bwplan {
+
+/// One GPU model. Numbers come from `configs/hardware/gpus.json`; each carries a source key
+/// resolved in `docs/hardware.md`.
+struct gpu_spec {
+  std::string id;                   ///< catalog id, e.g. "h200"
+  std::string name;                 ///< marketing name
+  std::string architecture;         ///< "hopper" or "blackwell"
+  bytes hbm_total;                  ///< nvidia-smi `memory.total`
+  bytes driver_reserved;            ///< part of the total the driver keeps (total − what CUDA reports)
+  byte_rate hbm_bandwidth;          ///< HBM bandwidth
+  byte_rate nvlink_per_direction;   ///< NVLink bandwidth per GPU, one direction
+  std::map<std::string, flop_rate, std::less<>> dense_flops;  ///< dense tensor-core rate per format ("bf16", "fp8", "fp4")
+
+  /// Dense rate for `format`, or nullopt if the GPU has no tensor-core support for it.
+  [[nodiscard]] std::optional<flop_rate> peak(std::string_view format) const {
+    auto it = dense_flops.find(format);
+    if (it == dense_flops.end()) return std::nullopt;
+    return it->second;
+  }
+  /// Bytes a CUDA process can allocate: hbm_total − driver_reserved.
+  [[nodiscard]] bytes cuda_capacity() const noexcept { return hbm_total - driver_reserved; }
+};
+
+/// One AWS instance type (SageMaker `ml.*` name).
+struct instance_spec {
+  std::string id;                ///< e.g. "ml.p6-b200.48xlarge"
+  std::string gpu;               ///< gpu_spec id
+  int gpus_per_node = 0;         ///< GPUs in one instance
+  byte_rate efa_per_node;        ///< EFA bandwidth of the instance (per direction)
+  double price_per_hour_usd = 0; ///< on-demand price, USD per instance-hour
+  std::string price_note;        ///< which price this is (EC2 on-demand, region)
+};
+
+/// Edit distance, used for "did you mean" suggestions.
+[[nodiscard]] inline std::size_t edit_distance(std::string_view a, std::string_view b) {
+  std::vector<std::size_t> row(b.size() + 1);
+  for (std::size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (std::size_t i = 1; i <= a.size(); ++i) {
+    std::size_t prev = row[0];
+    row[0] = i;
+    for (std::size_t j = 1; j <= b.size(); ++j) {
+      const std::size_t cur = row[j];
+      const bool same = std::tolower(static_cast<unsigned char>(a[i - 1])) ==
+                        std::tolower(static_cast<unsigned char>(b[j - 1]));
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, prev + (same ? 0 : 1)});
+      prev = cur;
+    }
+  }
+  return row[b.size()];
+}
+
+/// The closest of `names` to `query`, if one is close enough to suggest.
+[[nodiscard]] inline std::optional<std::string> closest_match(std::string_view query,
+                                                              const std::vector<std::string>& names) {
+  std::optional<std::string> best;
+  std::size_t best_d = 0;
+  for (const auto& n : names) {
+    const std::size_t d = edit_distance(query, n);
+    if (!best || d < best_d) { best = n; best_d = d; }
+  }
+  if (best && best_d <= std::max<std::size_t>(2, query.size() / 3)) return best;
+  return std::nullopt;
+}
+
+/// GPUs and instances known to the planner. Lookups are case-insensitive and accept aliases
+/// ("h200-sxm" for "h200"; "p6-b200.48xlarge" for "ml.p6-b200.48xlarge").
+class hardware_catalog {
+ public:
+  /// Adds or replaces a GPU (by id).
+  void put(gpu_spec g) {
+    auto it = std::find_if(gpus_.begin(), gpus_.end(), [&](const gpu_spec& x) { return x.id == g.id; });
+    if (it != gpus_.end()) *it = std::move(g); else gpus_.push_back(std::move(g));
+  }
+  /// Adds or replaces an instance (by id).
+  void put(instance_spec i) {
+    auto it = std::find_if(instances_.begin(), instances_.end(), [&](const instance_spec& x) { return x.id == i.id; });
+    if (it != instances_.end()) *it = std::move(i); else instances_.push_back(std::move(i));
+  }
+  /// Adds an alias for a GPU id.
+  void alias(std::string name, std::string gpu_id) { aliases_[lower(std::move(name))] = std::move(gpu_id); }
+
+  [[nodiscard]] const std::vector<gpu_spec>& gpus() const noexcept { return gpus_; }
+  [[nodiscard]] const std::vector<instance_spec>& instances() const noexcept { return instances_; }
+
+  /// The GPU called `name`. Throws invalid_request naming the known GPUs (and the closest one).
+  [[nodiscard]] const gpu_spec& gpu(std::string_view name) const {
+    std::string key = lower(std::string(name));
+    if (auto a = aliases_.find(key); a != aliases_.end()) key = a->second;
+    for (const auto& g : gpus_)
+      if (lower(g.id) == key) return g;
+    std::vector<std::string> names;
+    for (const auto& g : gpus_) names.push_back(g.id);
+    throw invalid_request(unknown("GPU", name, names));
+  }
+  /// The instance called `name` ("ml." prefix optional). Throws invalid_request when unknown.
+  [[nodiscard]] const instance_spec& instance(std::string_view name) const {
+    std::string key = lower(std::string(name));
+    if (key.rfind("ml.", 0) != 0) key = "ml." + key;
+    for (const auto& i : instances_)
+      if (lower(i.id) == key) return i;
+    std::vector<std::string> names;
+    for (const auto& i : instances_) names.push_back(i.id);
+    throw invalid_request(unknown("instance", name, names));
+  }
+
+ private:
+  static std::string lower(std::string s) {
+    for (auto& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    return s;
+  }
+  static std::string unknown(std::string_view what, std::string_view name, const std::vector<std::string>& names) {
+    std::string msg = "unknown " + std::string(what) + " '" + std::string(name) + "'";
+    if (auto m = closest_match(name, names)) msg += " (did you mean '" + *m + "'?)";
+    msg += "; known: ";
+    for (std::size_t i = 0; i < names.size(); ++i) msg += (i ? ", " : "") + names[i];
+    return msg;
+  }
+  std::vector<gpu_spec> gpus_;
+  std::vector<instance_spec> instances_;
+  std::map<std::string, std::string> aliases_;
+};
+
+}  // namespace bwplan

@@ -1,0 +1,226 @@
+// bwplan: GPU memory and throughput planning for LLM training
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+
+// The only header of the library that includes nlohmann_json.
+
+#include <bwplan/error.hpp>
+#include <bwplan/hardware.hpp>
+#include <bwplan/model.hpp>
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace bwplan::io {
+
+/// Families whose config.json this release reads.
+inline const std::vector<std::string>& supported_families() {
+  static const std::vector<std::string> f{"llama", "mistral", "qwen2", "qwen3", "gemma", "phi3"};
+  return f;
+}
+
+/// Parses `text` as JSON (comments allowed). Throws config_error naming `file` and the byte offset.
+[[nodiscard]] inline nlohmann::json parse_json(const std::string& text, const std::string& file) {
+  try {
+    return nlohmann::json::parse(text, nullptr, true, /*ignore_comments=*/true);
+  } catch (const nlohmann::json::parse_error& e) {
+    std::string what = e.what();
+    // "[json.exception.parse_error.101] parse error at line 1, column 5: syntax error ..." → keep the useful part
+    if (auto p = what.find("] "); p != std::string::npos) what = what.substr(p + 2);
+    throw config_error(file, "", "malformed JSON (byte " + std::to_string(e.byte) + "): " + what);
+  }
+}
+
+/// Reads and parses the JSON file at `path`. Throws config_error when it cannot be read or parsed.
+[[nodiscard]] inline nlohmann::json read_json_file(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw config_error(path.string(), "", "cannot open file");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return parse_json(ss.str(), path.string());
+}
+
+namespace detail {
+
+inline std::int64_t get_int(const nlohmann::json& j, const std::string& file, const std::string& key,
+                            std::optional<std::int64_t> fallback, std::int64_t min_value = 1) {
+  const std::string ptr = "/" + key;
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) {
+    if (fallback) return *fallback;
+    throw config_error(file, ptr, "missing required field");
+  }
+  if (!it->is_number()) throw config_error(file, ptr, std::string("expected an integer, got ") + it->type_name());
+  const double v = it->get<double>();
+  if (!std::isfinite(v) || v != std::floor(v)) throw config_error(file, ptr, "expected an integer, got " + it->dump());
+  if (v < static_cast<double>(min_value) || v > 9.0e15)
+    throw config_error(file, ptr, "must be >= " + std::to_string(min_value) + ", got " + it->dump());
+  return static_cast<std::int64_t>(v);
+}
+
+inline bool get_bool(const nlohmann::json& j, const std::string& file, const std::string& key, bool fallback) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return fallback;
+  if (!it->is_boolean()) throw config_error(file, "/" + key, std::string("expected true or false, got ") + it->type_name());
+  return it->get<bool>();
+}
+
+inline double get_number(const nlohmann::json& j, const std::string& file, const std::string& ptr, const std::string& key,
+                         bool required = true, double fallback = 0) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) {
+    if (!required) return fallback;
+    throw config_error(file, ptr + "/" + key, "missing required field");
+  }
+  if (!it->is_number()) throw config_error(file, ptr + "/" + key, std::string("expected a number, got ") + it->type_name());
+  const double v = it->get<double>();
+  if (!std::isfinite(v) || v < 0) throw config_error(file, ptr + "/" + key, "must be a non-negative number, got " + it->dump());
+  return v;
+}
+
+inline std::string get_string(const nlohmann::json& j, const std::string& file, const std::string& ptr, const std::string& key,
+                              bool required = true) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) {
+    if (!required) return {};
+    throw config_error(file, ptr + "/" + key, "missing required field");
+  }
+  if (!it->is_string()) throw config_error(file, ptr + "/" + key, std::string("expected a string, got ") + it->type_name());
+  return it->get<std::string>();
+}
+
+}  // namespace detail
+
+/// Builds a model_spec from a parsed Hugging Face `config.json` (`file` names it in errors).
+///
+/// Reads `model_type`, `hidden_size`, `num_hidden_layers`, `num_attention_heads`, `num_key_value_heads`
+/// (default: heads), `head_dim` (default: hidden / heads, which must then divide), `intermediate_size`,
+/// `vocab_size`, `max_position_embeddings`, `tie_word_embeddings` (family default: true for gemma, false
+/// otherwise, as in the transformers config classes), `attention_bias` (qwen2 always has Q/K/V bias).
+/// Throws config_error for a non-object, an unsupported `model_type`, a missing or non-integer field,
+/// a value below 1, or head counts that do not divide.
+[[nodiscard]] inline model_spec model_from_json(const nlohmann::json& j, const std::string& file, std::string name = {}) {
+  using detail::get_bool;
+  using detail::get_int;
+  if (!j.is_object()) throw config_error(file, "", std::string("expected a JSON object, got ") + j.type_name());
+  auto mt = j.find("model_type");
+  if (mt == j.end()) throw config_error(file, "/model_type", "missing required field");
+  if (!mt->is_string()) throw config_error(file, "/model_type", std::string("expected a string, got ") + mt->type_name());
+  model_spec m;
+  m.family = mt->get<std::string>();
+  const auto& fams = supported_families();
+  if (std::find(fams.begin(), fams.end(), m.family) == fams.end()) {
+    std::string list;
+    for (const auto& f : fams) list += (list.empty() ? "" : ", ") + f;
+    throw config_error(file, "/model_type", "unsupported model_type '" + m.family + "' (supported: " + list + ")");
+  }
+  m.name = name.empty() ? std::filesystem::path(file).stem().string() : std::move(name);
+  m.hidden = get_int(j, file, "hidden_size", std::nullopt);
+  m.layers = get_int(j, file, "num_hidden_layers", std::nullopt);
+  m.heads = get_int(j, file, "num_attention_heads", std::nullopt);
+  m.kv_heads = get_int(j, file, "num_key_value_heads", m.heads);
+  m.intermediate = get_int(j, file, "intermediate_size", std::nullopt);
+  m.vocab = get_int(j, file, "vocab_size", std::nullopt);
+  m.max_context = get_int(j, file, "max_position_embeddings", 4096);
+  if (j.contains("head_dim") && !j.at("head_dim").is_null()) {
+    m.head_dim = get_int(j, file, "head_dim", std::nullopt);
+  } else {
+    if (m.hidden % m.heads != 0)
+      throw config_error(file, "/num_attention_heads",
+                         "num_attention_heads=" + std::to_string(m.heads) + " does not divide hidden_size=" +
+                             std::to_string(m.hidden) + " (and no head_dim is given)");
+    m.head_dim = m.hidden / m.heads;
+  }
+  if (m.heads % m.kv_heads != 0)
+    throw config_error(file, "/num_key_value_heads",
+                       "num_key_value_heads=" + std::to_string(m.kv_heads) + " does not divide num_attention_heads=" +
+                           std::to_string(m.heads));
+  m.tied_embeddings = get_bool(j, file, "tie_word_embeddings", m.family == "gemma");
+  m.qkv_bias = m.family == "qwen2" ? true : get_bool(j, file, "attention_bias", false);
+  m.qk_norm = m.family == "qwen3";
+  m.gated_mlp = true;
+  return m;
+}
+
+/// Loads a model from a `config.json` path. Throws config_error (see model_from_json).
+[[nodiscard]] inline model_spec load_model(const std::filesystem::path& path, std::string name = {}) {
+  return model_from_json(read_json_file(path), path.string(), std::move(name));
+}
+
+/// Adds the GPUs, aliases and instances of a catalog document to `cat` (replacing entries with the same
+/// id), so a user file can extend or override the bundled one. Throws config_error with the JSON pointer
+/// of any missing or non-numeric field.
+inline void merge_catalog(hardware_catalog& cat, const nlohmann::json& j, const std::string& file) {
+  using detail::get_number;
+  using detail::get_string;
+  if (!j.is_object()) throw config_error(file, "", std::string("expected a JSON object, got ") + j.type_name());
+  if (auto g = j.find("gpus"); g != j.end()) {
+    if (!g->is_array()) throw config_error(file, "/gpus", "expected an array");
+    for (std::size_t i = 0; i < g->size(); ++i) {
+      const auto& x = (*g)[i];
+      const std::string ptr = "/gpus/" + std::to_string(i);
+      if (!x.is_object()) throw config_error(file, ptr, "expected an object");
+      gpu_spec s;
+      s.id = get_string(x, file, ptr, "id");
+      s.name = get_string(x, file, ptr, "name", false);
+      s.architecture = get_string(x, file, ptr, "architecture");
+      s.hbm_total = get_number(x, file, ptr, "hbm_total_mib") * mib;
+      if (s.hbm_total <= bytes{}) throw config_error(file, ptr + "/hbm_total_mib", "must be > 0");
+      s.driver_reserved = get_number(x, file, ptr, "driver_reserved_mib", false, 0) * mib;
+      s.hbm_bandwidth = get_number(x, file, ptr, "hbm_bandwidth_tb_per_s") * tb_per_s;
+      s.nvlink_per_direction = get_number(x, file, ptr, "nvlink_gb_per_s_per_direction") * gb_per_s;
+      auto d = x.find("dense_tflop_per_s");
+      if (d == x.end() || !d->is_object()) throw config_error(file, ptr + "/dense_tflop_per_s", "expected an object of format: TFLOP/s");
+      for (auto it = d->begin(); it != d->end(); ++it)
+        s.dense_flops[it.key()] = get_number(*d, file, ptr + "/dense_tflop_per_s", it.key()) * tflop_per_s;
+      if (!s.peak("bf16")) throw config_error(file, ptr + "/dense_tflop_per_s/bf16", "missing required field");
+      cat.put(std::move(s));
+    }
+  }
+  if (auto a = j.find("aliases"); a != j.end()) {
+    if (!a->is_object()) throw config_error(file, "/aliases", "expected an object");
+    for (auto it = a->begin(); it != a->end(); ++it) {
+      if (!it->is_string()) throw config_error(file, "/aliases/" + it.key(), "expected a string");
+      cat.alias(it.key(), it->get<std::string>());
+    }
+  }
+  if (auto in = j.find("instances"); in != j.end()) {
+    if (!in->is_array()) throw config_error(file, "/instances", "expected an array");
+    for (std::size_t i = 0; i < in->size(); ++i) {
+      const auto& x = (*in)[i];
+      const std::string ptr = "/instances/" + std::to_string(i);
+      if (!x.is_object()) throw config_error(file, ptr, "expected an object");
+      instance_spec s;
+      s.id = get_string(x, file, ptr, "id");
+      s.gpu = get_string(x, file, ptr, "gpu");
+      const double n = get_number(x, file, ptr, "gpus_per_node");
+      if (n < 1 || n != std::floor(n)) throw config_error(file, ptr + "/gpus_per_node", "must be an integer >= 1");
+      s.gpus_per_node = static_cast<int>(n);
+      s.efa_per_node = get_number(x, file, ptr, "efa_gbit_per_s") / 8.0 * gb_per_s;
+      s.price_per_hour_usd = get_number(x, file, ptr, "price_per_hour_usd");
+      s.price_note = get_string(x, file, ptr, "price_note", false);
+      (void)cat.gpu(s.gpu);  // must name a known GPU
+      cat.put(std::move(s));
+    }
+  }
+}
+
+/// Loads a catalog file into `cat`. Throws config_error.
+inline void load_catalog(hardware_catalog& cat, const std::filesystem::path& path) {
+  try {
+    merge_catalog(cat, read_json_file(path), path.string());
+  } catch (const invalid_request& e) {
+    throw config_error(path.string(), "", e.what());
+  }
+}
+
+}  // namespace bwplan::io

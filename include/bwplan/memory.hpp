@@ -1,0 +1,270 @@
+// bwplan: GPU memory and throughput planning for LLM training
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+
+#include <bwplan/hardware.hpp>
+#include <bwplan/model.hpp>
+#include <bwplan/training.hpp>
+#include <bwplan/units.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+
+namespace bwplan {
+
+/// Bytes outside the model's tensors that a training process holds on each GPU.
+/// Defaults are the values measured on the H200 ground-truth machine (PyTorch 2.11, CUDA 13.0):
+/// see `docs/methodology.md#runtime`.
+struct runtime_overheads {
+  bytes cuda_context = bytes::base(648'871'936);    ///< CUDA context + kernels, outside the caching allocator
+  bytes nccl = bytes::base(585'105'408);            ///< NCCL communicator buffers (process group initialised)
+  bytes cublas_workspace = bytes::base(69'206'016); ///< cuBLAS/cuBLASLt workspaces + small tensors, inside the allocator (66 MiB)
+  double fragmentation = 0.03;                      ///< caching-allocator slack as a share of activation churn
+};
+
+/// Where the bytes held at one moment of a step go. Every field is per GPU, after sharding.
+struct memory_breakdown {
+  bytes parameters;        ///< parameters as the optimizer keeps them (fp32 master or bf16), sharded under FSDP
+  bytes optimizer_states;  ///< AdamW exp_avg and exp_avg_sq
+  bytes gradients;         ///< gradients held (sharded under FSDP)
+  bytes compute_weights;   ///< bf16 weight copies: autocast cache, FSDP2 all-gathered blocks and root module
+  bytes activations;       ///< tensors saved for backward: per-block activations, checkpoints, recompute
+  bytes logits;            ///< logits and cross-entropy buffers (fp32 upcast, log-softmax, their gradients)
+  bytes transient;         ///< working buffers at that moment: activation gradients, reduce-scatter input, optimizer temporaries
+  bytes workspace;         ///< cuBLAS workspaces and small tensors
+  bytes ddp_buckets;       ///< DDP gradient buckets (sharding none over more than one GPU)
+
+  /// Sum of all fields.
+  [[nodiscard]] constexpr bytes total() const noexcept {
+    return parameters + optimizer_states + gradients + compute_weights + activations + logits + transient +
+           workspace + ddp_buckets;
+  }
+};
+
+/// Phase of a training step.
+enum class step_phase { forward, backward, optimizer };
+[[nodiscard]] constexpr const char* to_string(step_phase p) noexcept {
+  return p == step_phase::forward ? "forward" : p == step_phase::backward ? "backward" : "optimizer";
+}
+
+/// Result of estimate_memory: per-GPU bytes, as `torch.cuda` would report them.
+struct memory_estimate {
+  memory_breakdown at_peak;       ///< breakdown at the peak moment
+  step_phase peak_phase = step_phase::forward;
+  bytes peak_allocated;           ///< `torch.cuda.max_memory_allocated()`
+  bytes peak_reserved;            ///< `torch.cuda.max_memory_reserved()` (allocator segments)
+  bytes forward_peak;             ///< peak allocated within the forward pass
+  bytes backward_peak;            ///< peak allocated within the backward pass
+  bytes optimizer_peak;           ///< peak allocated within the optimizer step
+  bytes before_forward;           ///< allocated at the start of a steady-state step
+  bytes after_forward;            ///< allocated when the forward pass returns
+  bytes after_backward;           ///< allocated when backward returns
+  bytes non_pytorch;              ///< CUDA context and NCCL, outside the allocator
+  bytes capacity;                 ///< bytes CUDA can use on the GPU (nvidia-smi total − driver reserve)
+  bool fits = false;              ///< peak_reserved + non_pytorch ≤ capacity
+
+  /// Device bytes in use at the peak: reserved + context + NCCL.
+  [[nodiscard]] constexpr bytes device_peak() const noexcept { return peak_reserved + non_pytorch; }
+  /// Share of capacity left free at the peak (negative when it does not fit).
+  [[nodiscard]] constexpr double headroom() const noexcept { return 1.0 - device_peak() / capacity; }
+};
+
+namespace detail {
+
+/// Per-token byte counts for one configuration (see estimate_memory).
+struct activation_terms {
+  double block_saved;   ///< bytes autograd saves for one un-checkpointed block
+  double checkpoint;    ///< bytes saved for one checkpointed block (its input)
+  double final_saved;   ///< final norm input + LM head input
+  double grad_temp;     ///< activation gradients alive while one block runs backward
+};
+
+/// Bytes saved per block, per token. `amp` means fp32 weights under torch.autocast: the residual stream
+/// is fp32 and each linear saves its own bf16 cast of its input (3 for Q/K/V, 2 for gate/up).
+[[nodiscard]] constexpr activation_terms activation_bytes_per_token(const model_spec& m, bool amp) noexcept {
+  const double h = static_cast<double>(m.hidden), q = static_cast<double>(m.q_dim());
+  const double kv = static_cast<double>(m.kv_dim()), f = static_cast<double>(m.intermediate);
+  const double a = static_cast<double>(m.heads);
+  const double rs = amp ? 4 : 2;  // residual stream element size
+  activation_terms t{};
+  // two norms: input (residual dtype) and, for bf16, the normalized output shared by the next linears
+  double norms = amp ? 2 * (4 * h) + (3 + 2) * 2 * h  // fp32 inputs + per-linear bf16 casts
+                     : 2 * (2 * h + 2 * h);
+  double attn = 2 * q + 2 * 2 * kv + 2 * q + 4 * a;  // q, k, v after RoPE, output, fp32 log-sum-exp
+  if (m.qk_norm) attn += 2 * q + 2 * kv;             // pre-norm q and k
+  double mlp = m.gated_mlp ? 4 * 2 * f : 2 * 2 * f;  // gate, act(gate), up, product (bf16)
+  t.block_saved = norms + attn + mlp + 8;            // + fp32 rstd of both norms
+  t.checkpoint = rs * h;
+  t.final_saved = rs * h + 2 * h;
+  t.grad_temp = 4 * h + 4 * f;
+  return t;
+}
+
+}  // namespace detail
+
+/// Peak per-GPU memory of one steady-state training step (AdamW, step ≥ 2, gradients set to None).
+///
+/// A liveness walk over the step: static state (parameters w·P/N, AdamW states 2·w·P/N, w = 4 for fp32
+/// master, 2 for bf16; N = FSDP shard size), then the forward pass adds each block's saved activations
+/// (or only its input when checkpointed), bf16 weight copies (autocast cache or FSDP2 all-gathered
+/// blocks and root), the loss buffers (standard: bf16 logits 2·T·V + fp32 logits 4·T·V + log-softmax
+/// 4·T·V; the log-softmax is saved); backward frees them block by block while gradients accumulate,
+/// with recompute of checkpointed blocks; the optimizer step adds foreach temporaries (w·P/N).
+/// T = micro-batch × sequence tokens. Attention is FlashAttention/SDPA (no s² term; saved q, k, v, out,
+/// log-sum-exp at GQA size). Sources: PyTorch autograd saved-tensor semantics, FSDP2 `fully_shard` docs,
+/// Korthikanti et al. 2022 (arXiv:2205.05198) for the per-block inventory; calibrated against
+/// `h200-calibration.jsonl`. @sa docs/methodology.md#memory
+///
+/// Throws invalid_request if `c` is invalid (see validate).
+[[nodiscard]] inline memory_estimate estimate_memory(const model_spec& m, const training_config& c, const gpu_spec& gpu,
+                                                     const runtime_overheads& rt = {}) {
+  validate(c);
+  const parameter_count pc = count_parameters(m);
+  const bool fsdp = c.shard == sharding::full;
+  const bool amp = !fsdp && c.master == master_weights::fp32;
+  const bool accum = c.grad_accum > 1;
+  const double n = fsdp ? c.world_size : 1;
+  const double w = c.master == master_weights::fp32 ? 4 : 2;  // bytes per stored parameter, gradient, state
+  const double g = w;
+  const double P = static_cast<double>(pc.total());
+  const double Pb = static_cast<double>(pc.block());
+  const double lin = static_cast<double>(pc.block_linear);
+  const double head_w = static_cast<double>(m.vocab * m.hidden);
+  const double root_params = static_cast<double>(pc.embedding + pc.lm_head + pc.final_norm);
+  const double T = static_cast<double>(c.tokens_per_micro_batch());
+  const double V = static_cast<double>(m.vocab);
+  const double h = static_cast<double>(m.hidden);
+  const std::int64_t L = m.layers;
+  const auto act = detail::activation_bytes_per_token(m, amp);
+
+  memory_breakdown base;
+  base.parameters = bytes::base(w * P / n);
+  base.optimizer_states = bytes::base(2 * w * P / n);
+  base.workspace = rt.cublas_workspace;
+  if (!fsdp && c.world_size > 1) base.ddp_buckets = bytes::base(g * P);
+  if (accum) base.gradients = bytes::base(g * P / n);  // kept across micro-batches
+
+  const double A = act.block_saved * T;
+  const double ck = act.checkpoint * T;
+  const double amp_block = amp ? 2 * lin : 0;  // autocast bf16 copies of one block's weights
+  const double amp_head = amp ? 2 * head_w : 0;
+  const double root = fsdp ? 2 * root_params : 0;  // FSDP2 root (embedding, head, final norm) stays gathered
+  const double gathered = fsdp ? 2 * 2 * Pb : 0;   // current + prefetched block, bf16
+  const std::int64_t n_ck = c.checkpointed_blocks(L);
+  const double saved_all = static_cast<double>(n_ck) * ck + static_cast<double>(L - n_ck) * A;
+  const double final_saved = act.final_saved * T;
+
+  // Loss buffers.
+  double loss_saved = 0, loss_fwd_transient = 0, loss_bwd_transient = 0, loss_grad = 0;
+  if (c.loss == loss_impl::standard) {
+    loss_saved = 4 * T * V;               // fp32 log-softmax output
+    loss_fwd_transient = (2 + 4) * T * V;  // bf16 logits + fp32 upcast alive with it
+    loss_bwd_transient = (4 + 4) * T * V;  // grads of log-softmax output and of the fp32 logits
+  } else {
+    // Liger-Kernel fused linear cross-entropy: chunk = next_pow2(ceil(T / ceil(V / h))) tokens
+    const double inc = std::ceil(V / h);
+    double chunk = 1;
+    while (chunk < std::ceil(T / inc)) chunk *= 2;
+    chunk = std::min(chunk, T);
+    loss_saved = 2 * T * h;                     // gradient w.r.t. the head input, computed in forward
+    loss_grad = (accum ? 0 : (fsdp ? 2 : g)) * head_w;  // head weight gradient, accumulated in forward
+    loss_fwd_transient = (2 + 4) * chunk * V;   // chunk logits bf16 + fp32 gradient
+  }
+
+  memory_breakdown best = base;
+  step_phase best_phase = step_phase::forward;
+  double best_total = -1;
+  auto consider = [&](const memory_breakdown& b, step_phase p) {
+    const double t = b.total().raw();
+    if (t > best_total) { best_total = t; best = b; best_phase = p; }
+    return t;
+  };
+
+  memory_estimate e;
+  // ---- forward
+  memory_breakdown f = base;
+  f.compute_weights = bytes::base(root + 2 * static_cast<double>(pc.gemm_weights()) * (amp ? 1 : 0));
+  f.activations = bytes::base(saved_all + final_saved);
+  f.logits = bytes::base(loss_saved + loss_fwd_transient);
+  f.gradients += bytes::base(loss_grad);
+  double fwd_peak = consider(f, step_phase::forward);
+  {  // last block running: its working set and the gathered blocks
+    memory_breakdown lb = base;
+    const bool last_ck = c.checkpointed(L - 1);
+    lb.compute_weights = bytes::base(root + gathered + (amp ? 2 * lin * static_cast<double>(L) : 0));
+    lb.activations = bytes::base(saved_all - (last_ck ? ck : A));
+    lb.transient = bytes::base(last_ck ? T * (6 * static_cast<double>(m.intermediate)) : A);
+    fwd_peak = std::max(fwd_peak, consider(lb, step_phase::forward));
+  }
+  memory_breakdown after_fwd = base;
+  after_fwd.compute_weights = bytes::base(root + amp_head + amp_block * static_cast<double>(L - n_ck));
+  after_fwd.activations = bytes::base(saved_all + final_saved);
+  after_fwd.logits = bytes::base(loss_saved);
+  after_fwd.gradients += bytes::base(loss_grad);
+
+  // ---- backward
+  double bwd_peak = 0;
+  {
+    memory_breakdown lp = after_fwd;
+    lp.transient = bytes::base(loss_bwd_transient);
+    bwd_peak = consider(lp, step_phase::backward);
+  }
+  const double head_grad = fsdp ? 2 * head_w : (accum ? 0 : g * head_w);
+  const double gres = accum ? 0 : (fsdp ? g * Pb / n : g * Pb);
+  const double block_grad_tmp = fsdp ? 2 * Pb + (c.master == master_weights::fp32 ? 4 * Pb : 0) + gathered
+                                      : (accum ? 2 * lin : g * Pb);
+  const double gtmp = act.grad_temp * T;
+  auto block_candidate = [&](std::int64_t i) {
+    const std::int64_t above = L - 1 - i;
+    std::int64_t ck_above = 0;
+    if (c.ac_enabled) ck_above = (L - 1) / c.ac_every - i / c.ac_every;
+    memory_breakdown b = base;
+    const double freed_acts = static_cast<double>(ck_above) * ck + static_cast<double>(above - ck_above) * A;
+    const double freed_amp = static_cast<double>(above - ck_above) * amp_block;
+    b.activations = bytes::base(saved_all - freed_acts + (c.checkpointed(i) ? A : 0));
+    b.compute_weights = bytes::base(root + amp_block * static_cast<double>(L - n_ck) - freed_amp +
+                                    (c.checkpointed(i) ? amp_block : 0));
+    b.gradients += bytes::base((c.loss == loss_impl::chunked ? loss_grad : head_grad) + static_cast<double>(above) * gres);
+    b.transient = bytes::base(gtmp + block_grad_tmp);
+    bwd_peak = std::max(bwd_peak, consider(b, step_phase::backward));
+  };
+  const std::int64_t span = std::min<std::int64_t>(L, c.ac_enabled ? c.ac_every + 1 : 1);
+  for (std::int64_t k = 0; k < span; ++k) {
+    block_candidate(L - 1 - k);
+    if (k < L - 1 - k) block_candidate(k);
+  }
+  memory_breakdown after_bwd = base;
+  if (!accum) after_bwd.gradients = bytes::base(g * P / n);
+  {  // end of backward: embedding gradient (untied, unsharded) or FSDP root reduce-scatter
+    memory_breakdown eb = after_bwd;
+    eb.compute_weights = bytes::base(root);
+    eb.transient = bytes::base(fsdp ? 2 * root_params + (c.master == master_weights::fp32 ? 4 * root_params : 0) : 0);
+    bwd_peak = std::max(bwd_peak, consider(eb, step_phase::backward));
+  }
+  // ---- optimizer
+  memory_breakdown o = after_bwd;
+  if (c.optimizer == optimizer_impl::foreach) o.transient = bytes::base(w * P / n);
+  const double opt_peak = consider(o, step_phase::optimizer);
+
+  e.at_peak = best;
+  e.peak_phase = best_phase;
+  e.peak_allocated = best.total();
+  e.forward_peak = bytes::base(fwd_peak);
+  e.backward_peak = bytes::base(bwd_peak);
+  e.optimizer_peak = bytes::base(opt_peak);
+  e.before_forward = base.total();
+  e.after_forward = after_fwd.total();
+  e.after_backward = after_bwd.total();
+  // Allocator slack: the freed bf16-logits segment cannot serve the larger fp32 requests of the loss
+  // backward; plus a share of the activation churn.
+  const double frag = (c.loss == loss_impl::standard ? 2 * T * V : 0) +
+                      rt.fragmentation * (best.activations + best.transient + best.logits).raw();
+  e.peak_reserved = e.peak_allocated + bytes::base(frag);
+  e.non_pytorch = rt.cuda_context + ((fsdp || c.world_size > 1) ? rt.nccl : bytes{});
+  e.capacity = gpu.cuda_capacity();
+  e.fits = e.device_peak() <= e.capacity;
+  return e;
+}
+
+}  // namespace bwplan

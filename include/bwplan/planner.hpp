@@ -1,0 +1,112 @@
+// bwplan: GPU memory and throughput planning for LLM training
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+
+#include <bwplan/hardware.hpp>
+#include <bwplan/memory.hpp>
+#include <bwplan/model.hpp>
+#include <bwplan/throughput.hpp>
+#include <bwplan/training.hpp>
+
+#include <algorithm>
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+namespace bwplan {
+
+/// What `recommend` searches over, for one instance type and node count.
+struct plan_request {
+  int nodes = 1;                                   ///< instances
+  std::vector<std::int64_t> seq_lens{4096};        ///< candidate sequence lengths, tokens
+  std::int64_t global_batch_tokens = 4'194'304;    ///< target tokens per optimizer step (whole job)
+  std::int64_t max_micro_batch = 256;              ///< largest micro-batch size tried
+  double headroom = 0.05;                          ///< share of capacity kept free at the peak
+  std::vector<int> ac_every{0, 1, 2, 4};           ///< checkpointing choices: 0 = none, K = every K-th block
+  std::vector<sharding> shardings{sharding::none, sharding::full};
+  std::vector<loss_impl> losses{loss_impl::standard, loss_impl::chunked};
+  master_weights master = master_weights::fp32;
+  optimizer_impl optimizer = optimizer_impl::fused;
+};
+
+/// One evaluated configuration.
+struct plan_candidate {
+  training_config config;
+  memory_estimate memory;
+  throughput_estimate throughput;
+};
+
+/// Outcome of a search.
+struct plan_result {
+  std::vector<plan_candidate> ranked;  ///< fitting candidates within headroom, best tokens/s first (at most `top`)
+  std::int64_t evaluated = 0;          ///< configurations evaluated
+  std::int64_t fitting = 0;            ///< configurations that fit with the headroom
+};
+
+/// Searches micro-batch size (powers of two), activation checkpointing, sharding, loss implementation
+/// and sequence length; gradient accumulation follows from the global batch
+/// (`ceil(global_batch_tokens / (mbs · seq · world))`). Keeps candidates whose device peak is at most
+/// (1 − headroom) · capacity and ranks them by tokens/s. Returns at most `top` candidates; with
+/// `best_per_seq`, the best of each sequence length instead. Throws invalid_request for an empty search.
+[[nodiscard]] inline plan_result search_plans(const model_spec& m, const gpu_spec& gpu, const instance_spec* inst,
+                                              const plan_request& req, std::size_t top, bool best_per_seq = false,
+                                              const runtime_overheads& rt = {}, const throughput_calibration& k = {}) {
+  if (req.nodes < 1) throw invalid_request("--nodes: must be >= 1, got " + std::to_string(req.nodes));
+  if (req.global_batch_tokens < 1) throw invalid_request("--global-batch-tokens: must be >= 1");
+  if (req.seq_lens.empty()) throw invalid_request("--seq: no sequence length to try");
+  if (req.headroom < 0 || req.headroom >= 1) throw invalid_request("--headroom: must be in [0, 1)");
+  const int per_node = inst ? inst->gpus_per_node : 1;
+  const int world = req.nodes * per_node;
+  plan_result res;
+  std::vector<plan_candidate> keep;
+  const std::size_t cap = best_per_seq ? req.seq_lens.size() : std::max<std::size_t>(top, 1);
+  auto better = [](const plan_candidate& a, const plan_candidate& b) {
+    return a.throughput.tokens_per_s > b.throughput.tokens_per_s;
+  };
+  for (std::int64_t seq : req.seq_lens) {
+    if (seq < 1) throw invalid_request("--seq: must be >= 1, got " + std::to_string(seq));
+    plan_candidate best_seq{};
+    bool have_seq = false;
+    for (std::int64_t mbs = 1; mbs <= req.max_micro_batch; mbs *= 2) {
+      const std::int64_t tokens = mbs * seq * world;
+      if (tokens > req.global_batch_tokens && mbs > 1) break;
+      for (sharding sh : req.shardings) {
+        for (int ac : req.ac_every) {
+          for (loss_impl loss : req.losses) {
+            training_config c;
+            c.micro_batch = mbs;
+            c.seq_len = seq;
+            c.world_size = world;
+            c.gpus_per_node = per_node;
+            c.shard = sh;
+            c.master = req.master;
+            c.optimizer = req.optimizer;
+            c.loss = loss;
+            c.ac_enabled = ac > 0;
+            c.ac_every = ac > 0 ? ac : 1;
+            c.grad_accum = std::max<std::int64_t>(1, (req.global_batch_tokens + tokens - 1) / tokens);
+            ++res.evaluated;
+            memory_estimate me = estimate_memory(m, c, gpu, rt);
+            if (me.device_peak() > (1.0 - req.headroom) * me.capacity) continue;
+            ++res.fitting;
+            plan_candidate pc{c, me, estimate_throughput(m, c, gpu, inst, k)};
+            if (best_per_seq) {
+              if (!have_seq || better(pc, best_seq)) { best_seq = pc; have_seq = true; }
+              continue;
+            }
+            if (keep.size() < cap || better(pc, keep.back())) {
+              keep.insert(std::upper_bound(keep.begin(), keep.end(), pc, better), pc);
+              if (keep.size() > cap) keep.pop_back();
+            }
+          }
+        }
+      }
+    }
+    if (best_per_seq && have_seq) keep.push_back(best_seq);
+  }
+  if (best_per_seq) std::stable_sort(keep.begin(), keep.end(), better);
+  res.ranked = std::move(keep);
+  return res;
+}
+
+}  // namespace bwplan

@@ -1,0 +1,163 @@
+// bwplan: GPU memory and throughput planning for LLM training
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+
+#include <bwplan/hardware.hpp>
+#include <bwplan/model.hpp>
+#include <bwplan/training.hpp>
+#include <bwplan/units.hpp>
+
+#include <algorithm>
+#include <cstdint>
+
+namespace bwplan {
+
+/// Efficiency constants of the throughput model. Defaults were fitted once on the 27 H200 runs of
+/// `h200-calibration.jsonl` with all five free at once (see docs/methodology.md#throughput); they are
+/// fractions of datasheet peaks, not per-row corrections.
+struct throughput_calibration {
+  double gemm_max = 0.80;        ///< GEMM efficiency for large matrices (790/989 TFLOP/s measured on an 8192³ bf16 matmul)
+  double gemm_half_width = 1200; ///< hidden size at which GEMM efficiency is half of gemm_max
+  double attention = 0.45;       ///< FlashAttention efficiency (fraction of bf16 peak)
+  double memory = 0.50;          ///< achieved fraction of HBM bandwidth in element-wise kernels
+  double launch_s = 5e-6;        ///< seconds per kernel of fixed cost (launch and tail)
+  double nvlink = 0.80;          ///< achieved fraction of per-direction NVLink bandwidth (NCCL bus bandwidth)
+  double efa = 0.65;             ///< achieved fraction of EFA bandwidth (487/750 GB/s on 2×p5, nccl-tests)
+  double collective_latency_s = 20e-6;  ///< fixed cost per collective call
+};
+
+/// FLOPs of one training step and their split.
+struct flop_count {
+  flops model;      ///< forward + backward without recompute (3 × forward), the MFU numerator
+  flops recompute;  ///< extra forward of checkpointed blocks
+};
+
+/// Time and rate of one optimizer step.
+struct throughput_estimate {
+  flop_count step_flops;          ///< per GPU, whole step (all micro-batches)
+  seconds compute;                ///< GEMM + attention + memory-bound kernels, all micro-batches
+  seconds gemm;                   ///< GEMM part of compute
+  seconds attention;              ///< attention part of compute
+  seconds memory_bound;           ///< element-wise, loss, casts, optimizer
+  seconds communication;          ///< total collective time (FSDP all-gather/reduce-scatter or DDP all-reduce)
+  seconds exposed_communication;  ///< part of communication not hidden behind compute
+  seconds step;                   ///< wall time of one optimizer step
+  double tokens_per_s = 0;        ///< whole job, tokens per second
+  double tokens_per_s_per_gpu = 0;
+  double mfu = 0;                 ///< model FLOPs utilisation against the bf16 dense peak
+};
+
+/// Forward FLOPs per token of `m` at sequence length `s` (causal attention counted at half).
+///
+/// GEMMs `2 · (L · block_linear + V · h)`; attention `2 · 2 · s · a · d / 2` per layer (QKᵀ and PV,
+/// causal). Source: Narayanan et al. 2021 (arXiv:2104.04473) appendix, Megatron-LM
+/// `num_floating_point_operations`, with the causal half as in torchtitan/FlashAttention accounting.
+[[nodiscard]] constexpr double forward_flops_per_token(const model_spec& m, std::int64_t seq) noexcept {
+  const parameter_count pc = count_parameters(m);
+  const double gemm = 2.0 * static_cast<double>(pc.gemm_weights());
+  const double attn = 2.0 * static_cast<double>(seq) * static_cast<double>(m.q_dim()) * static_cast<double>(m.layers);
+  return gemm + attn;
+}
+
+/// Time of a ring all-gather or reduce-scatter of `total` bytes (the full, unsharded size) over `n`
+/// ranks: `(n−1)/n · total / bw + latency` (NCCL ring; nccl-tests PERFORMANCE.md bus-bandwidth formula).
+[[nodiscard]] constexpr seconds ring_gather_time(bytes total, int n, byte_rate bw, double latency_s) noexcept {
+  if (n <= 1) return seconds{};
+  return seconds::base((static_cast<double>(n - 1) / n) * total.raw() / bw.raw() + latency_s);
+}
+
+/// Effective per-GPU bandwidth of a collective over `world` GPUs: NVLink within a node, EFA shared by
+/// the node's GPUs across nodes (the slower link bounds a hierarchical ring).
+[[nodiscard]] inline byte_rate collective_bandwidth(const gpu_spec& gpu, const instance_spec* inst, int world,
+                                                    int gpus_per_node, const throughput_calibration& k) {
+  const byte_rate intra = gpu.nvlink_per_direction * k.nvlink;
+  if (world <= gpus_per_node || inst == nullptr) return intra;
+  const byte_rate inter = inst->efa_per_node * (k.efa / gpus_per_node);
+  return std::min(intra, inter);
+}
+
+/// Step time, tokens/s and MFU of configuration `c` on `gpu`.
+///
+/// Roofline per op class: GEMM FLOPs / (bf16 peak · gemm_max · h/(h + h½)); attention FLOPs (backward
+/// 2.5× forward, FlashAttention-2 paper) / (peak · attention); element-wise bytes / (HBM · memory);
+/// a fixed cost per kernel. FSDP adds all-gather of bf16 blocks in forward and backward and a
+/// reduce-scatter of gradients, overlapped with compute (only the excess is exposed, plus the first
+/// block's gather); DDP all-reduces gradients overlapped with backward. `inst` may be null (no EFA).
+/// @sa docs/methodology.md#throughput
+[[nodiscard]] inline throughput_estimate estimate_throughput(const model_spec& m, const training_config& c,
+                                                             const gpu_spec& gpu, const instance_spec* inst = nullptr,
+                                                             const throughput_calibration& k = {}) {
+  validate(c);
+  const parameter_count pc = count_parameters(m);
+  const bool fsdp = c.shard == sharding::full;
+  const bool amp = !fsdp && c.master == master_weights::fp32;
+  const double T = static_cast<double>(c.tokens_per_micro_batch());
+  const double b = static_cast<double>(c.micro_batch), s = static_cast<double>(c.seq_len);
+  const double h = static_cast<double>(m.hidden), V = static_cast<double>(m.vocab);
+  const double f = static_cast<double>(m.intermediate);
+  const double q = static_cast<double>(m.q_dim()), kv = static_cast<double>(m.kv_dim());
+  const double L = static_cast<double>(m.layers);
+  const double nck = static_cast<double>(c.checkpointed_blocks(m.layers));
+  const double lin = static_cast<double>(pc.block_linear);
+  const double P = static_cast<double>(pc.total());
+  const double n = fsdp ? c.world_size : 1;
+  const double w = c.master == master_weights::fp32 ? 4 : 2;
+  const double peak = gpu.peak("bf16").value_or(flop_rate{}).raw();
+  const double hbm = gpu.hbm_bandwidth.raw() * k.memory;
+
+  // per micro-batch
+  const double block_gemm = 2 * T * lin;
+  const double head_gemm = 2 * T * V * h;
+  const double attn_fwd = 2 * b * s * s * q;  // causal: QK^T + PV at half
+  const double gemm_eff = k.gemm_max * h / (h + k.gemm_half_width);
+  const double t_gemm = (3 * L * block_gemm + nck * block_gemm) / (peak * gemm_eff) + 3 * head_gemm / (peak * k.gemm_max);
+  const double t_attn = (L * attn_fwd * 3.5 + nck * attn_fwd) / (peak * k.attention);
+  const double rs = amp ? 4 : 2;
+  const double block_bytes = T * (h * rs * 10 + f * 2 * 10 + (q + 2 * kv) * 2 * 6);
+  const double loss_bytes = c.loss == loss_impl::standard ? T * V * 20 : T * V * 8;
+  const double cast_bytes = c.master == master_weights::fp32 ? (fsdp ? 2 : 1) * 6 * P / n : 0;
+  const double t_mem_mb = ((L + nck) * block_bytes + loss_bytes + cast_bytes) / hbm;
+  const double t_launch = (3 * L + nck) * 15 * k.launch_s;
+  const double t_mb = t_gemm + t_attn + t_mem_mb + t_launch;
+
+  // optimizer (once per step): fused AdamW reads p, g, m, v and writes p, m, v
+  const double t_opt = 7 * w * P / n / hbm;
+
+  // communication per micro-batch
+  const byte_rate bw = collective_bandwidth(gpu, inst, c.world_size, c.gpus_per_node, k);
+  double t_comm = 0, t_exposed = 0;
+  const double ga = static_cast<double>(c.grad_accum);
+  if (c.world_size > 1) {
+    if (fsdp) {
+      const double ag = 2.0 * ring_gather_time(bytes::base(2 * P), c.world_size, bw, 0).raw();  // forward + backward
+      const double rs_b = ring_gather_time(bytes::base(w * P), c.world_size, bw, 0).raw();
+      const double per_mb = ag + rs_b + 3 * (L + 1) * k.collective_latency_s;
+      t_comm = ga * per_mb;
+      const double first = ring_gather_time(bytes::base(2 * P / std::max(1.0, L)), c.world_size, bw, k.collective_latency_s).raw();
+      t_exposed = ga * (std::max(0.0, per_mb - t_mb) + first);
+    } else {
+      const double ar = 2.0 * ring_gather_time(bytes::base(w * P), c.world_size, bw, k.collective_latency_s).raw();
+      t_comm = ar;  // once per step (no_sync on earlier micro-batches)
+      t_exposed = std::max(0.0, ar - (2.0 / 3.0) * t_mb) + ar / std::max(1.0, L);
+    }
+  }
+
+  throughput_estimate e;
+  const double fwd_flops = forward_flops_per_token(m, c.seq_len) * T;
+  e.step_flops.model = flops::base(3 * fwd_flops * ga);
+  e.step_flops.recompute = flops::base((nck * (block_gemm + attn_fwd)) * ga);
+  e.gemm = seconds::base(ga * t_gemm);
+  e.attention = seconds::base(ga * t_attn);
+  e.memory_bound = seconds::base(ga * (t_mem_mb + t_launch) + t_opt);
+  e.compute = seconds::base(ga * t_mb + t_opt);
+  e.communication = seconds::base(t_comm);
+  e.exposed_communication = seconds::base(t_exposed);
+  e.step = e.compute + e.exposed_communication;
+  const double tokens = T * ga * c.world_size;
+  e.tokens_per_s = tokens / e.step.raw();
+  e.tokens_per_s_per_gpu = e.tokens_per_s / c.world_size;
+  e.mfu = peak > 0 ? (e.step_flops.model.raw() / e.step.raw()) / peak : 0;
+  return e;
+}
+
+}  // namespace bwplan

@@ -1,0 +1,84 @@
+// bwplan: GPU memory and throughput planning for LLM training
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+
+#include <bwplan/error.hpp>
+
+#include <cstdint>
+#include <string>
+
+namespace bwplan {
+
+/// How the parameters kept across steps are stored (the optimizer's copy).
+enum class master_weights {
+  fp32,  ///< fp32 parameters, fp32 gradients and fp32 AdamW states; bf16 compute (autocast or FSDP2 MixedPrecisionPolicy)
+  bf16,  ///< parameters, gradients and AdamW states all bf16 ("pure bf16")
+};
+
+/// Data-parallel sharding of parameters, gradients and optimizer states.
+enum class sharding {
+  none,  ///< every GPU holds everything (one GPU, or DDP with torch.autocast)
+  full,  ///< FSDP2 `fully_shard` per block + root over all GPUs (ZeRO-3)
+};
+
+/// Format of the linear-layer GEMMs. This release models bf16; the other formats are reserved
+/// for the precision work (FP8, MXFP8, NVFP4) and rejected by `validate`.
+enum class compute_format { bf16 };
+
+/// AdamW implementation in `torch.optim.AdamW`.
+enum class optimizer_impl {
+  fused,    ///< `fused=True`: one kernel, no full-size temporaries
+  foreach,  ///< `foreach=True`: multi-tensor ops with full-size intermediate lists
+};
+
+/// Loss computation over the vocabulary.
+enum class loss_impl {
+  standard,  ///< `F.cross_entropy(logits.float(), labels)`: full fp32 logits and log-softmax
+  chunked,   ///< fused linear + cross-entropy in token chunks (Liger-Kernel style): no full logits
+};
+
+/// One training configuration for one data-parallel replica group.
+struct training_config {
+  std::int64_t micro_batch = 1;     ///< sequences per GPU per forward/backward (micro-batch size)
+  std::int64_t seq_len = 2048;      ///< tokens per sequence
+  std::int64_t grad_accum = 1;      ///< micro-batches per optimizer step (gradient accumulation)
+  int world_size = 1;               ///< GPUs in the job (data-parallel size)
+  int gpus_per_node = 8;            ///< GPUs per node, for intra- vs inter-node communication
+  bool ac_enabled = false;          ///< activation checkpointing of blocks
+  int ac_every = 1;                 ///< with checkpointing: blocks 0, K, 2K, … are recomputed (1 = every block)
+  master_weights master = master_weights::fp32;
+  sharding shard = sharding::none;
+  compute_format format = compute_format::bf16;
+  optimizer_impl optimizer = optimizer_impl::fused;
+  loss_impl loss = loss_impl::standard;
+
+  /// Tokens each GPU processes per micro-batch.
+  [[nodiscard]] constexpr std::int64_t tokens_per_micro_batch() const noexcept { return micro_batch * seq_len; }
+  /// Whether block `i` (0-based) is recomputed in backward.
+  [[nodiscard]] constexpr bool checkpointed(std::int64_t i) const noexcept { return ac_enabled && i % ac_every == 0; }
+  /// Number of recomputed blocks among `layers`.
+  [[nodiscard]] constexpr std::int64_t checkpointed_blocks(std::int64_t layers) const noexcept {
+    return ac_enabled ? (layers + ac_every - 1) / ac_every : 0;
+  }
+};
+
+/// Throws invalid_request when a field is out of range (micro-batch, sequence length, world size,
+/// gradient accumulation or checkpoint interval below 1).
+inline void validate(const training_config& c) {
+  auto need = [](bool ok, const std::string& msg) { if (!ok) throw invalid_request(msg); };
+  need(c.micro_batch >= 1, "--mbs: micro-batch size must be >= 1, got " + std::to_string(c.micro_batch));
+  need(c.seq_len >= 1, "--seq: sequence length must be >= 1, got " + std::to_string(c.seq_len));
+  need(c.grad_accum >= 1, "gradient accumulation must be >= 1, got " + std::to_string(c.grad_accum));
+  need(c.world_size >= 1, "--gpus: world size must be >= 1, got " + std::to_string(c.world_size));
+  need(c.gpus_per_node >= 1, "GPUs per node must be >= 1, got " + std::to_string(c.gpus_per_node));
+  need(c.ac_every >= 1, "--ac-every: must be >= 1, got " + std::to_string(c.ac_every));
+}
+
+/// Name of an enum value as used on the command line and in JSON.
+[[nodiscard]] constexpr const char* to_string(master_weights m) noexcept { return m == master_weights::fp32 ? "fp32" : "bf16"; }
+[[nodiscard]] constexpr const char* to_string(sharding s) noexcept { return s == sharding::none ? "none" : "full"; }
+[[nodiscard]] constexpr const char* to_string(compute_format) noexcept { return "bf16"; }
+[[nodiscard]] constexpr const char* to_string(optimizer_impl o) noexcept { return o == optimizer_impl::fused ? "fused" : "foreach"; }
+[[nodiscard]] constexpr const char* to_string(loss_impl l) noexcept { return l == loss_impl::standard ? "standard" : "chunked"; }
+
+}  // namespace bwplan

@@ -1,0 +1,72 @@
+// bwplan CLI internals: shared by the subcommands in src/cmd_*.cpp.
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+
+#include <bwplan/bwplan.hpp>
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include <filesystem>
+#include <functional>
+#include <iosfwd>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace bwplan::cli {
+
+/// Exit statuses: 0 success, 1 a result says no (nothing fits, check failed), 2 unusable input.
+enum exit_code : int { success = 0, failure = 1, usage = 2 };
+
+/// Streams and global options shared by every subcommand.
+struct context {
+  std::ostream& out;
+  std::ostream& err;
+  std::string config_dir;                   ///< --configs DIR (empty: BWPLAN_CONFIG_DIR or the built-in path)
+  std::vector<std::string> hardware_files;  ///< --hardware FILE, merged over the bundled catalog
+
+  /// The directory holding configs/ data.
+  [[nodiscard]] std::filesystem::path configs() const;
+  /// Bundled catalog plus the user's --hardware files. Throws config_error.
+  [[nodiscard]] hardware_catalog catalog() const;
+  /// A model from a config.json path or a preset name in configs/models. Throws config_error/invalid_request.
+  [[nodiscard]] model_spec model(const std::string& arg) const;
+};
+
+/// A registered subcommand: what to run once parsing succeeded.
+using runner = std::function<int()>;
+
+runner register_estimate(CLI::App& app, context& ctx);
+runner register_recommend(CLI::App& app, context& ctx);
+runner register_hardware(CLI::App& app, context& ctx);
+
+/// Options that describe where a job runs (shared by estimate and recommend).
+struct target_options {
+  std::string gpu;
+  std::string instance;
+  int nodes = 1;
+};
+
+/// The GPU and (optional) instance named by `t`; `default_instance` applies when neither is given.
+struct resolved_target {
+  gpu_spec gpu;
+  std::optional<instance_spec> instance;
+};
+[[nodiscard]] resolved_target resolve_target(const hardware_catalog& cat, const target_options& t,
+                                             const std::string& default_instance);
+
+/// JSON of one configuration, estimate and throughput (the shape documented in docs/cli.md).
+[[nodiscard]] nlohmann::ordered_json to_json(const model_spec& m, const training_config& c, const memory_estimate& me,
+                                             const throughput_estimate& te);
+/// Human-readable size, e.g. "33.71 GiB".
+[[nodiscard]] std::string human(bytes b);
+/// Short description of a configuration, e.g. "mbs 4 × 8192, AC every 2, FSDP full, chunked loss".
+[[nodiscard]] std::string describe(const training_config& c);
+
+/// Runs the CLI on `args` (without the program name), writing results to `out` and diagnostics to `err`.
+int run(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
+/// main()'s entry point.
+int run(int argc, char** argv, std::ostream& out, std::ostream& err);
+
+}  // namespace bwplan::cli

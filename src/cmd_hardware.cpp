@@ -1,0 +1,52 @@
+// SPDX-License-Identifier: Apache-2.0
+// `bwplan hardware`: list the GPU and instance catalog.
+#include "cli.hpp"
+
+#include <fmt/format.h>
+
+#include <ostream>
+
+namespace bwplan::cli {
+
+runner register_hardware(CLI::App& app, context& ctx) {
+  auto format = std::make_shared<std::string>("table");
+  auto* sub = app.add_subcommand("hardware", "list the GPUs and instances in the catalog");
+  sub->add_option("--format", *format, "table | json")->capture_default_str()->check(CLI::IsMember({"table", "json"}));
+  return [format, &ctx]() -> int {
+    const hardware_catalog cat = ctx.catalog();
+    if (*format == "json") {
+      nlohmann::ordered_json j;
+      j["gpus"] = nlohmann::ordered_json::array();
+      for (const auto& g : cat.gpus()) {
+        nlohmann::ordered_json d;
+        for (const auto& [k, v] : g.dense_flops) d[k + "_tflop_per_s"] = v.in(tflop_per_s);
+        j["gpus"].push_back({{"id", g.id}, {"name", g.name}, {"architecture", g.architecture},
+                             {"hbm_total_bytes", g.hbm_total.raw()}, {"cuda_capacity_bytes", g.cuda_capacity().raw()},
+                             {"hbm_bandwidth_bytes_per_s", g.hbm_bandwidth.raw()},
+                             {"nvlink_bytes_per_s_per_direction", g.nvlink_per_direction.raw()}, {"dense", d}});
+      }
+      j["instances"] = nlohmann::ordered_json::array();
+      for (const auto& i : cat.instances())
+        j["instances"].push_back({{"id", i.id}, {"gpu", i.gpu}, {"gpus_per_node", i.gpus_per_node},
+                                  {"efa_bytes_per_s", i.efa_per_node.raw()}, {"price_per_hour_usd", i.price_per_hour_usd},
+                                  {"price_note", i.price_note}});
+      ctx.out << j.dump(2) << "\n";
+      return success;
+    }
+    ctx.out << fmt::format("{:<7} {:<10} {:>10} {:>10} {:>9} {:>11} {:>8} {:>8} {:>8}\n", "GPU", "arch", "HBM GiB", "usable GiB",
+                           "HBM TB/s", "NVLink GB/s", "BF16 TF", "FP8 TF", "FP4 TF");
+    for (const auto& g : cat.gpus()) {
+      auto tf = [&](const char* f) { auto p = g.peak(f); return p ? fmt::format("{:.0f}", p->in(tflop_per_s)) : std::string("-"); };
+      ctx.out << fmt::format("{:<7} {:<10} {:>10.2f} {:>10.2f} {:>9.2f} {:>11.0f} {:>8} {:>8} {:>8}\n", g.id, g.architecture,
+                             g.hbm_total.in(gib), g.cuda_capacity().in(gib), g.hbm_bandwidth.in(tb_per_s),
+                             g.nvlink_per_direction.in(gb_per_s), tf("bf16"), tf("fp8"), tf("fp4"));
+    }
+    ctx.out << fmt::format("\n{:<22} {:<6} {:>5} {:>10} {:>10}  {}\n", "instance", "GPU", "GPUs", "EFA Gb/s", "USD/hour", "price");
+    for (const auto& i : cat.instances())
+      ctx.out << fmt::format("{:<22} {:<6} {:>5} {:>10.0f} {:>10.2f}  {}\n", i.id, i.gpu, i.gpus_per_node,
+                             i.efa_per_node.raw() * 8 / 1e9, i.price_per_hour_usd, i.price_note);
+    return success;
+  };
+}
+
+}  // namespace bwplan::cli

@@ -1,0 +1,143 @@
+// SPDX-License-Identifier: Apache-2.0
+// `bwplan recommend MODEL`: search configurations and rank those that fit.
+#include "cli.hpp"
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+#include <ostream>
+
+namespace bwplan::cli {
+
+namespace {
+
+struct recommend_options {
+  std::string model;
+  target_options target;
+  std::string seq = "4096";
+  std::int64_t global_batch_tokens = 4'194'304;
+  double headroom = 0.05;
+  int top = 5;
+  std::string format = "table";
+};
+
+/// One line on why `a` beat `b`.
+std::string why(const plan_candidate& a, const plan_candidate& b) {
+  const double gain = a.throughput.tokens_per_s / b.throughput.tokens_per_s - 1;
+  std::vector<std::string> diffs;
+  const auto& x = a.config;
+  const auto& y = b.config;
+  if (x.micro_batch != y.micro_batch) diffs.push_back(fmt::format("micro-batch {} vs {}", x.micro_batch, y.micro_batch));
+  if (x.seq_len != y.seq_len) diffs.push_back(fmt::format("sequence {} vs {}", x.seq_len, y.seq_len));
+  if (x.ac_enabled != y.ac_enabled || x.ac_every != y.ac_every) {
+    const double ra = a.throughput.step_flops.recompute / a.throughput.step_flops.model;
+    const double rb = b.throughput.step_flops.recompute / b.throughput.step_flops.model;
+    diffs.push_back(fmt::format("recompute {:.0f}% vs {:.0f}% extra FLOPs", 100 * ra, 100 * rb));
+  }
+  if (x.shard != y.shard)
+    diffs.push_back(fmt::format("{} vs {} ({:.3f} s vs {:.3f} s exposed communication)", x.shard == sharding::full ? "FSDP" : "DDP",
+                                y.shard == sharding::full ? "FSDP" : "DDP", a.throughput.exposed_communication.raw(),
+                                b.throughput.exposed_communication.raw()));
+  if (x.loss != y.loss) diffs.push_back(fmt::format("{} vs {} loss", to_string(x.loss), to_string(y.loss)));
+  std::string d;
+  for (std::size_t i = 0; i < diffs.size(); ++i) d += (i ? "; " : "") + diffs[i];
+  if (d.empty()) d = "same knobs";
+  return fmt::format("{:.1f}% more tokens/s than the runner-up ({}); the runner-up differs by {}, peak {} vs {}",
+                     100 * gain, describe(y), d, human(a.memory.device_peak()), human(b.memory.device_peak()));
+}
+
+}  // namespace
+
+runner register_recommend(CLI::App& app, context& ctx) {
+  auto o = std::make_shared<recommend_options>();
+  o->target.instance = "ml.p6-b200.48xlarge";
+  auto* sub = app.add_subcommand("recommend", "search micro-batch, checkpointing, sharding and accumulation; rank by tokens/s");
+  sub->add_option("MODEL", o->model, "Hugging Face config.json path or bundled preset")->required();
+  sub->add_option("--instance", o->target.instance, "instance type")->capture_default_str();
+  sub->add_option("--gpu", o->target.gpu, "a bare GPU instead of an instance (one GPU per node)");
+  sub->add_option("--nodes", o->target.nodes, "instances")->capture_default_str();
+  sub->add_option("--seq,--seq-len", o->seq, "sequence length in tokens, or 'auto' (best plan per length up to the context)")->capture_default_str();
+  sub->add_option("--global-batch-tokens", o->global_batch_tokens, "tokens per optimizer step for the whole job")->capture_default_str();
+  sub->add_option("--headroom", o->headroom, "share of GPU memory kept free at the peak (0-1)")->capture_default_str();
+  sub->add_option("--top", o->top, "plans to show")->capture_default_str();
+  sub->add_option("--format", o->format, "table | json")->capture_default_str()->check(CLI::IsMember({"table", "json"}));
+
+  return [o, sub, &ctx]() -> int {
+    const hardware_catalog cat = ctx.catalog();
+    const model_spec m = ctx.model(o->model);
+    target_options tgt = o->target;
+    if (!tgt.gpu.empty() && sub->get_option("--instance")->count() == 0) tgt.instance.clear();
+    const resolved_target t = resolve_target(cat, tgt, "ml.p6-b200.48xlarge");
+    if (o->top < 1) throw invalid_request("--top: must be >= 1, got " + std::to_string(o->top));
+    plan_request req;
+    req.nodes = o->target.nodes;
+    req.global_batch_tokens = o->global_batch_tokens;
+    req.headroom = o->headroom;
+    const bool auto_seq = o->seq == "auto";
+    if (auto_seq) {
+      req.seq_lens.clear();
+      for (std::int64_t s = 1024; s <= m.max_context; s *= 2) req.seq_lens.push_back(s);
+      if (req.seq_lens.empty()) req.seq_lens.push_back(m.max_context);
+    } else {
+      std::int64_t s = 0;
+      try {
+        std::size_t pos = 0;
+        s = std::stoll(o->seq, &pos);
+        if (pos != o->seq.size()) throw std::invalid_argument("trailing");
+      } catch (const std::exception&) {
+        throw invalid_request("--seq: expected a number of tokens or 'auto', got '" + o->seq + "'");
+      }
+      if (s < 1) throw invalid_request("--seq: must be >= 1, got " + o->seq);
+      req.seq_lens = {s};
+    }
+    const auto t0 = std::chrono::steady_clock::now();
+    const plan_result r = search_plans(m, t.gpu, t.instance ? &*t.instance : nullptr, req,
+                                       static_cast<std::size_t>(o->top), auto_seq);
+    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    spdlog::debug("evaluated {} configurations in {:.4f} s ({} fit)", r.evaluated, secs, r.fitting);
+    const int world = req.nodes * (t.instance ? t.instance->gpus_per_node : 1);
+    const std::string where = t.instance ? fmt::format("{} x {} ({} x {})", req.nodes, t.instance->id, world, t.gpu.id)
+                                         : fmt::format("{} x {}", world, t.gpu.id);
+    std::string explanation;
+    if (r.ranked.size() >= 2) explanation = why(r.ranked[0], r.ranked[1]);
+    else if (r.ranked.size() == 1) explanation = "the only configuration that fits";
+    if (o->format == "json") {
+      nlohmann::ordered_json j;
+      j["model"] = m.name;
+      j["hardware"] = {{"gpu", t.gpu.id}, {"instance", t.instance ? t.instance->id : ""}, {"nodes", req.nodes}, {"world_size", world}};
+      j["search"] = {{"evaluated", r.evaluated}, {"fitting", r.fitting}, {"headroom", req.headroom},
+                     {"global_batch_tokens", req.global_batch_tokens}, {"seq_lens", req.seq_lens}, {"seconds", secs}};
+      j["plans"] = nlohmann::ordered_json::array();
+      for (const auto& p : r.ranked) j["plans"].push_back(to_json(m, p.config, p.memory, p.throughput));
+      j["explanation"] = explanation;
+      ctx.out << j.dump(2) << "\n";
+    } else {
+      ctx.out << fmt::format("{} on {}: {} configurations evaluated, {} fit with {:.0f}% headroom\n\n", m.name, where,
+                             r.evaluated, r.fitting, 100 * req.headroom);
+      if (!r.ranked.empty()) {
+        ctx.out << fmt::format("{:>3}  {:>4} {:>6} {:>5} {:>7} {:>5} {:>9} {:>11} {:>11} {:>6} {:>10}\n", "#", "mbs", "seq",
+                               "accum", "AC", "shard", "loss", "peak GiB", "tokens/s", "MFU", "step s");
+        int i = 1;
+        for (const auto& p : r.ranked) {
+          const auto& c = p.config;
+          ctx.out << fmt::format("{:>3}  {:>4} {:>6} {:>5} {:>7} {:>5} {:>9} {:>11.2f} {:>11.0f} {:>5.1f}% {:>10.3f}\n", i++,
+                                 c.micro_batch, c.seq_len, c.grad_accum,
+                                 c.ac_enabled ? (c.ac_every == 1 ? "full" : fmt::format("every{}", c.ac_every)) : "none",
+                                 c.shard == sharding::full ? "fsdp" : (c.world_size > 1 ? "ddp" : "none"), to_string(c.loss),
+                                 p.memory.device_peak().in(gib), p.throughput.tokens_per_s, 100 * p.throughput.mfu,
+                                 p.throughput.step.raw());
+        }
+        ctx.out << "\nwhy: " << explanation << "\n";
+      }
+    }
+    if (r.ranked.empty()) {
+      ctx.err << fmt::format("bwplan: no configuration of {} fits on {} with {:.0f}% headroom; try more nodes or a larger GPU\n",
+                             m.name, where, 100 * req.headroom);
+      return failure;
+    }
+    return success;
+  };
+}
+
+}  // namespace bwplan::cli

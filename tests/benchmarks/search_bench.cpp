@@ -1,0 +1,73 @@
+// Google Benchmark for the planner: candidate evaluations per second and a full recommend search.
+#include <bwplan/bwplan.hpp>
+#include <bwplan/io/json.hpp>
+
+#include <benchmark/benchmark.h>
+
+#include <filesystem>
+
+using namespace bwplan;
+
+namespace {
+const std::filesystem::path configs = BWPLAN_CONFIG_DIR;
+
+struct fixture {
+  hardware_catalog cat;
+  model_spec m70, m405;
+  fixture() {
+    io::load_catalog(cat, configs / "hardware" / "catalog.json");
+    m70 = io::load_model(configs / "models" / "llama-3.1-70b.json");
+    m405 = io::load_model(configs / "models" / "llama-3.1-405b.json");
+  }
+};
+const fixture& fx() {
+  static const fixture f;
+  return f;
+}
+
+// One candidate: memory + throughput estimate (what the search does per configuration).
+void BM_evaluate_candidate(benchmark::State& state) {
+  const auto& f = fx();
+  const auto& gpu = f.cat.gpu("b200");
+  const auto& inst = f.cat.instance("ml.p6-b200.48xlarge");
+  training_config c;
+  c.world_size = 8;
+  c.shard = sharding::full;
+  c.ac_enabled = true;
+  c.ac_every = 2;
+  std::int64_t mbs = 1;
+  for (auto _ : state) {
+    c.micro_batch = mbs;
+    mbs = mbs == 64 ? 1 : mbs * 2;
+    const auto me = estimate_memory(f.m70, c, gpu);
+    const auto te = estimate_throughput(f.m70, c, gpu, &inst);
+    benchmark::DoNotOptimize(me.peak_allocated);
+    benchmark::DoNotOptimize(te.tokens_per_s);
+  }
+  state.counters["candidates_per_s"] = benchmark::Counter(static_cast<double>(state.iterations()), benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_evaluate_candidate);
+
+// The whole search of `recommend Llama-3.1-405B` for node counts 1..64 (seq auto).
+void BM_recommend_405b_1_to_64_nodes(benchmark::State& state) {
+  const auto& f = fx();
+  const auto& gpu = f.cat.gpu("b200");
+  const auto& inst = f.cat.instance("ml.p6-b200.48xlarge");
+  std::int64_t evaluated = 0;
+  for (auto _ : state) {
+    for (int nodes = 1; nodes <= 64; nodes *= 2) {
+      plan_request req;
+      req.nodes = nodes;
+      req.seq_lens.clear();
+      for (std::int64_t s = 1024; s <= f.m405.max_context; s *= 2) req.seq_lens.push_back(s);
+      const auto r = search_plans(f.m405, gpu, &inst, req, 5, true);
+      evaluated += r.evaluated;
+      benchmark::DoNotOptimize(r.ranked.size());
+    }
+  }
+  state.counters["candidates_per_s"] = benchmark::Counter(static_cast<double>(evaluated), benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_recommend_405b_1_to_64_nodes)->Unit(benchmark::kMillisecond);
+}  // namespace
+
+BENCHMARK_MAIN();

@@ -1,0 +1,153 @@
+// The CLI in-process: outputs, exit codes, and one clear line for every kind of bad input.
+#include "test_util.hpp"
+
+#include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
+
+#include <fstream>
+
+using namespace bwplan;
+using test::run_cli;
+
+namespace {
+std::string write_temp(const std::string& name, const std::string& text) {
+  const auto p = std::filesystem::temp_directory_path() / ("bwplan_test_" + name);
+  std::ofstream(p) << text;
+  return p.string();
+}
+int lines(const std::string& s) { return static_cast<int>(std::count(s.begin(), s.end(), '\n')); }
+const char* llama_like = R"({"model_type": "llama", "hidden_size": 2048, "num_hidden_layers": 16, "num_attention_heads": 32,
+  "num_key_value_heads": 8, "intermediate_size": 8192, "vocab_size": 128256, "tie_word_embeddings": true})";
+}  // namespace
+
+TEST_CASE("cli: estimate prints the JSON fields the issue names", "[cli]") {
+  const auto r = run_cli({"estimate", "Llama-3.1-8B", "--gpu", "h200", "--mbs", "1", "--seq", "4096", "--ac", "full", "--format", "json"});
+  REQUIRE(r.code == 0);
+  const auto j = nlohmann::json::parse(r.out);
+  for (const char* p : {"/memory/peak_allocated_bytes", "/memory/peak_reserved_bytes", "/memory/peak_phase",
+                        "/memory/capacity_bytes", "/memory/breakdown", "/fits", "/params/total", "/throughput/tokens_per_s",
+                        "/throughput/mfu"})
+    CHECK(j.contains(nlohmann::json::json_pointer(p)));
+  CHECK(j["params"]["total"] == 8'030'261'248LL);
+  CHECK(j["memory"]["capacity_bytes"].get<double>() == Approx(143771.0 * 1048576 - 615.5 * 1048576));
+}
+
+TEST_CASE("cli: bad input exits 2 with one line naming the file, field and problem", "[cli]") {
+  SECTION("malformed JSON") {
+    const auto f = write_temp("bad.json", "{\"model_type\": \"llama\", ");
+    const auto r = run_cli({"estimate", f});
+    CHECK(r.code == 2);
+    CHECK(lines(r.err) == 1);
+    CHECK_THAT(r.err, Catch::Contains(f) && Catch::Contains("malformed JSON"));
+  }
+  SECTION("missing field") {
+    const auto f = write_temp("missing.json", R"({"model_type": "llama", "hidden_size": 64})");
+    const auto r = run_cli({"estimate", f});
+    CHECK(r.code == 2);
+    CHECK(lines(r.err) == 1);
+    CHECK_THAT(r.err, Catch::Contains(f + ": /num_hidden_layers: missing required field"));
+  }
+  SECTION("non-numeric field") {
+    const auto f = write_temp("nonnum.json", R"({"model_type": "llama", "hidden_size": "big", "num_hidden_layers": 2})");
+    const auto r = run_cli({"estimate", f});
+    CHECK(r.code == 2);
+    CHECK_THAT(r.err, Catch::Contains("/hidden_size: expected an integer, got string"));
+  }
+  SECTION("zero layers") {
+    std::string t = llama_like;
+    t.replace(t.find("\"num_hidden_layers\": 16"), 23, "\"num_hidden_layers\": 0");
+    const auto f = write_temp("zero.json", t);
+    const auto r = run_cli({"estimate", f});
+    CHECK(r.code == 2);
+    CHECK_THAT(r.err, Catch::Contains("/num_hidden_layers: must be >= 1, got 0"));
+  }
+  SECTION("heads not dividing the hidden size") {
+    std::string t = llama_like;
+    t.replace(t.find("\"num_attention_heads\": 32"), 25, "\"num_attention_heads\": 30");
+    t.replace(t.find("\"num_key_value_heads\": 8"), 24, "\"num_key_value_heads\": 6");
+    const auto f = write_temp("heads.json", t);
+    const auto r = run_cli({"estimate", f});
+    CHECK(r.code == 2);
+    CHECK_THAT(r.err, Catch::Contains("num_attention_heads=30 does not divide hidden_size=2048"));
+  }
+  SECTION("unsupported model_type") {
+    const auto r = run_cli({"estimate", (test::shared_dir() / "models" / "Mixtral-8x7B-v0.1.json").string()});
+    CHECK(r.code == 2);
+    CHECK_THAT(r.err, Catch::Contains("unsupported model_type 'mixtral'"));
+  }
+  SECTION("negative micro-batch") {
+    const auto r = run_cli({"estimate", "Llama-3.2-1B", "--mbs=-1"});
+    CHECK(r.code == 2);
+    CHECK(lines(r.err) == 1);
+    CHECK_THAT(r.err, Catch::Contains("--mbs") && Catch::Contains("-1"));
+  }
+  SECTION("non-numeric micro-batch") {
+    const auto r = run_cli({"estimate", "Llama-3.2-1B", "--mbs", "four"});
+    CHECK(r.code == 2);
+    CHECK(lines(r.err) == 1);
+    CHECK_THAT(r.err, Catch::Contains("--mbs"));
+  }
+  SECTION("unknown GPU") {
+    const auto r = run_cli({"estimate", "Llama-3.2-1B", "--gpu", "h2000"});
+    CHECK(r.code == 2);
+    CHECK(lines(r.err) == 1);
+    CHECK_THAT(r.err, Catch::Contains("unknown GPU 'h2000'") && Catch::Contains("did you mean"));
+  }
+  SECTION("unknown instance") {
+    const auto r = run_cli({"recommend", "Llama-3.2-1B", "--instance", "ml.p6-b900.48xlarge"});
+    CHECK(r.code == 2);
+    CHECK_THAT(r.err, Catch::Contains("unknown instance 'ml.p6-b900.48xlarge'"));
+  }
+  SECTION("unknown preset") {
+    const auto r = run_cli({"estimate", "Llama-3.1-9B"});
+    CHECK(r.code == 2);
+    CHECK(lines(r.err) == 1);
+    CHECK_THAT(r.err, Catch::Contains("did you mean 'llama-3.1-8b'"));
+  }
+  SECTION("malformed hardware override") {
+    const auto f = write_temp("hw.json", R"({"gpus": [{"id": "x", "architecture": "hopper", "hbm_total_mib": "lots"}]})");
+    const auto r = run_cli({"--hardware", f, "hardware"});
+    CHECK(r.code == 2);
+    CHECK_THAT(r.err, Catch::Contains(f + ": /gpus/0/hbm_total_mib: expected a number, got string"));
+  }
+}
+
+TEST_CASE("cli: a user hardware file adds a GPU", "[cli]") {
+  const auto f = write_temp("hw_ok.json", R"({"gpus": [{"id": "mygpu", "architecture": "blackwell", "hbm_total_mib": 100000,
+     "hbm_bandwidth_tb_per_s": 5, "nvlink_gb_per_s_per_direction": 900, "dense_tflop_per_s": {"bf16": 2000}}]})");
+  const auto r = run_cli({"--hardware", f, "estimate", "Llama-3.2-1B", "--gpu", "mygpu", "--format", "json"});
+  REQUIRE(r.code == 0);
+  CHECK(nlohmann::json::parse(r.out)["memory"]["capacity_bytes"].get<double>() == Approx(100000.0 * 1048576));
+}
+
+TEST_CASE("cli: --check exits 1 when the configuration does not fit", "[cli]") {
+  const auto r = run_cli({"estimate", "Llama-3.1-70B", "--gpu", "h100", "--gpus", "1", "--check"});
+  CHECK(r.code == 1);
+  CHECK_THAT(r.out, Catch::Contains("DOES NOT FIT"));
+}
+
+TEST_CASE("cli: recommend returns a fitting plan for 8B, 70B and 72B on one p6-b200 node", "[cli]") {
+  for (const char* model : {"Llama-3.1-8B", "Llama-3.1-70B", "Qwen2.5-72B"}) {
+    INFO(model);
+    const auto r = run_cli({"recommend", model, "--instance", "ml.p6-b200.48xlarge", "--format", "json"});
+    REQUIRE(r.code == 0);
+    const auto j = nlohmann::json::parse(r.out);
+    REQUIRE(!j["plans"].empty());
+    const auto& best = j["plans"][0];
+    CHECK(best["fits"] == true);
+    CHECK(best["memory"]["headroom"].get<double>() >= 0.05);
+    CHECK(best["config"]["world_size"] == 8);
+    CHECK(!j["explanation"].get<std::string>().empty());
+    const auto t = run_cli({"recommend", model});
+    REQUIRE(t.code == 0);
+    CHECK_THAT(t.out, Catch::Contains("why: "));
+  }
+}
+
+TEST_CASE("cli: hardware lists the catalog", "[cli]") {
+  const auto r = run_cli({"hardware"});
+  REQUIRE(r.code == 0);
+  for (const char* s : {"h100", "h200", "b200", "b300", "ml.p5.48xlarge", "ml.p5e.48xlarge", "ml.p5en.48xlarge",
+                        "ml.p6-b200.48xlarge", "ml.p6-b300.48xlarge"})
+    CHECK_THAT(r.out, Catch::Contains(s));
+}

@@ -1,0 +1,82 @@
+// Calibration bounds of the core issue: bwplan estimate against the measured H200 runs in
+// ../shared/groundtruth/h200-calibration.jsonl (the same flag mapping as shared/tools/accuracy.py).
+#include "test_util.hpp"
+
+#include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+
+using namespace bwplan;
+
+namespace {
+
+std::vector<std::string> flags_for(const nlohmann::json& r) {
+  std::vector<std::string> f{"--gpu", "h200", "--gpus", "1", "--mbs", std::to_string(r.at("mbs").get<int>()), "--seq",
+                             std::to_string(r.at("seq").get<int>())};
+  const std::string recipe = r.at("recipe");
+  if (recipe == "amp") f.insert(f.end(), {"--sharding", "none", "--master", "fp32"});
+  if (recipe == "fsdp2") f.insert(f.end(), {"--sharding", "full", "--master", "fp32"});
+  if (recipe == "bf16") f.insert(f.end(), {"--sharding", "none", "--master", "bf16"});
+  const std::string ac = r.at("ac");
+  if (ac == "none") f.insert(f.end(), {"--ac", "none"});
+  if (ac == "full") f.insert(f.end(), {"--ac", "full"});
+  if (ac == "half") f.insert(f.end(), {"--ac", "full", "--ac-every", "2"});
+  if (r.value("optim", "") == "foreach") f.insert(f.end(), {"--optimizer-impl", "foreach"});
+  return f;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const std::size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+}  // namespace
+
+TEST_CASE("validation: H200 ground truth within the core issue's bounds", "[validation]") {
+  const auto gt = test::shared_dir() / "groundtruth";
+  std::ifstream in(gt / "h200-calibration.jsonl");
+  if (!in) FAIL("cannot read " << (gt / "h200-calibration.jsonl").string());
+  std::vector<double> mem_err, tps_err;
+  int rows = 0, oom_rows = 0;
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.empty()) continue;
+    const auto r = nlohmann::json::parse(line);
+    if (r.value("kind", "") == "env") continue;
+    ++rows;
+    std::vector<std::string> args{"estimate", (gt / "models" / (r.at("model").get<std::string>() + ".json")).string()};
+    const auto f = flags_for(r);
+    args.insert(args.end(), f.begin(), f.end());
+    args.insert(args.end(), {"--format", "json"});
+    const auto res = test::run_cli(args);
+    INFO(line.substr(0, 120));
+    INFO(res.err);
+    REQUIRE(res.code == 0);
+    const auto out = nlohmann::json::parse(res.out);
+    if (!r.at("ok").get<bool>()) {
+      ++oom_rows;
+      CHECK(out.at("fits").get<bool>() == false);
+      continue;
+    }
+    CHECK(out.at("fits").get<bool>() == true);
+    const double est = out.at("memory").at("peak_allocated_bytes").get<double>();
+    const double meas = r.at("peak_allocated").get<double>();
+    mem_err.push_back(std::abs(est / meas - 1));
+    const double tps = out.at("throughput").at("tokens_per_s").get<double>();
+    tps_err.push_back(std::abs(tps / r.at("tokens_per_s").get<double>() - 1));
+    CHECK(std::abs(est / meas - 1) <= 0.10);
+  }
+  REQUIRE(rows == 29);
+  REQUIRE(oom_rows == 2);
+  REQUIRE(mem_err.size() == 27);
+  const double med = median(mem_err), mx = *std::max_element(mem_err.begin(), mem_err.end());
+  const double tmed = median(tps_err);
+  INFO("peak allocated: median " << med << ", max " << mx << "; tokens/s median " << tmed);
+  CHECK(med <= 0.05);
+  CHECK(mx <= 0.10);
+  CHECK(tmed <= 0.15);
+}
