@@ -52,7 +52,40 @@ struct target_options {
 struct resolved_target {
   gpu_spec gpu;
   std::optional<instance_spec> instance;
+  /// Pointer to the instance, or null for a bare GPU.
+  [[nodiscard]] const instance_spec* instance_ptr() const noexcept { return instance ? &*instance : nullptr; }
 };
+
+/// The flags that describe one training configuration (estimate, and every command that takes a plan).
+struct plan_options {
+  std::string model;
+  target_options target;
+  int gpus = 0;  ///< 0: all GPUs of the instances, or 1 for a bare GPU
+  std::int64_t mbs = 1;
+  std::int64_t seq = 4096;
+  std::int64_t grad_accum = 1;
+  std::string ac = "none";
+  int ac_every = 1;
+  master_weights master = master_weights::fp32;
+  sharding shard = sharding::full;
+  bool shard_given = false;
+  optimizer_impl optimizer = optimizer_impl::fused;
+  loss_impl loss = loss_impl::standard;
+};
+
+/// Registers MODEL and the configuration flags (--gpu, --instance, --nodes, --gpus, --mbs, --seq, --grad-accum,
+/// --ac, --ac-every, --master, --sharding, --optimizer-impl, --loss) on `sub`, writing into `o`.
+void add_plan_options(CLI::App* sub, const std::shared_ptr<plan_options>& o);
+
+/// A configuration resolved against the catalog and the model.
+struct resolved_plan {
+  model_spec model;
+  resolved_target target;
+  training_config config;
+};
+/// Resolves `o`: loads the model, finds the hardware, builds and validates the training_config.
+/// Throws config_error / invalid_request.
+[[nodiscard]] resolved_plan resolve_plan(const context& ctx, const hardware_catalog& cat, const plan_options& o);
 [[nodiscard]] resolved_target resolve_target(const hardware_catalog& cat, const target_options& t,
                                              const std::string& default_instance);
 

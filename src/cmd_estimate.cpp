@@ -12,20 +12,7 @@ namespace bwplan::cli {
 
 namespace {
 
-struct estimate_options {
-  std::string model;
-  target_options target;
-  int gpus = 0;  // 0: all GPUs of the instances, or 1 for a bare GPU
-  std::int64_t mbs = 1;
-  std::int64_t seq = 4096;
-  std::int64_t grad_accum = 1;
-  std::string ac = "none";
-  int ac_every = 1;
-  master_weights master = master_weights::fp32;
-  sharding shard = sharding::full;
-  bool shard_given = false;
-  optimizer_impl optimizer = optimizer_impl::fused;
-  loss_impl loss = loss_impl::standard;
+struct estimate_options : plan_options {
   std::string format = "table";
   bool check = false;
 };
@@ -62,54 +49,19 @@ void print_table(std::ostream& out, const model_spec& m, const resolved_target& 
 runner register_estimate(CLI::App& app, context& ctx) {
   auto o = std::make_shared<estimate_options>();
   auto* sub = app.add_subcommand("estimate", "peak GPU memory and throughput of one training configuration");
-  sub->add_option("MODEL", o->model, "Hugging Face config.json path or bundled preset (e.g. Llama-3.1-8B)")->required();
-  sub->add_option("--gpu", o->target.gpu, "GPU id from the catalog (h100, h200, b200, b300, ...)");
-  sub->add_option("--instance", o->target.instance, "instance type (e.g. ml.p6-b200.48xlarge); default when no --gpu");
-  sub->add_option("--nodes", o->target.nodes, "instances (with --instance)");
-  sub->add_option("--gpus", o->gpus, "world size: GPUs in the job (default: all GPUs of the instances, or 1)");
-  sub->add_option("--mbs,--micro-batch-size", o->mbs, "micro-batch size per GPU (sequences)");
-  sub->add_option("--seq,--seq-len", o->seq, "sequence length (tokens)");
-  sub->add_option("--grad-accum", o->grad_accum, "gradient accumulation steps");
-  sub->add_option("--ac", o->ac, "activation checkpointing: none | full")->check(CLI::IsMember({"none", "full"}));
-  sub->add_option("--ac-every", o->ac_every, "with --ac full: recompute every K-th block (1 = all)");
-  sub->add_option("--master", o->master, "master weights: fp32 | bf16")
-      ->transform(CLI::CheckedTransformer(std::map<std::string, master_weights>{{"fp32", master_weights::fp32}, {"bf16", master_weights::bf16}}, CLI::ignore_case));
-  sub->add_option("--sharding", o->shard, "none (one GPU / DDP) | full (FSDP2 full shard); default full for >1 GPU")
-      ->transform(CLI::CheckedTransformer(std::map<std::string, sharding>{{"none", sharding::none}, {"full", sharding::full}}, CLI::ignore_case))
-      ->each([o](const std::string&) { o->shard_given = true; });
-  sub->add_option("--optimizer-impl", o->optimizer, "AdamW implementation: fused | foreach")
-      ->transform(CLI::CheckedTransformer(std::map<std::string, optimizer_impl>{{"fused", optimizer_impl::fused}, {"foreach", optimizer_impl::foreach}}, CLI::ignore_case));
-  sub->add_option("--loss", o->loss, "loss: standard (fp32 logits) | chunked (fused linear cross-entropy)")
-      ->transform(CLI::CheckedTransformer(std::map<std::string, loss_impl>{{"standard", loss_impl::standard}, {"chunked", loss_impl::chunked}}, CLI::ignore_case));
+  add_plan_options(sub, o);
   sub->add_option("--format", o->format, "table | json")->check(CLI::IsMember({"table", "json"}));
   sub->add_flag("--check", o->check, "exit 1 when the configuration does not fit");
 
   return [o, &ctx]() -> int {
     const hardware_catalog cat = ctx.catalog();
-    const model_spec m = ctx.model(o->model);
-    const resolved_target t = resolve_target(cat, o->target, "ml.p6-b200.48xlarge");
-    if (o->target.nodes < 1) throw invalid_request("--nodes: must be >= 1, got " + std::to_string(o->target.nodes));
-    if (o->gpus < 0) throw invalid_request("--gpus: world size must be >= 1, got " + std::to_string(o->gpus));
-    training_config c;
-    c.micro_batch = o->mbs;
-    c.seq_len = o->seq;
-    c.grad_accum = o->grad_accum;
-    c.gpus_per_node = t.instance ? t.instance->gpus_per_node : std::max(1, o->gpus);
-    c.world_size = o->gpus > 0 ? o->gpus : (t.instance ? t.instance->gpus_per_node * o->target.nodes : 1);
-    if (t.instance && c.world_size > t.instance->gpus_per_node * o->target.nodes)
-      throw invalid_request(fmt::format("--gpus {} exceeds the {} GPUs of {} x {}", c.world_size,
-                                        t.instance->gpus_per_node * o->target.nodes, o->target.nodes, t.instance->id));
-    c.ac_enabled = o->ac == "full";
-    c.ac_every = o->ac_every;
-    c.master = o->master;
-    c.shard = o->shard_given ? o->shard : (c.world_size > 1 ? sharding::full : sharding::none);
-    c.optimizer = o->optimizer;
-    c.loss = o->loss;
-    validate(c);
-    if (o->ac_every != 1 && !c.ac_enabled) throw invalid_request("--ac-every needs --ac full");
+    const resolved_plan rp = resolve_plan(ctx, cat, *o);
+    const model_spec& m = rp.model;
+    const resolved_target& t = rp.target;
+    const training_config& c = rp.config;
     spdlog::debug("model {}: {} layers, hidden {}, {} parameters", m.name, m.layers, m.hidden, count_parameters(m).total());
     const memory_estimate me = estimate_memory(m, c, t.gpu);
-    const throughput_estimate te = estimate_throughput(m, c, t.gpu, t.instance ? &*t.instance : nullptr);
+    const throughput_estimate te = estimate_throughput(m, c, t.gpu, t.instance_ptr());
     if (o->format == "json") {
       auto j = to_json(m, c, me, te);
       j["hardware"] = {{"gpu", t.gpu.id}, {"instance", t.instance ? t.instance->id : ""}};
