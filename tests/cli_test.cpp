@@ -29,7 +29,7 @@ TEST_CASE("cli: estimate prints the JSON fields the issue names", "[cli]") {
                         "/throughput/mfu"})
     CHECK(j.contains(nlohmann::json::json_pointer(p)));
   CHECK(j["params"]["total"] == 8'030'261'248LL);
-  CHECK(j["memory"]["capacity_bytes"].get<double>() == Approx(143771.0 * 1048576 - 615.5 * 1048576));
+  CHECK(j["memory"]["capacity_bytes"].get<double>() == Approx(143771.0 * 1048576 - 615.0625 * 1048576));
 }
 
 TEST_CASE("cli: bad input exits 2 with one line naming the file, field and problem", "[cli]") {

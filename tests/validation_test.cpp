@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <fstream>
+#include <iterator>
 
 using namespace bwplan;
 
@@ -79,4 +80,15 @@ TEST_CASE("validation: H200 ground truth within the core issue's bounds", "[vali
   CHECK(med <= 0.05);
   CHECK(mx <= 0.10);
   CHECK(tmed <= 0.15);
+}
+
+TEST_CASE("validation: docs/validation.md is current", "[validation]") {
+  const auto runs = test::shared_dir() / "groundtruth" / "h200-calibration.jsonl";
+  const auto r = test::run_cli({"validate", runs.string(), "--format", "markdown"});
+  REQUIRE(r.code == 0);
+  std::ifstream in(std::filesystem::path(BWPLAN_SOURCE_DIR) / "docs" / "validation.md");
+  REQUIRE(in);
+  const std::string doc((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  INFO("regenerate with: ./build/bwplan validate ../shared/groundtruth/h200-calibration.jsonl --format markdown > docs/validation.md");
+  CHECK(doc == r.out);
 }

@@ -15,7 +15,7 @@
 
 namespace bwplan {
 
-/// One GPU model. Numbers come from `configs/hardware/gpus.json`; each carries a source key
+/// One GPU model. Numbers come from `configs/hardware/catalog.json`; each carries a source key
 /// resolved in `docs/hardware.md`.
 struct gpu_spec {
   std::string id;                   ///< catalog id, e.g. "h200"
