@@ -92,7 +92,13 @@ std::string human(bytes b) { return fmt::format("{:.2f} GiB", b.in(gib)); }
 std::string describe(const training_config& c) {
   std::string s = fmt::format("mbs {} x {}", c.micro_batch, c.seq_len);
   if (c.grad_accum > 1) s += fmt::format(", accum {}", c.grad_accum);
-  s += c.ac_enabled ? (c.ac_every == 1 ? ", AC full" : fmt::format(", AC every {}", c.ac_every)) : ", AC none";
+  s += ", AC " + ac_name(c);
+  if (c.format != compute_format::bf16) {
+    s += fmt::format(", {}", to_string(c.format));
+    const auto keep = c.bf16_kept();
+    if (keep.first || keep.last_for(1 << 20)) s += fmt::format(" (bf16 blocks: first {}, last {})", keep.first, keep.fraction >= 0 ? fmt::format("{:.0f}%", 100 * keep.fraction) : std::to_string(keep.last));
+    if (c.fp8_all_gather) s += ", FP8 all-gather";
+  }
   s += c.shard == sharding::full ? ", FSDP full shard" : (c.world_size > 1 ? ", DDP" : ", no sharding");
   if (c.master == master_weights::bf16) s += ", bf16 master";
   if (c.loss == loss_impl::chunked) s += ", chunked loss";
@@ -112,11 +118,14 @@ nlohmann::ordered_json to_json(const model_spec& m, const training_config& c, co
                  {"global_batch_tokens", c.micro_batch * c.seq_len * c.grad_accum * c.world_size},
                  {"world_size", c.world_size},
                  {"gpus_per_node", c.gpus_per_node},
-                 {"activation_checkpointing", c.ac_enabled ? "full" : "none"},
+                 {"activation_checkpointing", c.ac_enabled ? "full" : to_string(c.selective)},
                  {"ac_every", c.ac_enabled ? c.ac_every : 0},
                  {"sharding", to_string(c.shard)},
                  {"master_weights", to_string(c.master)},
                  {"precision", to_string(c.format)},
+                 {"bf16_blocks", {{"first", c.bf16_kept().first}, {"last", c.bf16_kept().last_for(m.layers)}}},
+                 {"quantized_blocks", c.quantized_blocks(m.layers)},
+                 {"fp8_all_gather", c.fp8_all_gather},
                  {"optimizer_impl", to_string(c.optimizer)},
                  {"loss", to_string(c.loss)}};
   const auto& b = me.at_peak;

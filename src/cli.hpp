@@ -72,10 +72,17 @@ struct plan_options {
   bool shard_given = false;
   optimizer_impl optimizer = optimizer_impl::fused;
   loss_impl loss = loss_impl::standard;
+  std::string precision = "bf16";  ///< --precision
+  std::string bf16_layers;         ///< --bf16-layers ("" = the format's default)
+  bool fp8_all_gather = false;     ///< --fp8-all-gather
 };
 
+/// Throws invalid_request naming the format, the GPU and the GPUs of the catalog that support it,
+/// when `gpu` cannot run `f`.
+void require_support(const hardware_catalog& cat, const gpu_spec& gpu, compute_format f);
+
 /// Registers MODEL and the configuration flags (--gpu, --instance, --nodes, --gpus, --mbs, --seq, --grad-accum,
-/// --ac, --ac-every, --master, --sharding, --optimizer-impl, --loss) on `sub`, writing into `o`.
+/// --ac, --ac-every, --master, --sharding, --optimizer-impl, --loss, --precision, --bf16-layers, --fp8-all-gather) on `sub`, writing into `o`.
 void add_plan_options(CLI::App* sub, const std::shared_ptr<plan_options>& o);
 
 /// A configuration resolved against the catalog and the model.

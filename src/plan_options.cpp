@@ -17,7 +17,8 @@ void add_plan_options(CLI::App* sub, const std::shared_ptr<plan_options>& o) {
   sub->add_option("--mbs,--micro-batch-size", o->mbs, "micro-batch size per GPU (sequences)");
   sub->add_option("--seq,--seq-len", o->seq, "sequence length (tokens)");
   sub->add_option("--grad-accum", o->grad_accum, "gradient accumulation steps (micro-batches per optimizer step)");
-  sub->add_option("--ac", o->ac, "activation checkpointing: none | full")->check(CLI::IsMember({"none", "full"}));
+  sub->add_option("--ac", o->ac, "activation checkpointing: none | full | selective-op (torchtitan per-op) | selective-attn (Megatron)")
+      ->check(CLI::IsMember({"none", "full", "selective-op", "selective-attn"}));
   sub->add_option("--ac-every", o->ac_every, "with --ac full: recompute every K-th block (1 = all)");
   sub->add_option("--master", o->master, "master weights: fp32 | bf16")
       ->transform(CLI::CheckedTransformer(std::map<std::string, master_weights>{{"fp32", master_weights::fp32}, {"bf16", master_weights::bf16}}, CLI::ignore_case));
@@ -28,6 +29,23 @@ void add_plan_options(CLI::App* sub, const std::shared_ptr<plan_options>& o) {
       ->transform(CLI::CheckedTransformer(std::map<std::string, optimizer_impl>{{"fused", optimizer_impl::fused}, {"foreach", optimizer_impl::foreach}}, CLI::ignore_case));
   sub->add_option("--loss", o->loss, "loss: standard (fp32 logits) | chunked (fused linear cross-entropy)")
       ->transform(CLI::CheckedTransformer(std::map<std::string, loss_impl>{{"standard", loss_impl::standard}, {"chunked", loss_impl::chunked}}, CLI::ignore_case));
+  sub->add_option("--precision", o->precision, "linear-layer GEMM format: bf16 | fp8 | fp8-rowwise | mxfp8 | nvfp4")
+      ->check(CLI::IsMember({"bf16", "fp8", "fp8-rowwise", "mxfp8", "nvfp4"}));
+  sub->add_option("--bf16-layers", o->bf16_layers,
+                  "blocks kept bf16 with a low-precision format: last:N, first:N, first:N,last:M, a fraction (trailing), or none "
+                  "(default: none; nvfp4: 0.15 as torchtitan)");
+  sub->add_flag("--fp8-all-gather", o->fp8_all_gather, "FSDP2 all-gathers FP8 weights (with --precision fp8)");
+}
+
+void require_support(const hardware_catalog& cat, const gpu_spec& gpu, compute_format f) {
+  if (supports(gpu, f)) return;
+  std::string ok;
+  for (const auto& g : cat.gpus())
+    if (supports(g, f)) ok += (ok.empty() ? "" : ", ") + g.id;
+  const char* why = f == compute_format::mxfp8 || f == compute_format::nvfp4 ? "needs Blackwell tensor cores"
+                                                                              : "needs Hopper or newer tensor cores";
+  throw invalid_request(fmt::format("--precision {} is not supported on {} ({}): {}; GPUs that support it: {}", to_string(f),
+                                    gpu.id, gpu.architecture, why, ok.empty() ? "none in the catalog" : ok));
 }
 
 resolved_plan resolve_plan(const context& ctx, const hardware_catalog& cat, const plan_options& o) {
@@ -45,6 +63,11 @@ resolved_plan resolve_plan(const context& ctx, const hardware_catalog& cat, cons
     throw invalid_request(fmt::format("--gpus {} exceeds the {} GPUs of {} x {}", c.world_size,
                                       t.instance->gpus_per_node * o.target.nodes, o.target.nodes, t.instance->id));
   c.ac_enabled = o.ac == "full";
+  c.selective = o.ac == "selective-op" ? selective_ac::op : o.ac == "selective-attn" ? selective_ac::attn : selective_ac::none;
+  c.format = parse_format(o.precision).value_or(compute_format::bf16);
+  require_support(cat, t.gpu, c.format);
+  if (!o.bf16_layers.empty()) c.bf16_layers = parse_bf16_blocks(o.bf16_layers);
+  c.fp8_all_gather = o.fp8_all_gather;
   c.ac_every = o.ac_every;
   c.master = o.master;
   c.shard = o.shard_given ? o.shard : (c.world_size > 1 ? sharding::full : sharding::none);

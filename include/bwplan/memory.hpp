@@ -4,6 +4,7 @@
 
 #include <bwplan/hardware.hpp>
 #include <bwplan/model.hpp>
+#include <bwplan/precision.hpp>
 #include <bwplan/training.hpp>
 #include <bwplan/units.hpp>
 
@@ -72,33 +73,50 @@ struct memory_estimate {
 
 namespace detail {
 
-/// Per-token byte counts for one configuration (see estimate_memory).
+/// Per-token byte counts of one block for one configuration (see estimate_memory).
 struct activation_terms {
-  double block_saved;   ///< bytes autograd saves for one un-checkpointed block
-  double checkpoint;    ///< bytes saved for one checkpointed block (its input)
+  double block_saved;   ///< bytes autograd saves for one block without checkpointing
+  double selective_op;  ///< bytes kept under torchtitan per-op selective checkpointing
+  double checkpoint;    ///< bytes saved for one fully checkpointed block (its input)
   double final_saved;   ///< final norm input + LM head input
   double grad_temp;     ///< activation gradients alive while one block runs backward
+  double lse;           ///< attention log-sum-exp (what Megatron's selective recompute drops with FlashAttention)
 };
 
 /// Bytes saved per block, per token. `amp` means fp32 weights under torch.autocast: the residual stream
-/// is fp32 and each linear saves its own bf16 cast of its input (3 for Q/K/V, 2 for gate/up).
-[[nodiscard]] constexpr activation_terms activation_bytes_per_token(const model_spec& m, bool amp) noexcept {
+/// is fp32 and each linear saves its own bf16 cast of its input (3 for Q/K/V, 2 for gate/up). With a
+/// low-precision format `t` (`quantized`), linear layers save their inputs in `t.saved_input_bytes` per
+/// element instead of bf16 (Q/K/V input, attention output into O, gate/up input, SwiGLU product into down).
+[[nodiscard]] constexpr activation_terms activation_bytes_per_token(const model_spec& m, bool amp,
+                                                                    const format_traits& t = {},
+                                                                    bool quantized = false) noexcept {
   const double h = static_cast<double>(m.hidden), q = static_cast<double>(m.q_dim());
   const double kv = static_cast<double>(m.kv_dim()), f = static_cast<double>(m.intermediate);
   const double a = static_cast<double>(m.heads);
   const double rs = amp ? 4 : 2;  // residual stream element size
-  activation_terms t{};
+  activation_terms r{};
   // two norms: input (residual dtype) and, for bf16, the normalized output shared by the next linears
   double norms = amp ? 2 * (4 * h) + (3 + 2) * 2 * h  // fp32 inputs + per-linear bf16 casts
                      : 2 * (2 * h + 2 * h);
   double attn = 2 * q + 2 * 2 * kv + 2 * q + 4 * a;  // q, k, v after RoPE, output, fp32 log-sum-exp
   if (m.qk_norm) attn += 2 * q + 2 * kv;             // pre-norm q and k
   double mlp = m.gated_mlp ? 4 * 2 * f : 2 * 2 * f;  // gate, act(gate), up, product (bf16)
-  t.block_saved = norms + attn + mlp + 8;            // + fp32 rstd of both norms
-  t.checkpoint = rs * h;
-  t.final_saved = rs * h + 2 * h;
-  t.grad_temp = 4 * h + 4 * f;
-  return t;
+  if (quantized) {
+    const double s = t.saved_input_bytes;
+    if (amp) norms += -(3 + 2) * 2 * h + s * 5 * h;  // each linear saves its quantized input
+    else norms += -2 * 2 * h + s * 2 * h;            // shared norm outputs → one quantized copy each
+    attn += s * q;                                   // O-projection input (SDPA keeps its bf16 output too)
+    mlp += -2 * f + s * f;                           // down-projection input
+  }
+  r.block_saved = norms + attn + mlp + 8;  // + fp32 rstd of both norms
+  r.checkpoint = rs * h;
+  r.lse = 4 * a;
+  // per-op SAC: block input, attention output + LSE, and every other matmul output (q, v, gate, down)
+  r.selective_op = rs * h + 2 * q + 4 * a + 8;
+  if (!quantized || t.sac_saves_gemm_outputs) r.selective_op += 2 * q + 2 * kv + 2 * f + 2 * h;
+  r.final_saved = rs * h + 2 * h;
+  r.grad_temp = 4 * h + 4 * f;
+  return r;
 }
 
 }  // namespace detail
@@ -107,14 +125,15 @@ struct activation_terms {
 ///
 /// A liveness walk over the step: static state (parameters w·P/N, AdamW states 2·w·P/N, w = 4 for fp32
 /// master, 2 for bf16; N = FSDP shard size), then the forward pass adds each block's saved activations
-/// (or only its input when checkpointed), bf16 weight copies (autocast cache or FSDP2 all-gathered
-/// blocks and root), the loss buffers (standard: bf16 logits 2·T·V + fp32 logits 4·T·V + log-softmax
-/// 4·T·V; the log-softmax is saved); backward frees them block by block while gradients accumulate,
-/// with recompute of checkpointed blocks; the optimizer step adds foreach temporaries (w·P/N).
-/// T = micro-batch × sequence tokens. Attention is FlashAttention/SDPA (no s² term; saved q, k, v, out,
-/// log-sum-exp at GQA size). Sources: PyTorch autograd saved-tensor semantics, FSDP2 `fully_shard` docs,
-/// Korthikanti et al. 2022 (arXiv:2205.05198) for the per-block inventory; calibrated against
-/// `h200-calibration.jsonl`. @sa docs/methodology.md#memory
+/// (all of them, the per-op SAC subset, or only its input when checkpointed), bf16 weight copies (autocast
+/// cache or FSDP2 all-gathered blocks and root), quantized weight copies of low-precision blocks, the loss
+/// buffers (standard: bf16 logits 2·T·V + fp32 logits 4·T·V + log-softmax 4·T·V; the log-softmax is saved);
+/// backward frees them block by block while gradients accumulate, recomputing checkpointed parts; the
+/// optimizer step adds foreach temporaries (w·P/N). T = micro-batch × sequence tokens. Attention is
+/// FlashAttention/SDPA (no s² term; saved q, k, v, out, log-sum-exp at GQA size). Sources: PyTorch autograd
+/// saved-tensor semantics, FSDP2 `fully_shard` docs, Korthikanti et al. 2022 (arXiv:2205.05198) for the
+/// per-block inventory, torchtitan `_op_sac_save_list`, Transformer Engine / torchao low-precision docs;
+/// calibrated against `h200-calibration.jsonl`. @sa docs/methodology.md#memory
 ///
 /// Throws invalid_request if `c` is invalid (see validate).
 [[nodiscard]] inline memory_estimate estimate_memory(const model_spec& m, const training_config& c, const gpu_spec& gpu,
@@ -136,7 +155,13 @@ struct activation_terms {
   const double V = static_cast<double>(m.vocab);
   const double h = static_cast<double>(m.hidden);
   const std::int64_t L = m.layers;
-  const auto act = detail::activation_bytes_per_token(m, amp);
+  const format_traits ft = traits(c.format, gpu);
+  const auto act_hp = detail::activation_bytes_per_token(m, amp, ft, false);
+  const auto act_lp = detail::activation_bytes_per_token(m, amp, ft, true);
+  const bf16_blocks keep = c.bf16_kept();
+  const std::int64_t q_first = c.format == compute_format::bf16 ? L : keep.first;
+  const std::int64_t q_end = c.format == compute_format::bf16 ? L : std::max(q_first, L - keep.last_for(L));
+  auto quantized = [&](std::int64_t i) { return i >= q_first && i < q_end; };
 
   memory_breakdown base;
   base.parameters = bytes::base(w * P / n);
@@ -145,20 +170,31 @@ struct activation_terms {
   if (!fsdp && c.world_size > 1) base.ddp_buckets = bytes::base(g * P);
   if (accum) base.gradients = bytes::base(g * P / n);  // kept across micro-batches
 
-  const double A = act.block_saved * T;
-  const double ck = act.checkpoint * T;
+  const double ck = act_hp.checkpoint * T;
   const double amp_block = amp ? 2 * lin : 0;  // autocast bf16 copies of one block's weights
   const double amp_head = amp ? 2 * head_w : 0;
   const double root = fsdp ? 2 * root_params : 0;  // FSDP2 root (embedding, head, final norm) stays gathered
-  const double gathered = fsdp ? 2 * 2 * Pb : 0;   // current + prefetched block, bf16
-  const std::int64_t n_ck = c.checkpointed_blocks(L);
-  const double saved_all = static_cast<double>(n_ck) * ck + static_cast<double>(L - n_ck) * A;
-  const double final_saved = act.final_saved * T;
+  // current + prefetched block as gathered: bf16, or fp8 with FP8 all-gather
+  const double gathered = fsdp ? 2 * (c.fp8_all_gather ? 1 : 2) * Pb : 0;
+  const double wcopy = ft.weight_copy_bytes * lin;  // quantized copies of one low-precision block
+  // per-block quantities
+  auto full_saved = [&](std::int64_t i) { return (quantized(i) ? act_lp : act_hp).block_saved * T; };
+  auto saved = [&](std::int64_t i) {
+    if (c.checkpointed(i)) return ck;
+    const auto& a = quantized(i) ? act_lp : act_hp;
+    if (c.selective == selective_ac::op) return a.selective_op * T;
+    if (c.selective == selective_ac::attn) return (a.block_saved - a.lse) * T;
+    return a.block_saved * T;
+  };
+  auto keeps_amp = [&](std::int64_t i) { return !c.checkpointed(i) ? amp_block : 0.0; };
+  double saved_all = 0, amp_after = 0;
+  for (std::int64_t i = 0; i < L; ++i) { saved_all += saved(i); amp_after += keeps_amp(i); }
+  const double final_saved = act_hp.final_saved * T;
 
   // Loss buffers.
   double loss_saved = 0, loss_fwd_transient = 0, loss_bwd_transient = 0, loss_grad = 0;
   if (c.loss == loss_impl::standard) {
-    loss_saved = 4 * T * V;               // fp32 log-softmax output
+    loss_saved = 4 * T * V;                // fp32 log-softmax output
     loss_fwd_transient = (2 + 4) * T * V;  // bf16 logits + fp32 upcast alive with it
     loss_bwd_transient = (4 + 4) * T * V;  // grads of log-softmax output and of the fp32 logits
   } else {
@@ -167,9 +203,9 @@ struct activation_terms {
     double chunk = 1;
     while (chunk < std::ceil(T / inc)) chunk *= 2;
     chunk = std::min(chunk, T);
-    loss_saved = 2 * T * h;                     // gradient w.r.t. the head input, computed in forward
-    loss_grad = (accum ? 0 : (fsdp ? 2 : g)) * head_w;  // head weight gradient, accumulated in forward
-    loss_fwd_transient = (2 + 4) * chunk * V;   // chunk logits bf16 + fp32 gradient
+    loss_saved = 2 * T * h;                              // gradient w.r.t. the head input, computed in forward
+    loss_grad = (accum ? 0 : (fsdp ? 2 : g)) * head_w;   // head weight gradient, accumulated in forward
+    loss_fwd_transient = (2 + 4) * chunk * V;            // chunk logits bf16 + fp32 gradient
   }
 
   memory_breakdown best = base;
@@ -189,16 +225,16 @@ struct activation_terms {
   f.logits = bytes::base(loss_saved + loss_fwd_transient);
   f.gradients += bytes::base(loss_grad);
   double fwd_peak = consider(f, step_phase::forward);
-  {  // last block running: its working set and the gathered blocks
+  {  // last block running: its working set, the gathered blocks and its quantized weights
     memory_breakdown lb = base;
-    const bool last_ck = c.checkpointed(L - 1);
-    lb.compute_weights = bytes::base(root + gathered + (amp ? 2 * lin * static_cast<double>(L) : 0));
-    lb.activations = bytes::base(saved_all - (last_ck ? ck : A));
-    lb.transient = bytes::base(last_ck ? T * (6 * static_cast<double>(m.intermediate)) : A);
+    const std::int64_t i = L - 1;
+    lb.compute_weights = bytes::base(root + gathered + (amp ? 2 * lin * static_cast<double>(L) : 0) + (quantized(i) ? wcopy : 0));
+    lb.activations = bytes::base(saved_all - saved(i));
+    lb.transient = bytes::base(c.checkpointed(i) ? T * (6 * static_cast<double>(m.intermediate)) : full_saved(i));
     fwd_peak = std::max(fwd_peak, consider(lb, step_phase::forward));
   }
   memory_breakdown after_fwd = base;
-  after_fwd.compute_weights = bytes::base(root + amp_head + amp_block * static_cast<double>(L - n_ck));
+  after_fwd.compute_weights = bytes::base(root + amp_head + amp_after);
   after_fwd.activations = bytes::base(saved_all + final_saved);
   after_fwd.logits = bytes::base(loss_saved);
   after_fwd.gradients += bytes::base(loss_grad);
@@ -210,33 +246,40 @@ struct activation_terms {
     lp.transient = bytes::base(loss_bwd_transient);
     bwd_peak = consider(lp, step_phase::backward);
   }
-  const double head_grad = fsdp ? 2 * head_w : (accum ? 0 : g * head_w);
+  const double head_grad = c.loss == loss_impl::chunked ? loss_grad : (fsdp ? 2 * head_w : (accum ? 0 : g * head_w));
   const double gres = accum ? 0 : (fsdp ? g * Pb / n : g * Pb);
   const double block_grad_tmp = fsdp ? 2 * Pb + (c.master == master_weights::fp32 ? 4 * Pb : 0) + gathered
-                                      : (accum ? 2 * lin : g * Pb);
-  const double gtmp = act.grad_temp * T;
-  auto block_candidate = [&](std::int64_t i) {
-    const std::int64_t above = L - 1 - i;
-    std::int64_t ck_above = 0;
-    if (c.ac_enabled) ck_above = (L - 1) / c.ac_every - i / c.ac_every;
+                                     : (accum ? 2 * lin : g * Pb);
+  const double gtmp = act_hp.grad_temp * T;
+  // Walk blocks L-1 … 0; the best candidate is rebuilt as a breakdown afterwards.
+  double acts = saved_all, cw = amp_after, grads = head_grad, best_block = -1;
+  std::int64_t best_i = -1;
+  double best_acts = 0, best_cw = 0, best_grads = 0, best_tr = 0;
+  const double static_part = base.total().raw() + root;
+  for (std::int64_t i = L - 1; i >= 0; --i) {
+    const double recompute = saved(i) < full_saved(i) ? full_saved(i) - saved(i) : 0;
+    const double extra_cw = (c.checkpointed(i) ? amp_block : 0) + (quantized(i) ? wcopy : 0);
+    const double tr = gtmp + block_grad_tmp;
+    const double t = static_part + acts + recompute + cw + extra_cw + grads + tr;
+    if (t > best_block) {
+      best_block = t; best_i = i;
+      best_acts = acts + recompute; best_cw = cw + extra_cw; best_grads = grads; best_tr = tr;
+    }
+    acts -= saved(i);
+    cw -= keeps_amp(i);
+    grads += gres;
+  }
+  if (best_i >= 0) {
     memory_breakdown b = base;
-    const double freed_acts = static_cast<double>(ck_above) * ck + static_cast<double>(above - ck_above) * A;
-    const double freed_amp = static_cast<double>(above - ck_above) * amp_block;
-    b.activations = bytes::base(saved_all - freed_acts + (c.checkpointed(i) ? A : 0));
-    b.compute_weights = bytes::base(root + amp_block * static_cast<double>(L - n_ck) - freed_amp +
-                                    (c.checkpointed(i) ? amp_block : 0));
-    b.gradients += bytes::base((c.loss == loss_impl::chunked ? loss_grad : head_grad) + static_cast<double>(above) * gres);
-    b.transient = bytes::base(gtmp + block_grad_tmp);
+    b.activations = bytes::base(best_acts);
+    b.compute_weights = bytes::base(root + best_cw);
+    b.gradients += bytes::base(best_grads);
+    b.transient = bytes::base(best_tr);
     bwd_peak = std::max(bwd_peak, consider(b, step_phase::backward));
-  };
-  const std::int64_t span = std::min<std::int64_t>(L, c.ac_enabled ? c.ac_every + 1 : 1);
-  for (std::int64_t k = 0; k < span; ++k) {
-    block_candidate(L - 1 - k);
-    if (k < L - 1 - k) block_candidate(k);
   }
   memory_breakdown after_bwd = base;
   if (!accum) after_bwd.gradients = bytes::base(g * P / n);
-  {  // end of backward: embedding gradient (untied, unsharded) or FSDP root reduce-scatter
+  {  // end of backward: FSDP root reduce-scatter
     memory_breakdown eb = after_bwd;
     eb.compute_weights = bytes::base(root);
     eb.transient = bytes::base(fsdp ? 2 * root_params + (c.master == master_weights::fp32 ? 4 * root_params : 0) : 0);

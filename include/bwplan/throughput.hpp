@@ -4,6 +4,7 @@
 
 #include <bwplan/hardware.hpp>
 #include <bwplan/model.hpp>
+#include <bwplan/precision.hpp>
 #include <bwplan/training.hpp>
 #include <bwplan/units.hpp>
 
@@ -106,18 +107,42 @@ struct throughput_estimate {
   const double hbm = gpu.hbm_bandwidth.raw() * k.memory;
 
   // per micro-batch
+  const format_traits ft = traits(c.format, gpu);
+  const double nq = static_cast<double>(c.quantized_blocks(m.layers));  // blocks whose GEMMs run in c.format
   const double block_gemm = 2 * T * lin;
   const double head_gemm = 2 * T * V * h;
   const double attn_fwd = 2 * b * s * s * q;  // causal: QK^T + PV at half
   const double gemm_eff = k.gemm_max * h / (h + k.gemm_half_width);
-  const double t_gemm = (3 * L * block_gemm + nck * block_gemm) / (peak * gemm_eff) + 3 * head_gemm / (peak * k.gemm_max);
-  const double t_attn = (L * attn_fwd * 3.5 + nck * attn_fwd) / (peak * k.attention);
+  const double peak_lp = gpu.peak(ft.rate_key).value_or(flop_rate::base(peak)).raw();
+  const double lp_rate = peak_lp * gemm_eff * ft.relative_gemm_efficiency;
+  const double hp_rate = peak * gemm_eff;
+  // recomputed GEMM FLOPs per block (forward only): full checkpointing recomputes the block; per-op SAC the
+  // matmuls it does not save (k, o, up for bf16; all of them when the format's GEMMs are not saved)
+  const double kvp = static_cast<double>(m.kv_dim());
+  const double sac_hp = 2 * T * (h * kvp + q * h + h * f);
+  const double sac_lp = ft.sac_saves_gemm_outputs ? sac_hp : block_gemm;
+  double recompute_hp = nck * block_gemm * (L - nq) / std::max(1.0, L);
+  double recompute_lp = nck * block_gemm * nq / std::max(1.0, L);
+  double recompute_attn = nck * attn_fwd;
+  if (c.selective == selective_ac::op) { recompute_hp = (L - nq) * sac_hp; recompute_lp = nq * sac_lp; }
+  if (c.selective == selective_ac::attn) recompute_attn = L * attn_fwd;
+  const double t_gemm = (3 * (L - nq) * block_gemm + recompute_hp) / hp_rate + (3 * nq * block_gemm + recompute_lp) / lp_rate +
+                        3 * head_gemm / (peak * k.gemm_max);
+  const double t_attn = (L * attn_fwd * 3.5 + recompute_attn) / (peak * k.attention);
   const double rs = amp ? 4 : 2;
   const double block_bytes = T * (h * rs * 10 + f * 2 * 10 + (q + 2 * kv) * 2 * 6);
+  const double n_recompute_blocks = c.selective == selective_ac::none ? nck : 0.5 * L;
   const double loss_bytes = c.loss == loss_impl::standard ? T * V * 20 : T * V * 8;
   const double cast_bytes = c.master == master_weights::fp32 ? (fsdp ? 2 : 1) * 6 * P / n : 0;
-  const double t_mem_mb = ((L + nck) * block_bytes + loss_bytes + cast_bytes) / hbm;
-  const double t_launch = (3 * L + nck) * 15 * k.launch_s;
+  // quantization casts (memory-bound). Activation casts are fused into the producing kernel (TE's fused
+  // norm+cast, torch.compile epilogues), so they cost the quantized write: twice per micro-batch (forward
+  // input, backward output gradient; both orientations). Weights are read in bf16 and quantized in forward
+  // and backward (FSDP re-gathers them).
+  const double act_elems = T * (2 * h + q + f);
+  const double dual = ft.weight_copy_bytes > 0 ? ft.weight_copy_bytes / std::max(ft.quantized_bytes, 1e-9) : 1;
+  const double quant_bytes = nq * (2 * act_elems * dual * ft.quantized_bytes + 2 * lin * (2 + dual * ft.quantized_bytes));
+  const double t_mem_mb = ((L + n_recompute_blocks) * block_bytes + loss_bytes + cast_bytes + quant_bytes) / hbm;
+  const double t_launch = (3 * L + n_recompute_blocks + (nq > 0 ? 2 * nq : 0)) * 15 * k.launch_s;
   const double t_mb = t_gemm + t_attn + t_mem_mb + t_launch;
 
   // optimizer (once per step): fused AdamW reads p, g, m, v and writes p, m, v
@@ -129,7 +154,8 @@ struct throughput_estimate {
   const double ga = static_cast<double>(c.grad_accum);
   if (c.world_size > 1) {
     if (fsdp) {
-      const double ag = 2.0 * ring_gather_time(bytes::base(2 * P), c.world_size, bw, 0).raw();  // forward + backward
+      const double ag_bytes = c.fp8_all_gather ? P + static_cast<double>(pc.embedding + pc.lm_head) : 2 * P;
+      const double ag = 2.0 * ring_gather_time(bytes::base(ag_bytes), c.world_size, bw, 0).raw();  // forward + backward
       const double rs_b = ring_gather_time(bytes::base(w * P), c.world_size, bw, 0).raw();
       const double per_mb = ag + rs_b + 3 * (L + 1) * k.collective_latency_s;
       t_comm = ga * per_mb;
@@ -145,7 +171,7 @@ struct throughput_estimate {
   throughput_estimate e;
   const double fwd_flops = forward_flops_per_token(m, c.seq_len) * T;
   e.step_flops.model = flops::base(3 * fwd_flops * ga);
-  e.step_flops.recompute = flops::base((nck * (block_gemm + attn_fwd)) * ga);
+  e.step_flops.recompute = flops::base((recompute_hp + recompute_lp + recompute_attn) * ga);
   e.gemm = seconds::base(ga * t_gemm);
   e.attention = seconds::base(ga * t_attn);
   e.memory_bound = seconds::base(ga * (t_mem_mb + t_launch) + t_opt);

@@ -3,8 +3,10 @@
 #pragma once
 
 #include <bwplan/error.hpp>
+#include <bwplan/precision.hpp>
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 namespace bwplan {
@@ -21,9 +23,12 @@ enum class sharding {
   full,  ///< FSDP2 `fully_shard` per block + root over all GPUs (ZeRO-3)
 };
 
-/// Format of the linear-layer GEMMs. This release models bf16; the other formats are reserved
-/// for the precision work (FP8, MXFP8, NVFP4) and rejected by `validate`.
-enum class compute_format { bf16 };
+/// Selective activation checkpointing policies (applied to every block; exclusive with full checkpointing).
+enum class selective_ac {
+  none,
+  op,    ///< torchtitan per-op SAC: outputs of every other matmul and of attention are saved, the rest recomputed
+  attn,  ///< Megatron-LM selective recompute: the core attention is recomputed, everything else saved
+};
 
 /// AdamW implementation in `torch.optim.AdamW`.
 enum class optimizer_impl {
@@ -48,7 +53,10 @@ struct training_config {
   int ac_every = 1;                 ///< with checkpointing: blocks 0, K, 2K, … are recomputed (1 = every block)
   master_weights master = master_weights::fp32;
   sharding shard = sharding::none;
-  compute_format format = compute_format::bf16;
+  selective_ac selective = selective_ac::none;  ///< selective checkpointing (with ac_enabled false)
+  compute_format format = compute_format::bf16;  ///< format of the linear-layer GEMMs
+  std::optional<bf16_blocks> bf16_layers;        ///< blocks kept bf16 (default: none; NVFP4: last 15 %, as torchtitan)
+  bool fp8_all_gather = false;                    ///< FSDP2 all-gathers FP8 weights (fp8 tensorwise only)
   optimizer_impl optimizer = optimizer_impl::fused;
   loss_impl loss = loss_impl::standard;
 
@@ -56,6 +64,17 @@ struct training_config {
   [[nodiscard]] constexpr std::int64_t tokens_per_micro_batch() const noexcept { return micro_batch * seq_len; }
   /// Whether block `i` (0-based) is recomputed in backward.
   [[nodiscard]] constexpr bool checkpointed(std::int64_t i) const noexcept { return ac_enabled && i % ac_every == 0; }
+  /// Blocks kept bf16, after the per-format default.
+  [[nodiscard]] bf16_blocks bf16_kept() const noexcept {
+    if (bf16_layers) return *bf16_layers;
+    bf16_blocks b;
+    if (format == compute_format::nvfp4) b.fraction = 0.15;
+    return b;
+  }
+  /// Number of blocks whose linear layers run in `format` (0 for bf16).
+  [[nodiscard]] std::int64_t quantized_blocks(std::int64_t layers) const noexcept {
+    return format == compute_format::bf16 ? 0 : bf16_kept().quantized(layers);
+  }
   /// Number of recomputed blocks among `layers`.
   [[nodiscard]] constexpr std::int64_t checkpointed_blocks(std::int64_t layers) const noexcept {
     return ac_enabled ? (layers + ac_every - 1) / ac_every : 0;
@@ -72,12 +91,22 @@ inline void validate(const training_config& c) {
   need(c.world_size >= 1, "--gpus: world size must be >= 1, got " + std::to_string(c.world_size));
   need(c.gpus_per_node >= 1, "GPUs per node must be >= 1, got " + std::to_string(c.gpus_per_node));
   need(c.ac_every >= 1, "--ac-every: must be >= 1, got " + std::to_string(c.ac_every));
+  need(!(c.ac_enabled && c.selective != selective_ac::none), "--ac: full and selective checkpointing are exclusive");
+  need(!c.fp8_all_gather || (c.format == compute_format::fp8 && c.shard == sharding::full),
+       "--fp8-all-gather needs --precision fp8 and --sharding full");
 }
 
 /// Name of an enum value as used on the command line and in JSON.
 [[nodiscard]] constexpr const char* to_string(master_weights m) noexcept { return m == master_weights::fp32 ? "fp32" : "bf16"; }
 [[nodiscard]] constexpr const char* to_string(sharding s) noexcept { return s == sharding::none ? "none" : "full"; }
-[[nodiscard]] constexpr const char* to_string(compute_format) noexcept { return "bf16"; }
+[[nodiscard]] constexpr const char* to_string(selective_ac s) noexcept {
+  return s == selective_ac::none ? "none" : s == selective_ac::op ? "selective-op" : "selective-attn";
+}
+/// Activation checkpointing as one name: "none", "full", "every-K", "selective-op", "selective-attn".
+[[nodiscard]] inline std::string ac_name(const training_config& c) {
+  if (c.ac_enabled) return c.ac_every == 1 ? "full" : "every-" + std::to_string(c.ac_every);
+  return to_string(c.selective);
+}
 [[nodiscard]] constexpr const char* to_string(optimizer_impl o) noexcept { return o == optimizer_impl::fused ? "fused" : "foreach"; }
 [[nodiscard]] constexpr const char* to_string(loss_impl l) noexcept { return l == loss_impl::standard ? "standard" : "chunked"; }
 
