@@ -128,7 +128,7 @@ void py_string(std::string& out, const std::string& s) {
   out += '"';
 }
 
-void py_dumps(std::string& out, const nlohmann::json& v) {
+void py_dumps(std::string& out, const nlohmann::ordered_json& v) {
   switch (v.type()) {
     case nlohmann::json::value_t::object: {
       out += '{';
@@ -252,7 +252,7 @@ double min_cuda(const gpu_spec& gpu) {
   return 11.0;
 }
 
-std::string sdk_json_encode(const nlohmann::json& v) {
+std::string sdk_json_encode(const nlohmann::ordered_json& v) {
   std::string out;
   py_dumps(out, v);
   return out;

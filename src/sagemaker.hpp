@@ -124,9 +124,10 @@ struct job_request {
 /// Throws invalid_request "SageMaker would reject the CreateTrainingJob request: <path>: <rule>" for the first violation.
 void check_request(const io::service_model& model, const nlohmann::json& request);
 
-/// `json.dumps(v)` as Python's json module writes it (separators ", " and ": ", ASCII only): the SDK v2
-/// encoding of hyperparameter values (`EstimatorBase._json_encode_hyperparameters`).
-[[nodiscard]] std::string sdk_json_encode(const nlohmann::json& v);
+/// `json.dumps(v)` as Python's json module writes it (separators ", " and ": ", ASCII only, objects in their
+/// insertion order as Python dicts): the SDK v2 encoding of hyperparameter values
+/// (`EstimatorBase._json_encode_hyperparameters`).
+[[nodiscard]] std::string sdk_json_encode(const nlohmann::ordered_json& v);
 /// A job-name stem from free text: lower case, runs of other characters become one '-', at most `max` characters.
 [[nodiscard]] std::string name_stem(std::string_view text, std::size_t max);
 /// `base` + "-YYYY-MM-DD-HH-MM-SS-mmm" (UTC), the SDK's `name_from_base`, with `base` cut to keep 63 characters.

@@ -259,7 +259,7 @@ class service_model {
       if (std::find(e.begin(), e.end(), s) == e.end()) {
         std::vector<std::string> names;
         for (const auto& x : e) names.push_back(x.get<std::string>());
-        std::string rule = quoted(s) + " is not one of the " + std::to_string(names.size()) + " values of " + name;
+        std::string rule = std::string(what) + " " + quoted(s) + " is not one of the " + std::to_string(names.size()) + " values of " + name;
         if (auto m = closest_match(s, names)) rule += " (closest: '" + *m + "')";
         add(out, limit, path, rule, name);
         return;
