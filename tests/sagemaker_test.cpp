@@ -372,7 +372,7 @@ TEST_CASE("sagemaker: the request carries the plan", "[sagemaker]") {
   }
 }
 
-TEST_CASE("cli: bwplan sagemaker prints a valid request; bad inputs exit 2 with the member and the rule", "[sagemaker][cli]") {
+TEST_CASE("cli: bwplan sagemaker prints a valid request, and bad inputs exit 2 with the member and the rule", "[sagemaker][cli]") {
   const std::vector<std::string> base = with({"sagemaker", "Llama-3.1-8B", "--instance", "ml.p6-b200.48xlarge", "--nodes", "2"}, credentials);
   SECTION("valid") {
     const auto r = run_cli(base);
