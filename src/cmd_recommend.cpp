@@ -108,16 +108,17 @@ runner register_recommend(CLI::App& app, context& ctx) {
     std::string explanation;
     if (r.ranked.size() >= 2) explanation = why(r.ranked[0], r.ranked[1]);
     else if (r.ranked.size() == 1) explanation = "the only configuration that fits";
-    if (!o->emit.empty() && !r.ranked.empty()) {
-      if (!t.instance) throw invalid_request("--emit: a SageMaker job runs on instances; give --instance instead of a bare --gpu");
-      const plan_candidate& best = r.ranked.front();
-      spdlog::info("emitting plan 1: {}", describe(best.config));
-      sagemaker::job_settings job = o->job;
-      job.model_arg = o->model;
-      return emit_sagemaker(ctx, job, o->emit == "sagemaker" ? "request" : o->emit,
-                            {m, best.config, t.gpu, *t.instance, best.throughput});
-    }
-    if (o->format == "json") {
+    if (!o->emit.empty()) {
+      if (!r.ranked.empty()) {  // else: the "no configuration fits" message below
+        if (!t.instance) throw invalid_request("--emit: a SageMaker job runs on instances; give --instance instead of a bare --gpu");
+        const plan_candidate& best = r.ranked.front();
+        spdlog::info("emitting plan 1: {}", describe(best.config));
+        sagemaker::job_settings job = o->job;
+        job.model_arg = o->model;
+        return emit_sagemaker(ctx, job, o->emit == "sagemaker" ? "request" : o->emit,
+                              {m, best.config, t.gpu, *t.instance, best.throughput});
+      }
+    } else if (o->format == "json") {
       nlohmann::ordered_json j;
       j["model"] = m.name;
       j["hardware"] = {{"gpu", t.gpu.id}, {"instance", t.instance ? t.instance->id : ""}, {"nodes", req.nodes}, {"world_size", world}};

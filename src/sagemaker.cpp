@@ -8,6 +8,7 @@
 #include <cctype>
 #include <cmath>
 #include <ctime>
+#include <filesystem>
 #include <map>
 
 namespace bwplan::sagemaker {
@@ -77,7 +78,7 @@ std::string hub_id(const std::string& model_arg, const model_spec& m) {
       {"smollm2-1.7b-instruct", "HuggingFaceTB/SmolLM2-1.7B-Instruct"},
       {"tinyllama-1.1b-chat-v1.0", "TinyLlama/TinyLlama-1.1B-Chat-v1.0"},
   };
-  const bool looks_like_hub_id = std::count(model_arg.begin(), model_arg.end(), '/') == 1 &&
+  const bool looks_like_hub_id = !std::filesystem::exists(model_arg) && std::count(model_arg.begin(), model_arg.end(), '/') == 1 &&
                                  model_arg.find(".json") == std::string::npos && !starts_with(model_arg, "/") &&
                                  !starts_with(model_arg, ".");
   if (looks_like_hub_id) return model_arg;
@@ -321,20 +322,21 @@ job_request build_request(const plan_view& plan, const job_settings& s, std::chr
   const bool smp = s.distribution == "smp";
   if (s.distribution != "torch_distributed" && !smp)
     throw invalid_request("--distribution: expected torch_distributed or smp, got '" + s.distribution + "'");
-  const dlc_image& img = smp ? smp_image() : find_image(s.framework_version);
+  const bool own_image = !s.image_uri.empty();
+  const dlc_image& img = smp ? smp_image() : own_image ? pytorch_images().back() : find_image(s.framework_version);
   if (img.cuda + 1e-9 < min_cuda(plan.gpu)) {
     if (smp)
       throw invalid_request(fmt::format(
           "--distribution smp: the newest SMP v2 image ({}, CUDA {:.1f}) cannot run on {} ({} needs CUDA >= {:.1f}); "
           "use --distribution torch_distributed (native FSDP)",
           img.tag, img.cuda, inst.id, plan.gpu.id, min_cuda(plan.gpu)));
-    if (s.image_uri.empty())
+    if (!own_image)
       throw invalid_request(fmt::format("--framework-version {}: image {} has CUDA {:.1f}, but {} on {} needs CUDA >= {:.1f}",
                                         s.framework_version, img.tag, img.cuda, plan.gpu.id, inst.id, min_cuda(plan.gpu)));
   }
   if (smp && c.shard != sharding::full)
     throw invalid_request("--distribution smp: SMP v2 shards with FSDP; the plan uses --sharding none");
-  const std::string image = s.image_uri.empty() ? image_uri(img, s.region, smp) : s.image_uri;
+  const std::string image = own_image ? s.image_uri : image_uri(img, s.region, smp);
 
   // ---- names and locations
   if (!s.job_name.empty() && !s.base_job_name.empty()) throw invalid_request("--job-name and --base-job-name exclude each other");

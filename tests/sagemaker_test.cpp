@@ -384,6 +384,17 @@ TEST_CASE("cli: bwplan sagemaker prints a valid request, and bad inputs exit 2 w
     CHECK(std::regex_match(q["TrainingJobName"].get<std::string>(),
                            std::regex("llama-3-1-8b-p6-b200-2n-20[0-9]{2}-[0-9]{2}-[0-9]{2}-[0-9]{2}-[0-9]{2}-[0-9]{2}-[0-9]{3}")));
   }
+  SECTION("--image-uri replaces the DLC lookup") {
+    const auto r = run_cli(with(base, {"--image-uri", "111122223333.dkr.ecr.us-west-2.amazonaws.com/my-train:1", "--framework-version", "9.9"}));
+    REQUIRE(r.code == 0);
+    CHECK(json::parse(r.out)["AlgorithmSpecification"]["TrainingImage"] == "111122223333.dkr.ecr.us-west-2.amazonaws.com/my-train:1");
+  }
+  SECTION("placeholders are announced on stderr") {
+    const auto r = run_cli({"sagemaker", "Llama-3.1-8B"});
+    REQUIRE(r.code == 0);
+    CHECK(lines(r.err) == 2);
+    CHECK_THAT(r.err, Catch::Contains("no --role-arn: RoleArn is the placeholder") && Catch::Contains("no --output-s3"));
+  }
   auto fails = [&](const std::vector<std::string>& extra, const std::string& expected, bool creds = true) {
     const auto r = run_cli(with(with({"sagemaker", "Llama-3.1-8B", "--instance", "ml.p6-b200.48xlarge"}, extra),
                                 creds ? credentials : std::vector<std::string>{"--output-s3", "s3://amzn-s3-demo-bucket/bwplan/"}));
@@ -503,4 +514,8 @@ TEST_CASE("cli: recommend --emit sends the best plan", "[sagemaker][cli]") {
   const auto est = run_cli(with({"recommend", "Llama-3.1-8B", "--nodes", "2", "--emit", "estimator"}, credentials));
   REQUIRE(est.code == 0);
   CHECK(json::parse(est.out)["estimator"]["instance_count"] == 2);
+  const auto none = run_cli(with({"recommend", "Llama-3.1-405B", "--instance", "ml.p5.48xlarge", "--emit", "sagemaker"}, credentials));
+  CHECK(none.code == 1);
+  CHECK(none.out.empty());
+  CHECK_THAT(none.err, Catch::Contains("no configuration of Llama-3.1-405B fits"));
 }
