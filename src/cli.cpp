@@ -197,6 +197,7 @@ int run(const std::vector<std::string>& args, std::ostream& out, std::ostream& e
   add("recommend", register_recommend(app, ctx));
   add("hardware", register_hardware(app, ctx));
   add("validate", register_validate(app, ctx));
+  add("sagemaker", register_sagemaker(app, ctx));
 
   std::vector<std::string> rev(args.rbegin(), args.rend());
   try {

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // `bwplan recommend MODEL`: search configurations and rank those that fit.
 #include "cli.hpp"
+#include "cmd_sagemaker.hpp"
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -20,6 +21,8 @@ struct recommend_options {
   double headroom = 0.05;
   int top = 5;
   std::string format = "table";
+  std::string emit;  ///< sagemaker | estimator | modeltrainer: print the best plan's SageMaker payload instead
+  sagemaker::job_settings job;
 };
 
 /// One line on why `a` beat `b`.
@@ -62,6 +65,9 @@ runner register_recommend(CLI::App& app, context& ctx) {
   sub->add_option("--headroom", o->headroom, "share of GPU memory kept free at the peak (0-1)")->capture_default_str();
   sub->add_option("--top", o->top, "plans to show")->capture_default_str();
   sub->add_option("--format", o->format, "table | json")->capture_default_str()->check(CLI::IsMember({"table", "json"}));
+  sub->add_option("--emit", o->emit, "print the best plan as a SageMaker payload instead: sagemaker (CreateTrainingJob request) | estimator | modeltrainer")
+      ->check(CLI::IsMember({"sagemaker", "estimator", "modeltrainer"}));
+  add_sagemaker_options(sub->add_option_group("SageMaker (with --emit)"), std::shared_ptr<sagemaker::job_settings>(o, &o->job));
 
   return [o, sub, &ctx]() -> int {
     const hardware_catalog cat = ctx.catalog();
@@ -102,7 +108,17 @@ runner register_recommend(CLI::App& app, context& ctx) {
     std::string explanation;
     if (r.ranked.size() >= 2) explanation = why(r.ranked[0], r.ranked[1]);
     else if (r.ranked.size() == 1) explanation = "the only configuration that fits";
-    if (o->format == "json") {
+    if (!o->emit.empty()) {
+      if (!r.ranked.empty()) {  // else: the "no configuration fits" message below
+        if (!t.instance) throw invalid_request("--emit: a SageMaker job runs on instances; give --instance instead of a bare --gpu");
+        const plan_candidate& best = r.ranked.front();
+        spdlog::info("emitting plan 1: {}", describe(best.config));
+        sagemaker::job_settings job = o->job;
+        job.model_arg = o->model;
+        return emit_sagemaker(ctx, job, o->emit == "sagemaker" ? "request" : o->emit,
+                              {m, best.config, t.gpu, *t.instance, best.throughput});
+      }
+    } else if (o->format == "json") {
       nlohmann::ordered_json j;
       j["model"] = m.name;
       j["hardware"] = {{"gpu", t.gpu.id}, {"instance", t.instance ? t.instance->id : ""}, {"nodes", req.nodes}, {"world_size", world}};

@@ -1,0 +1,147 @@
+// SPDX-License-Identifier: Apache-2.0
+// `bwplan sagemaker MODEL`: the CreateTrainingJob request (or SDK arguments) that launches one plan.
+#include "cmd_sagemaker.hpp"
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include <ostream>
+#include <utility>
+
+namespace bwplan::cli {
+
+namespace {
+
+struct sagemaker_options : plan_options {
+  sagemaker::job_settings job;
+  std::string format = "request";
+  bool force = false;
+};
+
+/// The flag a request member comes from, for the error line.
+std::string flag_for(const std::string& path) {
+  static const std::pair<const char*, const char*> flags[] = {
+      {"TrainingJobName", "--job-name/--base-job-name"},
+      {"RoleArn", "--role-arn"},
+      {"AlgorithmSpecification.TrainingImage", "--image-uri/--framework-version/--region"},
+      {"AlgorithmSpecification.TrainingInputMode", "--input-mode"},
+      {"HyperParameters", "--hyperparameter/--model-id/--entry-point/--source-s3"},
+      {"InputDataConfig", "--train-s3"},
+      {"OutputDataConfig", "--output-s3"},
+      {"ResourceConfig.InstanceType", "--instance"},
+      {"ResourceConfig.InstanceCount", "--nodes"},
+      {"ResourceConfig.VolumeSizeInGB", "--volume-gb"},
+      {"ResourceConfig.KeepAlivePeriodInSeconds", "--keep-alive"},
+      {"ResourceConfig.TrainingPlanArn", "--training-plan-arn"},
+      {"VpcConfig.Subnets", "--subnet"},
+      {"VpcConfig.SecurityGroupIds", "--security-group"},
+      {"VpcConfig", "--subnet/--security-group"},
+      {"StoppingCondition.MaxRuntimeInSeconds", "--max-runtime"},
+      {"StoppingCondition.MaxPendingTimeInSeconds", "--max-pending"},
+      {"Tags", "--tag"},
+      {"CheckpointConfig", "--checkpoint-s3"},
+      {"Environment", "--env"},
+      {"RetryStrategy", "--retries"},
+  };
+  for (const auto& [prefix, flag] : flags) {
+    const std::string p = prefix;
+    if (path == p || path.rfind(p + ".", 0) == 0 || path.rfind(p + "[", 0) == 0) return flag;
+  }
+  return {};
+}
+
+}  // namespace
+
+std::filesystem::path sagemaker_shapes_path(const context& ctx) {
+  return ctx.configs() / "sagemaker" / "createtrainingjob-shapes.json";
+}
+
+void add_sagemaker_options(CLI::App* g, const std::shared_ptr<sagemaker::job_settings>& s) {
+  g->add_option("--role-arn", s->role_arn, "IAM execution role ARN (RoleArn)");
+  g->add_option("--output-s3", s->output_s3, "S3 prefix for the model artifacts (OutputDataConfig.S3OutputPath)");
+  g->add_option("--train-s3", s->channels, "input channel [NAME=]S3URI, repeatable (InputDataConfig; NAME defaults to train)");
+  g->add_option("--checkpoint-s3", s->checkpoint_s3, "S3 prefix synced with /opt/ml/checkpoints (default <output>/<job>/checkpoints/)");
+  g->add_option("--source-s3", s->source_s3, "S3 URI of sourcedir.tar.gz with the entry point (default s3://<output bucket>/<job>/source/sourcedir.tar.gz)");
+  g->add_option("--entry-point", s->entry_point, "training script inside sourcedir.tar.gz")->capture_default_str();
+  g->add_option("--region", s->region, "AWS region of the job and the image")->capture_default_str();
+  g->add_option("--framework-version", s->framework_version, "PyTorch version of the training image (2.6 ... 2.13)")->capture_default_str();
+  g->add_option("--image-uri", s->image_uri, "training image URI, overriding the DLC lookup");
+  g->add_option("--distribution", s->distribution, "torch_distributed (torchrun + native FSDP) | smp (SageMaker model parallel v2)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"torch_distributed", "smp"}));
+  g->add_option("--training-plan-arn", s->training_plan_arn, "Flexible Training Plan ARN (ResourceConfig.TrainingPlanArn)");
+  g->add_option("--job-name", s->job_name, "TrainingJobName, used as given");
+  g->add_option("--base-job-name", s->base_job_name, "job name stem; a -YYYY-MM-DD-HH-MM-SS-mmm timestamp is appended");
+  g->add_option("--model-id", s->model_id, "Hugging Face model id passed to the script (default: from MODEL)");
+  g->add_option("--max-steps", s->max_steps, "optimizer steps to run (default: from --train-tokens, else 1000)");
+  g->add_option("--train-tokens", s->train_tokens, "tokens to train on; steps = ceil(tokens / tokens per step)");
+  g->add_option("--max-runtime", s->max_runtime, "MaxRuntimeInSeconds: seconds or 90m, 36h, 2d (default: estimate x margin + 30 min)");
+  g->add_option("--runtime-margin", s->runtime_margin, "factor on the estimated training time")->capture_default_str();
+  g->add_option("--max-pending", s->max_pending_s, "MaxPendingTimeInSeconds for training-plan jobs (7200-2419200)");
+  g->add_option("--volume-gb", s->volume_gb, "ML storage volume per instance, GB (default: from the model size)");
+  g->add_option("--keep-alive", s->keep_alive_s, "warm-pool keep-alive, seconds (KeepAlivePeriodInSeconds, 0-21600)");
+  g->add_option("--input-mode", s->input_mode, "TrainingInputMode: File | FastFile | Pipe")->capture_default_str();
+  g->add_option("--tag", s->tags, "KEY=VALUE tag, repeatable");
+  g->add_option("--env", s->env, "KEY=VALUE container environment variable, repeatable");
+  g->add_option("--hyperparameter", s->hyperparameters, "KEY=VALUE script hyperparameter, repeatable (JSON numbers and booleans keep their type)");
+  g->add_option("--subnet", s->subnets, "VPC subnet id, repeatable (VpcConfig)");
+  g->add_option("--security-group", s->security_groups, "VPC security group id, repeatable (VpcConfig)");
+  g->add_option("--retries", s->retries, "MaximumRetryAttempts (RetryStrategy, 1-30; 0 = none)");
+}
+
+int emit_sagemaker(const context& ctx, const sagemaker::job_settings& s, const std::string& format, const sagemaker::plan_view& plan) {
+  const sagemaker::job_request r = sagemaker::build_request(plan, s);
+  const auto path = sagemaker_shapes_path(ctx);
+  spdlog::debug("validating the request against {}", path.string());
+  const io::service_model model = io::service_model::load(path);
+  const auto violations = sagemaker::request_violations(model, r.request);
+  if (!violations.empty()) {
+    const auto& v = violations.front();
+    std::string msg = "SageMaker would reject the CreateTrainingJob request: " + v.to_string();
+    if (auto f = flag_for(v.path); !f.empty()) msg += " (from " + f + ")";
+    if (violations.size() > 1) msg += fmt::format(" [{} more; -v lists them]", violations.size() - 1);
+    for (std::size_t i = 1; i < violations.size(); ++i) spdlog::debug("also: {}", violations[i].to_string());
+    throw invalid_request(msg);
+  }
+  for (const auto& w : r.warnings) spdlog::warn("{}", w);
+  spdlog::info("{}: {} steps, estimated {:.0f} s of training, MaxRuntimeInSeconds {}", r.job_name, r.steps, r.estimated_s,
+               r.request["StoppingCondition"]["MaxRuntimeInSeconds"].get<std::int64_t>());
+  if (format == "estimator") ctx.out << sagemaker::to_estimator(r).dump(2) << "\n";
+  else if (format == "modeltrainer") ctx.out << sagemaker::to_modeltrainer(r).dump(2) << "\n";
+  else ctx.out << r.request.dump(2) << "\n";
+  return success;
+}
+
+runner register_sagemaker(CLI::App& app, context& ctx) {
+  auto o = std::make_shared<sagemaker_options>();
+  auto* sub = app.add_subcommand("sagemaker", "SageMaker CreateTrainingJob request (or SDK arguments) for one training configuration");
+  add_plan_options(sub, o);
+  sub->add_option("--format", o->format, "request (CreateTrainingJob JSON) | estimator (SDK v2 PyTorch) | modeltrainer (SDK v3)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"request", "estimator", "modeltrainer"}));
+  sub->add_flag("--force", o->force, "emit the request even when the plan does not fit in GPU memory");
+  add_sagemaker_options(sub->add_option_group("SageMaker"), std::shared_ptr<sagemaker::job_settings>(o, &o->job));
+
+  return [o, &ctx]() -> int {
+    const hardware_catalog cat = ctx.catalog();
+    const resolved_plan rp = resolve_plan(ctx, cat, *o);
+    if (!rp.target.instance)
+      throw invalid_request("sagemaker: a job runs on instances; give --instance (e.g. ml.p6-b200.48xlarge) instead of a bare --gpu");
+    const int per_node = rp.target.instance->gpus_per_node;
+    if (rp.config.world_size != o->target.nodes * per_node)
+      throw invalid_request(fmt::format("--gpus {}: a SageMaker job uses every GPU of its {} instance(s), {} x {} = {}", rp.config.world_size,
+                                        o->target.nodes, o->target.nodes, per_node, o->target.nodes * per_node));
+    const memory_estimate me = estimate_memory(rp.model, rp.config, rp.target.gpu);
+    if (!me.fits && !o->force) {
+      ctx.err << fmt::format("bwplan: {} ({}) does not fit on {}: device peak {} of {}; run `bwplan recommend` or pass --force\n",
+                             rp.model.name, describe(rp.config), rp.target.instance->id, human(me.device_peak()), human(me.capacity));
+      return failure;
+    }
+    const throughput_estimate te = estimate_throughput(rp.model, rp.config, rp.target.gpu, rp.target.instance_ptr());
+    sagemaker::job_settings job = o->job;
+    job.model_arg = o->model;
+    return emit_sagemaker(ctx, job, o->format, {rp.model, rp.config, rp.target.gpu, *rp.target.instance, te});
+  };
+}
+
+}  // namespace bwplan::cli
