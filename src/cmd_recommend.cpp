@@ -96,8 +96,9 @@ runner register_recommend(CLI::App& app, context& ctx) {
       req.seq_lens = {s};
     }
     const auto t0 = std::chrono::steady_clock::now();
-    progress_bar bar(ctx.err, "searching", 1, is_terminal(ctx.err));
-    req.progress = [&bar](std::int64_t done, std::int64_t total) { bar.update(done * 1000 / std::max<std::int64_t>(total, 1)); };
+    progress_bar bar(ctx.err, "searching", plan_search_size(req, req.nodes * (t.instance ? t.instance->gpus_per_node : 1)),
+                     is_terminal(ctx.err));
+    req.progress = [&bar](std::int64_t done, std::int64_t) { bar.update(done); };
     const plan_result r = search_plans(m, t.gpu, t.instance ? &*t.instance : nullptr, req,
                                        static_cast<std::size_t>(o->top), auto_seq);
     bar.finish();
