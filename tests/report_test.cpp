@@ -158,7 +158,7 @@ TEST_CASE("report: headless Chromium loads the page without errors, lays out the
       return;
     }
   }
-  const fs::path report = output_dir() / "report-llama-3.1-8b.html";
+  const fs::path report = output_dir() / "report-llama-3.1-8b-chromium.html";  // own file: ctest -j runs cases in parallel
   const std::string html = render(report);
   // An instrumented copy: a script (only in this test copy) records errors, resource fetches and the
   // laid-out size of every SVG into an attribute that --dump-dom prints.
