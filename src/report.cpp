@@ -105,19 +105,23 @@ std::string text(double x, double y, const std::string& s, const std::string& ex
   return fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\"{}{}>{}</text>\n", x, y, extra.empty() ? "" : " ", extra, esc(s));
 }
 
-/// Horizontal capacity (solid) and headroom (dashed) lines across the plot, labelled at the right end.
-std::string limit_lines(double x0, double x1, double y_cap, double y_lim, bytes capacity, double headroom) {
+/// Horizontal capacity (solid) and headroom (dashed) lines across the plot, labelled at the right end;
+/// `y_bottom` is the x axis.
+std::string limit_lines(double x0, double x1, double y_cap, double y_lim, double y_bottom, bytes capacity, double headroom) {
+  const std::string halo = "stroke=\"#FFFFFF\" stroke-width=\"3\" paint-order=\"stroke\"";  // readable over bars and lines
   std::string s;
   s += fmt::format("<line x1=\"{:.1f}\" y1=\"{:.1f}\" x2=\"{:.1f}\" y2=\"{:.1f}\" stroke=\"#000\" stroke-width=\"2\"/>\n", x0,
                    y_cap, x1, y_cap);
   s += text(x1 - 4, y_cap - 5, fmt::format("GPU capacity {:.1f} GiB", capacity.in(gib)),
-            "text-anchor=\"end\" font-weight=\"600\"");
+            "text-anchor=\"end\" font-weight=\"600\" " + halo);
   if (headroom > 0) {
     s += fmt::format(
         "<line x1=\"{:.1f}\" y1=\"{:.1f}\" x2=\"{:.1f}\" y2=\"{:.1f}\" stroke=\"#000\" stroke-width=\"1.5\" stroke-dasharray=\"6 4\"/>\n",
         x0, y_lim, x1, y_lim);
-    s += text(x1 - 4, y_lim + 15, fmt::format("headroom limit ({:.0f}% free) {:.1f} GiB", 100 * headroom, ((1 - headroom) * capacity).in(gib)),
-              "text-anchor=\"end\"");
+    // Below its line, unless that runs into the x axis: then above the capacity label.
+    const double ly = y_lim + 15 <= y_bottom - 4 ? y_lim + 15 : y_cap - 21;
+    s += text(x1 - 4, ly, fmt::format("headroom limit ({:.0f}% free) {:.1f} GiB", 100 * headroom, ((1 - headroom) * capacity).in(gib)),
+              "text-anchor=\"end\" " + halo);
   }
   return s;
 }
@@ -207,7 +211,7 @@ std::string phase_chart_svg(const memory_estimate& me, double headroom) {
     s += text(cx, y0 + 18, names[k], "text-anchor=\"middle\"");
     if (peak) s += text(cx, y0 + 33, "(peak of the step)", "text-anchor=\"middle\" font-size=\"11\"");
   }
-  s += limit_lines(x0, x1, Y(me.capacity.in(gib)), Y((1 - headroom) * me.capacity.in(gib)), me.capacity, headroom);
+  s += limit_lines(x0, x1, Y(me.capacity.in(gib)), Y((1 - headroom) * me.capacity.in(gib)), y0, me.capacity, headroom);
   s += text((x0 + x1) / 2, H - 8, "phase of the training step (largest moment of each)", "text-anchor=\"middle\" font-weight=\"600\"");
   // Legend, top of the stack first.
   double ly = y1 + 4;
@@ -256,14 +260,15 @@ std::string sweep_chart_svg(const std::vector<sweep_series>& series, bytes capac
   s += y_axis(x0, x1, y0, y1, vmax, step,
               mem ? std::function<std::string(double)>([](double v) { return fmt::format("{:g}", v); })
                   : std::function<std::string(double)>(short_number),
-              mem ? "peak device memory per GPU (GiB)" : fmt::format("tokens/s (all {} GPUs)", world_size));
+              mem ? "peak device memory per GPU (GiB)"
+                  : (world_size == 1 ? std::string("tokens/s (1 GPU)") : fmt::format("tokens/s (all {} GPUs)", world_size)));
   std::sort(ticks.begin(), ticks.end());
   for (double b : ticks) {
     s += fmt::format("<line x1=\"{0:.1f}\" y1=\"{1:.1f}\" x2=\"{0:.1f}\" y2=\"{2:.1f}\" stroke=\"#333\"/>\n", X(b), y0, y0 + 5);
     s += text(X(b), y0 + 19, fmt::format("{:g}", b), "text-anchor=\"middle\"");
   }
   s += text((x0 + x1) / 2, H - 10, "micro-batch size per GPU (sequences, log scale)", "text-anchor=\"middle\" font-weight=\"600\"");
-  if (mem) s += limit_lines(x0, x1, Y(capacity.in(gib)), Y((1 - headroom) * capacity.in(gib)), capacity, headroom);
+  if (mem) s += limit_lines(x0, x1, Y(capacity.in(gib)), Y((1 - headroom) * capacity.in(gib)), y0, capacity, headroom);
 
   std::vector<std::string> stops;
   for (std::size_t k = 0; k < series.size(); ++k) {
@@ -297,7 +302,8 @@ std::string sweep_chart_svg(const std::vector<sweep_series>& series, bytes capac
         if (!(mem && v > vmax))
           s += fmt::format("<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"10\" fill=\"none\" stroke=\"{}\" stroke-width=\"1.5\"/>\n", x,
                            Y(v), st.colour);
-        stops.push_back(fmt::format("{}: mbs {}", series[k].label, p.config.micro_batch));
+        stops.push_back(&p == &pts.front() ? series[k].label + ": none fits"
+                                           : fmt::format("{}: mbs {}", series[k].label, p.config.micro_batch));
       }
     }
     if (!stopped) stops.push_back(series[k].label + ": fits to the end");
@@ -379,13 +385,17 @@ footer { margin-top: 32px; color: #555; font-size: 0.88em; border-top: 1px solid
   h += "<h1>" + esc(m.name) + " on " + esc(where) + "</h1>\n";
   h += "<p class=\"sub\">" + esc(describe(c)) + " — memory and throughput estimated by bwplan " + version_string + "</p>\n";
   h += "<div class=\"summary\">\n";
-  h += fmt::format("<div class=\"card {}\"><b>{}</b><span>{:.1f}% of capacity free at the peak (limit {:.0f}%)</span></div>\n",
-                   ok ? "fits" : "nofit", ok ? "fits" : (me.fits ? "fits, below the headroom" : "does not fit"),
-                   100 * me.headroom(), 100 * d.headroom);
+  h += fmt::format("<div class=\"card {}\"><b>{}</b><span>{} (limit {:.0f}% free)</span></div>\n", ok ? "fits" : "nofit",
+                   ok ? "fits" : (me.fits ? "fits, below the headroom" : "does not fit"),
+                   me.fits ? fmt::format("{:.1f}% of capacity free at the peak", 100 * me.headroom())
+                           : fmt::format("{:.1f} GiB over capacity at the peak", (me.device_peak() - me.capacity).in(gib)),
+                   100 * d.headroom);
   h += fmt::format("<div class=\"card\"><b>{:.1f} GiB</b><span>device peak per GPU of {:.1f} GiB ({} phase)</span></div>\n",
                    me.device_peak().in(gib), me.capacity.in(gib), to_string(me.peak_phase));
-  h += fmt::format("<div class=\"card\"><b>{}</b><span>tokens/s, all {} GPUs ({} per GPU)</span></div>\n",
-                   group_digits(te.tokens_per_s), c.world_size, group_digits(te.tokens_per_s_per_gpu));
+  h += fmt::format("<div class=\"card\"><b>{}</b><span>{}</span></div>\n", group_digits(te.tokens_per_s),
+                   c.world_size == 1 ? std::string("tokens/s on 1 GPU")
+                                     : fmt::format("tokens/s, all {} GPUs ({} per GPU)", c.world_size,
+                                                   group_digits(te.tokens_per_s_per_gpu)));
   h += fmt::format("<div class=\"card\"><b>{:.1f}%</b><span>MFU, step {:.3f} s</span></div>\n", 100 * te.mfu, te.step.raw());
   h += "</div>\n";
 
@@ -506,8 +516,8 @@ footer { margin-top: 32px; color: #555; font-size: 0.88em; border-top: 1px solid
   row("headroom", fmt::format("{:.0f}% of capacity kept free", 100 * d.headroom));
   h += "</table>\n";
   h += "<footer>Generated by bwplan " + std::string(version_string) + " with <code>" + esc(d.command_line) +
-       "</code>. Estimates, not measurements: see docs/methodology.md for the memory and throughput models and their "
-       "measured error. This page is self-contained: no scripts, no external resources.</footer>\n";
+       "</code>. Estimates, not measurements: the bwplan documentation (docs/) describes the memory and throughput models "
+       "and their measured error. This page is self-contained: no scripts, no external resources.</footer>\n";
   h += "</body>\n</html>\n";
   return h;
 }
