@@ -198,6 +198,8 @@ int run(const std::vector<std::string>& args, std::ostream& out, std::ostream& e
   add("hardware", register_hardware(app, ctx));
   add("validate", register_validate(app, ctx));
   add("sagemaker", register_sagemaker(app, ctx));
+  add("report", register_report(app, ctx));
+  add("sweep", register_sweep(app, ctx));
 
   std::vector<std::string> rev(args.rbegin(), args.rend());
   try {

@@ -42,6 +42,8 @@ runner register_recommend(CLI::App& app, context& ctx);
 runner register_hardware(CLI::App& app, context& ctx);
 runner register_validate(CLI::App& app, context& ctx);
 runner register_sagemaker(CLI::App& app, context& ctx);
+runner register_report(CLI::App& app, context& ctx);
+runner register_sweep(CLI::App& app, context& ctx);
 
 /// Options that describe where a job runs (shared by estimate and recommend).
 struct target_options {

@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // `bwplan estimate MODEL`: memory and throughput of one configuration.
 #include "cli.hpp"
+#include "markdown.hpp"
+#include "term.hpp"
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -15,10 +17,11 @@ namespace {
 struct estimate_options : plan_options {
   std::string format = "table";
   bool check = false;
+  bool ascii = false;
 };
 
 void print_table(std::ostream& out, const model_spec& m, const resolved_target& t, const training_config& c,
-                 const memory_estimate& me, const throughput_estimate& te) {
+                 const memory_estimate& me, const throughput_estimate& te, term_style st) {
   const parameter_count pc = count_parameters(m);
   out << fmt::format("model      {} ({}), {:.3f} B parameters\n", m.name, m.family, static_cast<double>(pc.total()) / 1e9);
   out << fmt::format("hardware   {} x {}{}\n", c.world_size, t.gpu.id,
@@ -30,6 +33,10 @@ void print_table(std::ostream& out, const model_spec& m, const resolved_target& 
       {"compute weights", b.compute_weights}, {"activations", b.activations}, {"logits / loss", b.logits},
       {"transient", b.transient},     {"workspace", b.workspace},   {"DDP buckets", b.ddp_buckets}};
   out << fmt::format("memory per GPU at the peak ({} phase)\n", to_string(me.peak_phase));
+  const auto segs = peak_segments(me);
+  out << "  " << memory_bar(segs, me.capacity, 0.0, 50, st)
+      << fmt::format(" {:.1f}% of {:.2f} GiB\n", 100 * (me.device_peak() / me.capacity), me.capacity.in(gib));
+  out << memory_legend(segs, st, "  ", 100, false);
   for (const auto& [name, v] : rows)
     if (v.raw() > 0) out << fmt::format("  {:<18} {:>10.2f} GiB\n", name, v.in(gib));
   out << fmt::format("  {:<18} {:>10.2f} GiB\n", "peak allocated", me.peak_allocated.in(gib));
@@ -50,7 +57,8 @@ runner register_estimate(CLI::App& app, context& ctx) {
   auto o = std::make_shared<estimate_options>();
   auto* sub = app.add_subcommand("estimate", "peak GPU memory and throughput of one training configuration");
   add_plan_options(sub, o);
-  sub->add_option("--format", o->format, "table | json")->check(CLI::IsMember({"table", "json"}));
+  sub->add_option("--format", o->format, "table | json | markdown")->check(CLI::IsMember({"table", "json", "markdown"}));
+  sub->add_flag("--ascii", o->ascii, "plain ASCII memory bar (the default when stdout is not a terminal)");
   sub->add_flag("--check", o->check, "exit 1 when the configuration does not fit");
 
   return [o, &ctx]() -> int {
@@ -66,8 +74,10 @@ runner register_estimate(CLI::App& app, context& ctx) {
       auto j = to_json(m, c, me, te);
       j["hardware"] = {{"gpu", t.gpu.id}, {"instance", t.instance ? t.instance->id : ""}};
       ctx.out << j.dump(2) << "\n";
+    } else if (o->format == "markdown") {
+      ctx.out << estimate_markdown(m, t, c, me, te);
     } else {
-      print_table(ctx.out, m, t, c, me, te);
+      print_table(ctx.out, m, t, c, me, te, style_for(ctx.out, o->ascii));
     }
     if (o->seq > m.max_context)
       spdlog::warn("--seq {} is longer than the model's context ({} tokens)", o->seq, m.max_context);

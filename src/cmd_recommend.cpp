@@ -2,6 +2,8 @@
 // `bwplan recommend MODEL`: search configurations and rank those that fit.
 #include "cli.hpp"
 #include "cmd_sagemaker.hpp"
+#include "markdown.hpp"
+#include "term.hpp"
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -23,6 +25,7 @@ struct recommend_options {
   std::string format = "table";
   std::string emit;  ///< sagemaker | estimator | modeltrainer: print the best plan's SageMaker payload instead
   sagemaker::job_settings job;
+  bool ascii = false;
 };
 
 /// One line on why `a` beat `b`.
@@ -64,7 +67,8 @@ runner register_recommend(CLI::App& app, context& ctx) {
   sub->add_option("--global-batch-tokens", o->global_batch_tokens, "tokens per optimizer step for the whole job")->capture_default_str();
   sub->add_option("--headroom", o->headroom, "share of GPU memory kept free at the peak (0-1)")->capture_default_str();
   sub->add_option("--top", o->top, "plans to show")->capture_default_str();
-  sub->add_option("--format", o->format, "table | json")->capture_default_str()->check(CLI::IsMember({"table", "json"}));
+  sub->add_option("--format", o->format, "table | json | markdown")->capture_default_str()->check(CLI::IsMember({"table", "json", "markdown"}));
+  sub->add_flag("--ascii", o->ascii, "plain ASCII memory bars (the default when stdout is not a terminal)");
   sub->add_option("--emit", o->emit, "print the best plan as a SageMaker payload instead: sagemaker (CreateTrainingJob request) | estimator | modeltrainer")
       ->check(CLI::IsMember({"sagemaker", "estimator", "modeltrainer"}));
   add_sagemaker_options(sub->add_option_group("SageMaker (with --emit)"), std::shared_ptr<sagemaker::job_settings>(o, &o->job));
@@ -98,8 +102,12 @@ runner register_recommend(CLI::App& app, context& ctx) {
       req.seq_lens = {s};
     }
     const auto t0 = std::chrono::steady_clock::now();
+    progress_bar bar(ctx.err, "searching", plan_search_size(req, req.nodes * (t.instance ? t.instance->gpus_per_node : 1)),
+                     is_terminal(ctx.err));
+    req.progress = [&bar](std::int64_t done, std::int64_t) { bar.update(done); };
     const plan_result r = search_plans(m, t.gpu, t.instance ? &*t.instance : nullptr, req,
                                        static_cast<std::size_t>(o->top), auto_seq);
+    bar.finish();
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     spdlog::debug("evaluated {} configurations in {:.4f} s ({} fit)", r.evaluated, secs, r.fitting);
     const int world = req.nodes * (t.instance ? t.instance->gpus_per_node : 1);
@@ -128,22 +136,29 @@ runner register_recommend(CLI::App& app, context& ctx) {
       for (const auto& p : r.ranked) j["plans"].push_back(to_json(m, p.config, p.memory, p.throughput));
       j["explanation"] = explanation;
       ctx.out << j.dump(2) << "\n";
+    } else if (o->format == "markdown") {
+      ctx.out << plans_markdown(m, where, req, r, explanation);
     } else {
       ctx.out << fmt::format("{} on {}: {} configurations evaluated, {} fit with {:.0f}% headroom\n\n", m.name, where,
                              r.evaluated, r.fitting, 100 * req.headroom);
       if (!r.ranked.empty()) {
-        ctx.out << fmt::format("{:>3}  {:>4} {:>6} {:>5} {:>7} {:>5} {:>9} {:>11} {:>11} {:>6} {:>10}\n", "#", "mbs", "seq",
-                               "accum", "AC", "shard", "loss", "peak GiB", "tokens/s", "MFU", "step s");
+        const term_style st = style_for(ctx.out, o->ascii);
+        ctx.out << fmt::format("{:>3}  {:>4} {:>6} {:>5} {:>7} {:>5} {:>9} {:>11} {:>11} {:>6} {:>10}  {}\n", "#", "mbs", "seq",
+                               "accum", "AC", "shard", "loss", "peak GiB", "tokens/s", "MFU", "step s", "memory per GPU");
         int i = 1;
         for (const auto& p : r.ranked) {
           const auto& c = p.config;
-          ctx.out << fmt::format("{:>3}  {:>4} {:>6} {:>5} {:>7} {:>5} {:>9} {:>11.2f} {:>11.0f} {:>5.1f}% {:>10.3f}\n", i++,
+          ctx.out << fmt::format("{:>3}  {:>4} {:>6} {:>5} {:>7} {:>5} {:>9} {:>11.2f} {:>11.0f} {:>5.1f}% {:>10.3f}  {}\n", i++,
                                  c.micro_batch, c.seq_len, c.grad_accum,
                                  c.ac_enabled ? (c.ac_every == 1 ? "full" : fmt::format("every{}", c.ac_every)) : "none",
                                  c.shard == sharding::full ? "fsdp" : (c.world_size > 1 ? "ddp" : "none"), to_string(c.loss),
                                  p.memory.device_peak().in(gib), p.throughput.tokens_per_s, 100 * p.throughput.mfu,
-                                 p.throughput.step.raw());
+                                 p.throughput.step.raw(),
+                                 memory_bar(peak_segments(p.memory), p.memory.capacity, req.headroom, 24, st));
         }
+        ctx.out << fmt::format("\nmemory bars: share of the {:.2f} GiB per GPU, '{}' = headroom limit; plan #1 holds\n",
+                               r.ranked[0].memory.capacity.in(gib), st.unicode ? "│" : "|")
+                << memory_legend(peak_segments(r.ranked[0].memory), st, "  ");
         ctx.out << "\nwhy: " << explanation << "\n";
       }
     }

@@ -112,3 +112,25 @@ TEST_CASE("memory: invalid configurations throw", "[memory]") {
   c.ac_every = 0;
   CHECK_THROWS_AS(estimate_memory(m, c, test_gpu()), invalid_request);
 }
+
+TEST_CASE("memory: per-phase breakdowns add up to the phase peaks, and the peak phase's is the peak", "[memory]") {
+  const model_spec m = tiny();
+  training_config c;
+  c.seq_len = 1024;
+  c.micro_batch = 2;
+  for (const auto opt : {optimizer_impl::fused, optimizer_impl::foreach}) {
+    c.optimizer = opt;
+    const auto e = estimate_memory(m, c, test_gpu());
+    CHECK(e.at_forward_peak.total().raw() == Approx(e.forward_peak.raw()));
+    CHECK(e.at_backward_peak.total().raw() == Approx(e.backward_peak.raw()));
+    CHECK(e.at_optimizer_peak.total().raw() == Approx(e.optimizer_peak.raw()));
+    CHECK(e.at_phase_peak(e.peak_phase).total().raw() == Approx(e.peak_allocated.raw()));
+    // the optimizer step holds no activations and no logits; the forward peak holds the loss buffers
+    CHECK(e.at_optimizer_peak.activations.raw() == 0);
+    CHECK(e.at_optimizer_peak.logits.raw() == 0);
+    CHECK(e.at_forward_peak.logits.raw() == Approx(10.0 * 2048 * 512));
+  }
+  c.optimizer = optimizer_impl::foreach;
+  const double P = static_cast<double>(count_parameters(m).total());
+  CHECK(estimate_memory(m, c, test_gpu()).at_optimizer_peak.transient.raw() == Approx(4 * P));
+}

@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 
 namespace bwplan {
@@ -52,6 +53,9 @@ enum class step_phase { forward, backward, optimizer };
 /// Result of estimate_memory: per-GPU bytes, as `torch.cuda` would report them.
 struct memory_estimate {
   memory_breakdown at_peak;       ///< breakdown at the peak moment
+  memory_breakdown at_forward_peak;    ///< breakdown at the largest moment of the forward pass (total = forward_peak)
+  memory_breakdown at_backward_peak;   ///< breakdown at the largest moment of the backward pass (total = backward_peak)
+  memory_breakdown at_optimizer_peak;  ///< breakdown at the largest moment of the optimizer step (total = optimizer_peak)
   step_phase peak_phase = step_phase::forward;
   bytes peak_allocated;           ///< `torch.cuda.max_memory_allocated()`
   bytes peak_reserved;            ///< `torch.cuda.max_memory_reserved()` (allocator segments)
@@ -69,6 +73,10 @@ struct memory_estimate {
   [[nodiscard]] constexpr bytes device_peak() const noexcept { return peak_reserved + non_pytorch; }
   /// Share of capacity left free at the peak (negative when it does not fit).
   [[nodiscard]] constexpr double headroom() const noexcept { return 1.0 - device_peak() / capacity; }
+  /// Breakdown at the largest moment of phase `p` (allocated bytes; see at_forward_peak and siblings).
+  [[nodiscard]] constexpr const memory_breakdown& at_phase_peak(step_phase p) const noexcept {
+    return p == step_phase::forward ? at_forward_peak : p == step_phase::backward ? at_backward_peak : at_optimizer_peak;
+  }
 };
 
 namespace detail {
@@ -211,9 +219,13 @@ struct activation_terms {
   memory_breakdown best = base;
   step_phase best_phase = step_phase::forward;
   double best_total = -1;
+  memory_breakdown phase_best[3] = {base, base, base};
+  double phase_total[3] = {-1, -1, -1};
   auto consider = [&](const memory_breakdown& b, step_phase p) {
     const double t = b.total().raw();
     if (t > best_total) { best_total = t; best = b; best_phase = p; }
+    const auto i = static_cast<std::size_t>(p);
+    if (t > phase_total[i]) { phase_total[i] = t; phase_best[i] = b; }
     return t;
   };
 
@@ -291,6 +303,9 @@ struct activation_terms {
   const double opt_peak = consider(o, step_phase::optimizer);
 
   e.at_peak = best;
+  e.at_forward_peak = phase_best[0];
+  e.at_backward_peak = phase_best[1];
+  e.at_optimizer_peak = phase_best[2];
   e.peak_phase = best_phase;
   e.peak_allocated = best.total();
   e.forward_peak = bytes::base(fwd_peak);

@@ -27,7 +27,24 @@ struct plan_request {
   std::vector<loss_impl> losses{loss_impl::standard, loss_impl::chunked};
   master_weights master = master_weights::fp32;
   optimizer_impl optimizer = optimizer_impl::fused;
+  /// Called after each evaluated configuration with (evaluated so far, configurations in the search), e.g.
+  /// to draw a progress bar; empty: not called. It must not throw.
+  std::function<void(std::int64_t, std::int64_t)> progress;
 };
+
+/// Number of configurations search_plans evaluates for `req` on `world` GPUs.
+[[nodiscard]] inline std::int64_t plan_search_size(const plan_request& req, int world) {
+  std::int64_t n = 0;
+  const auto per_mbs = static_cast<std::int64_t>(req.shardings.size() * req.ac_every.size() * req.losses.size());
+  for (std::int64_t seq : req.seq_lens) {
+    if (seq < 1) continue;
+    for (std::int64_t mbs = 1; mbs <= req.max_micro_batch; mbs *= 2) {
+      if (mbs * seq * world > req.global_batch_tokens && mbs > 1) break;
+      n += per_mbs;
+    }
+  }
+  return n;
+}
 
 /// One evaluated configuration.
 struct plan_candidate {
@@ -57,6 +74,7 @@ struct plan_result {
   if (req.headroom < 0 || req.headroom >= 1) throw invalid_request("--headroom: must be in [0, 1)");
   const int per_node = inst ? inst->gpus_per_node : 1;
   const int world = req.nodes * per_node;
+  const std::int64_t total = req.progress ? plan_search_size(req, world) : 0;
   plan_result res;
   std::vector<plan_candidate> keep;
   const std::size_t cap = best_per_seq ? req.seq_lens.size() : std::max<std::size_t>(top, 1);
@@ -86,6 +104,7 @@ struct plan_result {
             c.ac_every = ac > 0 ? ac : 1;
             c.grad_accum = std::max<std::int64_t>(1, (req.global_batch_tokens + tokens - 1) / tokens);
             ++res.evaluated;
+            if (req.progress) req.progress(res.evaluated, total);
             memory_estimate me = estimate_memory(m, c, gpu, rt);
             if (me.device_peak() > (1.0 - req.headroom) * me.capacity) continue;
             ++res.fitting;

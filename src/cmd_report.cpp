@@ -1,0 +1,98 @@
+// SPDX-License-Identifier: Apache-2.0
+// `bwplan report MODEL -o report.html`: a self-contained HTML report with charts.
+#include "cli.hpp"
+#include "report.hpp"
+#include "term.hpp"
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include <fstream>
+#include <ostream>
+
+namespace bwplan::cli {
+
+namespace {
+
+struct report_options : plan_options {
+  std::string output;
+  double headroom = 0.05;
+  int top = 5;
+  std::int64_t global_batch_tokens = 4'194'304;
+  std::int64_t sweep_max_mbs = 64;
+};
+
+/// The command line that reproduces the report, every setting explicit.
+std::string command_line(const report_options& o, const resolved_plan& rp) {
+  const auto& c = rp.config;
+  std::string s = "bwplan report " + o.model;
+  if (rp.target.instance) s += fmt::format(" --instance {} --nodes {}", rp.target.instance->id, o.target.nodes);
+  else s += " --gpu " + rp.target.gpu.id;
+  s += fmt::format(" --gpus {} --mbs {} --seq {} --grad-accum {} --ac {}", c.world_size, c.micro_batch, c.seq_len, c.grad_accum,
+                   c.ac_enabled ? "full" : "none");
+  if (c.ac_enabled && c.ac_every != 1) s += fmt::format(" --ac-every {}", c.ac_every);
+  s += fmt::format(" --master {} --sharding {} --optimizer-impl {} --loss {}", to_string(c.master), to_string(c.shard),
+                   to_string(c.optimizer), to_string(c.loss));
+  s += fmt::format(" --headroom {:g} --top {} --global-batch-tokens {} --sweep-max-mbs {} -o {}", o.headroom, o.top,
+                   o.global_batch_tokens, o.sweep_max_mbs, o.output);
+  return s;
+}
+
+}  // namespace
+
+runner register_report(CLI::App& app, context& ctx) {
+  auto o = std::make_shared<report_options>();
+  auto* sub = app.add_subcommand("report", "write a self-contained HTML report: memory by phase, sweep charts, top plans");
+  add_plan_options(sub, o);
+  sub->add_option("-o,--output", o->output, "HTML file to write ('-' for stdout)")->required();
+  sub->add_option("--headroom", o->headroom, "share of GPU memory kept free at the peak (0-1)")->capture_default_str();
+  sub->add_option("--top", o->top, "plans in the top plans table")->capture_default_str();
+  sub->add_option("--global-batch-tokens", o->global_batch_tokens, "tokens per optimizer step for the plan search")
+      ->capture_default_str();
+  sub->add_option("--sweep-max-mbs", o->sweep_max_mbs, "largest micro-batch size of the sweep chart (powers of two from 1)")
+      ->capture_default_str();
+
+  return [o, &ctx]() -> int {
+    if (o->headroom < 0 || o->headroom >= 1) throw invalid_request(fmt::format("--headroom: must be in [0, 1), got {:g}", o->headroom));
+    if (o->top < 1) throw invalid_request("--top: must be >= 1, got " + std::to_string(o->top));
+    if (o->sweep_max_mbs < 1 || o->sweep_max_mbs > 65536)
+      throw invalid_request("--sweep-max-mbs: must be in 1..65536, got " + std::to_string(o->sweep_max_mbs));
+    const hardware_catalog cat = ctx.catalog();
+    report_data d{resolve_plan(ctx, cat, *o), {}, {}, o->headroom, {}, {}, {}, {}};
+    const model_spec& m = d.plan.model;
+    const resolved_target& t = d.plan.target;
+    const training_config& c = d.plan.config;
+    d.memory = estimate_memory(m, c, t.gpu);
+    d.throughput = estimate_throughput(m, c, t.gpu, t.instance_ptr());
+    d.sweep = checkpointing_sweep(m, t, c, o->sweep_max_mbs);
+
+    d.request.nodes = o->target.nodes;
+    d.request.seq_lens = {c.seq_len};
+    d.request.global_batch_tokens = o->global_batch_tokens;
+    d.request.headroom = o->headroom;
+    d.request.master = c.master;
+    d.request.optimizer = c.optimizer;
+    progress_bar bar(ctx.err, "searching plans", plan_search_size(d.request, d.request.nodes * (t.instance ? t.instance->gpus_per_node : 1)),
+                     is_terminal(ctx.err));
+    d.request.progress = [&bar](std::int64_t done, std::int64_t) { bar.update(done); };
+    d.plans = search_plans(m, t.gpu, t.instance_ptr(), d.request, static_cast<std::size_t>(o->top));
+    d.request.progress = nullptr;
+    bar.finish();
+    d.command_line = command_line(*o, d.plan);
+
+    const std::string html = render_report_html(d);
+    if (o->output == "-") {
+      ctx.out << html;
+    } else {
+      std::ofstream f(o->output, std::ios::binary);
+      if (!f) throw invalid_request("-o " + o->output + ": cannot open for writing");
+      f << html;
+      f.close();
+      if (!f) throw invalid_request("-o " + o->output + ": write failed");
+      ctx.err << fmt::format("bwplan: wrote {} ({} bytes)\n", o->output, html.size());
+    }
+    return success;
+  };
+}
+
+}  // namespace bwplan::cli

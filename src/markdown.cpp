@@ -1,0 +1,147 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "markdown.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+
+namespace bwplan::cli {
+
+namespace {
+/// Display width of UTF-8 text (code points; every glyph bwplan writes is one column wide).
+std::size_t width(const std::string& s) {
+  std::size_t n = 0;
+  for (unsigned char c : s)
+    if ((c & 0xC0) != 0x80) ++n;
+  return n;
+}
+}  // namespace
+
+std::string md_escape(const std::string& text) {
+  std::string s;
+  for (char c : text) {
+    if (c == '|') s += "\\|";
+    else if (c == '\n' || c == '\r') s += ' ';
+    else s += c;
+  }
+  return s;
+}
+
+std::string markdown_table(const std::vector<md_column>& columns, const std::vector<std::vector<std::string>>& rows) {
+  const std::size_t n = columns.size();
+  std::vector<std::vector<std::string>> cells;
+  std::vector<std::size_t> w(n, 3);
+  auto add = [&](std::vector<std::string> r) {
+    r.resize(n);
+    for (std::size_t i = 0; i < n; ++i) {
+      r[i] = md_escape(r[i]);
+      w[i] = std::max(w[i], width(r[i]));
+    }
+    cells.push_back(std::move(r));
+  };
+  std::vector<std::string> head;
+  for (const auto& c : columns) head.push_back(c.header);
+  add(head);
+  for (const auto& r : rows) add(r);
+  auto pad = [&](const std::string& s, std::size_t i) {
+    const std::string fill(w[i] - width(s), ' ');
+    return columns[i].align == md_align::right ? fill + s : s + fill;
+  };
+  auto line = [&](const std::vector<std::string>& r) {
+    std::string s = "|";
+    for (std::size_t i = 0; i < n; ++i) s += " " + pad(r[i], i) + " |";
+    return s + "\n";
+  };
+  std::string out = line(cells[0]);
+  out += "|";
+  for (std::size_t i = 0; i < n; ++i) {
+    const bool l = columns[i].align != md_align::right, r = columns[i].align != md_align::left;
+    out += " " + std::string(l ? ":" : "-") + std::string(w[i] - 2, '-') + std::string(r ? ":" : "-") + " |";
+  }
+  out += "\n";
+  for (std::size_t k = 1; k < cells.size(); ++k) out += line(cells[k]);
+  return out;
+}
+
+namespace {
+std::string ac_text(const training_config& c) {
+  if (!c.ac_enabled) return "none";
+  return c.ac_every == 1 ? "full" : fmt::format("every {}", c.ac_every);
+}
+std::string shard_text(const training_config& c) {
+  return c.shard == sharding::full ? "FSDP" : (c.world_size > 1 ? "DDP" : "none");
+}
+std::string grouped(double v) {
+  const std::string digits = fmt::format("{:.0f}", std::abs(v));
+  std::string s = v <= -0.5 ? "-" : "";
+  for (std::size_t i = 0; i < digits.size(); ++i) {
+    if (i > 0 && (digits.size() - i) % 3 == 0) s += ',';
+    s += digits[i];
+  }
+  return s;
+}
+}  // namespace
+
+std::string estimate_markdown(const model_spec& m, const resolved_target& t, const training_config& c,
+                              const memory_estimate& me, const throughput_estimate& te) {
+  const parameter_count pc = count_parameters(m);
+  std::string s = fmt::format("### {} on {} × {}{}\n\n", m.name, c.world_size, t.gpu.id,
+                              t.instance ? fmt::format(" ({} × {})", c.world_size / std::max(1, c.gpus_per_node), t.instance->id) : "");
+  s += fmt::format("{:.3f} B parameters; {}.\n\n", static_cast<double>(pc.total()) / 1e9, describe(c));
+  s += fmt::format("**{}**: device peak {:.2f} GiB of {:.2f} GiB per GPU ({}), in the {} phase.\n\n",
+                   me.fits ? "Fits" : "Does not fit", me.device_peak().in(gib), me.capacity.in(gib),
+                   me.fits ? fmt::format("{:.1f}% free", 100 * me.headroom())
+                           : fmt::format("{:.2f} GiB over", (me.device_peak() - me.capacity).in(gib)),
+                   to_string(me.peak_phase));
+  const auto& b = me.at_peak;
+  const std::pair<const char*, bytes> parts[] = {
+      {"parameters", b.parameters},           {"optimizer states", b.optimizer_states}, {"gradients", b.gradients},
+      {"compute weights", b.compute_weights}, {"activations", b.activations},           {"logits / loss", b.logits},
+      {"transient", b.transient},             {"workspace", b.workspace},               {"DDP buckets", b.ddp_buckets},
+      {"allocator slack", me.peak_reserved - me.peak_allocated}, {"CUDA context + NCCL", me.non_pytorch}};
+  std::vector<std::vector<std::string>> rows;
+  for (const auto& [name, v] : parts)
+    if (v.raw() > 0) rows.push_back({name, fmt::format("{:.2f}", v.in(gib)), fmt::format("{:.1f}%", 100 * (v / me.capacity))});
+  rows.push_back({"**device peak**", fmt::format("**{:.2f}**", me.device_peak().in(gib)),
+                  fmt::format("**{:.1f}%**", 100 * (me.device_peak() / me.capacity))});
+  s += markdown_table({{"memory per GPU at the peak"}, {"GiB", md_align::right}, {"of capacity", md_align::right}}, rows);
+  s += "\n";
+  s += markdown_table({{"throughput"}, {"value", md_align::right}},
+                      {{c.world_size == 1 ? std::string("tokens/s (1 GPU)") : fmt::format("tokens/s (all {} GPUs)", c.world_size),
+                        grouped(te.tokens_per_s)},
+                       {"tokens/s per GPU", grouped(te.tokens_per_s_per_gpu)},
+                       {"step time", fmt::format("{:.3f} s", te.step.raw())},
+                       {"MFU", fmt::format("{:.1f}%", 100 * te.mfu)},
+                       {"exposed communication", fmt::format("{:.3f} s", te.exposed_communication.raw())}});
+  s += fmt::format("\n<sub>bwplan {}</sub>\n", version_string);
+  return s;
+}
+
+std::string plans_markdown(const model_spec& m, const std::string& where, const plan_request& req, const plan_result& r,
+                           const std::string& explanation) {
+  std::string s = fmt::format("### {} on {}\n\n", m.name, where);
+  s += fmt::format("{} configurations evaluated, {} fit with {:.0f}% headroom.\n\n", r.evaluated, r.fitting, 100 * req.headroom);
+  if (r.ranked.empty()) {
+    s += "**No configuration fits.**\n";
+  } else {
+    std::vector<std::vector<std::string>> rows;
+    int i = 1;
+    for (const auto& p : r.ranked) {
+      const auto& c = p.config;
+      rows.push_back({std::to_string(i++), std::to_string(c.micro_batch), std::to_string(c.seq_len), std::to_string(c.grad_accum),
+                      ac_text(c), shard_text(c), to_string(c.loss), fmt::format("{:.2f}", p.memory.device_peak().in(gib)),
+                      grouped(p.throughput.tokens_per_s), fmt::format("{:.1f}%", 100 * p.throughput.mfu),
+                      fmt::format("{:.3f}", p.throughput.step.raw())});
+    }
+    const auto R = md_align::right;
+    s += markdown_table({{"#", R}, {"mbs", R}, {"seq", R}, {"accum", R}, {"AC"}, {"sharding"}, {"loss"},
+                         {"peak GiB", R}, {"tokens/s", R}, {"MFU", R}, {"step s", R}},
+                        rows);
+    if (!explanation.empty()) s += "\n**Why #1:** " + md_escape(explanation) + "\n";
+  }
+  s += fmt::format("\n<sub>bwplan {}</sub>\n", version_string);
+  return s;
+}
+
+}  // namespace bwplan::cli

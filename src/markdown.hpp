@@ -1,0 +1,41 @@
+// bwplan CLI internals: GitHub-flavoured Markdown output (`--format markdown`), ready for a PR comment.
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+
+#include "cli.hpp"
+
+#include <string>
+#include <vector>
+
+namespace bwplan::cli {
+
+/// Column alignment in a Markdown table.
+enum class md_align { left, right, center };
+
+/// One column of a Markdown table.
+struct md_column {
+  std::string header;
+  md_align align = md_align::left;
+};
+
+/// Escapes text for a Markdown table cell: `|` becomes `\|` and line breaks become spaces.
+[[nodiscard]] std::string md_escape(const std::string& text);
+
+/// A GitHub-flavoured Markdown table: header row, alignment row (`:--`, `--:`, `:-:`) and one row per
+/// entry of `rows`. Cells are escaped with md_escape and padded so the raw text lines up; rows shorter
+/// than the header are filled with empty cells. Ends with a newline.
+/// Example: `markdown_table({{"GPU"}, {"GiB", md_align::right}}, {{"h200", "139.78"}})`.
+[[nodiscard]] std::string markdown_table(const std::vector<md_column>& columns,
+                                         const std::vector<std::vector<std::string>>& rows);
+
+/// `estimate --format markdown`: a heading, a one-line verdict, the memory breakdown at the peak and the
+/// throughput, as Markdown tables.
+[[nodiscard]] std::string estimate_markdown(const model_spec& m, const resolved_target& t, const training_config& c,
+                                            const memory_estimate& me, const throughput_estimate& te);
+
+/// `recommend --format markdown`: a heading naming `where`, the search summary, the ranked plans as a
+/// table and `explanation` (why the first plan won).
+[[nodiscard]] std::string plans_markdown(const model_spec& m, const std::string& where, const plan_request& req,
+                                         const plan_result& r, const std::string& explanation);
+
+}  // namespace bwplan::cli

@@ -1,0 +1,298 @@
+// SPDX-License-Identifier: Apache-2.0
+// Parameter sweeps: --vary parsing, evaluation, CSV and JSON.
+#include "sweep.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <set>
+
+namespace bwplan::cli {
+
+namespace {
+
+constexpr std::int64_t max_points = 100000;
+
+const std::vector<std::string> integer_keys = {"mbs", "seq", "grad-accum", "nodes", "ac-every"};
+
+bool is_integer_key(const std::string& k) {
+  return std::find(integer_keys.begin(), integer_keys.end(), k) != integer_keys.end();
+}
+
+std::int64_t parse_int(const std::string& spec, const std::string& text) {
+  std::size_t pos = 0;
+  std::int64_t v = 0;
+  try {
+    v = std::stoll(text, &pos);
+  } catch (const std::exception&) {
+    pos = 0;
+  }
+  if (text.empty() || pos != text.size())
+    throw invalid_request("--vary " + spec + ": '" + text + "' is not an integer");
+  return v;
+}
+
+std::vector<std::string> split(const std::string& s, char sep) {
+  std::vector<std::string> parts;
+  std::size_t start = 0;
+  while (true) {
+    const std::size_t p = s.find(sep, start);
+    parts.push_back(s.substr(start, p == std::string::npos ? std::string::npos : p - start));
+    if (p == std::string::npos) break;
+    start = p + 1;
+  }
+  return parts;
+}
+
+void expand_integers(const std::string& spec, const std::string& item, std::vector<std::string>& out) {
+  const std::size_t dots = item.find("..");
+  if (dots == std::string::npos) {
+    out.push_back(std::to_string(parse_int(spec, item)));
+    return;
+  }
+  const std::string lo_s = item.substr(0, dots);
+  std::string hi_s = item.substr(dots + 2);
+  std::string step_s;
+  if (const std::size_t colon = hi_s.find(':'); colon != std::string::npos) {
+    step_s = hi_s.substr(colon + 1);
+    hi_s = hi_s.substr(0, colon);
+  }
+  const std::int64_t lo = parse_int(spec, lo_s), hi = parse_int(spec, hi_s);
+  if (lo > hi) throw invalid_request(fmt::format("--vary {}: empty range {}..{}", spec, lo, hi));
+  const bool geometric = !step_s.empty() && (step_s[0] == 'x' || step_s[0] == '*');
+  const std::int64_t step = step_s.empty() ? 1 : parse_int(spec, geometric ? step_s.substr(1) : step_s);
+  if (geometric ? step < 2 : step < 1)
+    throw invalid_request(fmt::format("--vary {}: the {} must be >= {}, got {}", spec, geometric ? "factor" : "step",
+                                      geometric ? 2 : 1, step));
+  if (geometric && lo < 1) throw invalid_request(fmt::format("--vary {}: a geometric range must start at >= 1", spec));
+  for (std::int64_t v = lo; v <= hi; v = geometric ? v * step : v + step) {
+    out.push_back(std::to_string(v));
+    if (static_cast<std::int64_t>(out.size()) > max_points)
+      throw invalid_request(fmt::format("--vary {}: more than {} values", spec, max_points));
+  }
+}
+
+void check_member(const std::string& spec, const std::string& v, std::initializer_list<const char*> allowed) {
+  std::string list;
+  for (const char* a : allowed) {
+    if (v == a) return;
+    list += (list.empty() ? "" : ", ") + std::string(a);
+  }
+  throw invalid_request("--vary " + spec + ": '" + v + "' is not one of " + list);
+}
+
+void apply(training_config& c, int gpus_per_node, bool has_instance, const std::string& key, const std::string& v) {
+  if (key == "mbs") c.micro_batch = std::stoll(v);
+  else if (key == "seq") c.seq_len = std::stoll(v);
+  else if (key == "grad-accum") c.grad_accum = std::stoll(v);
+  else if (key == "nodes") {
+    if (!has_instance) throw invalid_request("--vary nodes needs an --instance (a bare --gpu has no nodes)");
+    const std::int64_t n = std::stoll(v);
+    if (n < 1 || n > 100000) throw invalid_request("--vary nodes: must be in 1..100000, got " + v);
+    c.world_size = static_cast<int>(n) * gpus_per_node;
+  } else if (key == "ac-every") {
+    c.ac_enabled = true;
+    const std::int64_t k = std::stoll(v);
+    if (k < 1 || k > 1'000'000) throw invalid_request("--vary ac-every: must be >= 1, got " + v);
+    c.ac_every = static_cast<int>(k);
+  } else if (key == "ac") {
+    if (v == "none" || v == "0") { c.ac_enabled = false; c.ac_every = 1; }
+    else if (v == "full") { c.ac_enabled = true; c.ac_every = 1; }
+    else { c.ac_enabled = true; c.ac_every = static_cast<int>(std::stoll(v)); }
+  } else if (key == "sharding") c.shard = v == "full" ? sharding::full : sharding::none;
+  else if (key == "loss") c.loss = v == "chunked" ? loss_impl::chunked : loss_impl::standard;
+  else if (key == "master") c.master = v == "bf16" ? master_weights::bf16 : master_weights::fp32;
+  else if (key == "optimizer-impl") c.optimizer = v == "foreach" ? optimizer_impl::foreach : optimizer_impl::fused;
+}
+
+std::string csv_cell(const std::string& s) {
+  if (s.find_first_of(",\"\n\r") == std::string::npos) return s;
+  std::string q = "\"";
+  for (char ch : s) q += ch == '"' ? std::string("\"\"") : std::string(1, ch);
+  return q + "\"";
+}
+
+}  // namespace
+
+const std::vector<std::string>& sweep_keys() {
+  static const std::vector<std::string> keys = {"mbs",      "seq",     "grad-accum", "nodes",  "ac",
+                                                "ac-every", "sharding", "loss",      "master", "optimizer-impl"};
+  return keys;
+}
+
+sweep_axis parse_vary(const std::string& spec) {
+  const std::size_t eq = spec.find('=');
+  if (eq == std::string::npos || eq == 0)
+    throw invalid_request("--vary " + spec + ": expected KEY=VALUES, e.g. mbs=1..64 or seq=2048,4096");
+  sweep_axis a;
+  a.key = spec.substr(0, eq);
+  std::replace(a.key.begin(), a.key.end(), '_', '-');
+  if (a.key == "micro-batch") a.key = "mbs";
+  if (a.key == "seq-len") a.key = "seq";
+  const auto& keys = sweep_keys();
+  if (std::find(keys.begin(), keys.end(), a.key) == keys.end()) {
+    std::string list;
+    for (const auto& k : keys) list += (list.empty() ? "" : ", ") + k;
+    std::string msg = "--vary " + spec + ": unknown key '" + a.key + "'";
+    if (auto m = closest_match(a.key, keys)) msg += " (did you mean '" + *m + "'?)";
+    throw invalid_request(msg + "; known: " + list);
+  }
+  const std::string values = spec.substr(eq + 1);
+  if (values.empty()) throw invalid_request("--vary " + spec + ": no values");
+  for (const std::string& item : split(values, ',')) {
+    if (item.empty()) throw invalid_request("--vary " + spec + ": empty value");
+    if (is_integer_key(a.key)) expand_integers(spec, item, a.values);
+    else if (a.key == "ac") {
+      if (item == "none" || item == "full") a.values.push_back(item);
+      else if (item.find("..") != std::string::npos) {
+        std::vector<std::string> ks;
+        expand_integers(spec, item, ks);
+        a.values.insert(a.values.end(), ks.begin(), ks.end());
+      } else {
+        const std::int64_t k = parse_int(spec, item);
+        if (k < 0) throw invalid_request("--vary " + spec + ": a checkpoint interval must be >= 0, got " + item);
+        a.values.push_back(k == 0 ? "none" : std::to_string(k));
+      }
+    } else if (a.key == "sharding") check_member(spec, item, {"none", "full"});
+    else if (a.key == "loss") check_member(spec, item, {"standard", "chunked"});
+    else if (a.key == "master") check_member(spec, item, {"fp32", "bf16"});
+    else if (a.key == "optimizer-impl") check_member(spec, item, {"fused", "foreach"});
+    if (!is_integer_key(a.key) && a.key != "ac") a.values.push_back(item);
+  }
+  return a;
+}
+
+std::int64_t sweep_size(const std::vector<sweep_axis>& axes) {
+  std::int64_t n = 1;
+  for (const auto& a : axes) {
+    n *= static_cast<std::int64_t>(a.values.size());
+    if (n > max_points) return n;
+  }
+  return n;
+}
+
+std::vector<sweep_point> run_sweep(const model_spec& m, const resolved_target& t, const training_config& base,
+                                   const std::vector<sweep_axis>& axes,
+                                   const std::function<void(std::int64_t, std::int64_t)>& on_point) {
+  std::set<std::string> seen;
+  for (const auto& a : axes) {
+    if (!seen.insert(a.key).second) throw invalid_request("--vary " + a.key + ": given twice; list all values in one --vary");
+    if (a.values.empty()) throw invalid_request("--vary " + a.key + ": no values");
+  }
+  if (seen.count("ac") && seen.count("ac-every"))
+    throw invalid_request("--vary ac and --vary ac-every overlap; use --vary ac=none,1,2,4");
+  const std::int64_t total = sweep_size(axes);
+  if (total > max_points)
+    throw invalid_request(fmt::format("--vary: {} points is more than the {} a sweep may have", total, max_points));
+  std::vector<sweep_point> points;
+  points.reserve(static_cast<std::size_t>(total));
+  std::vector<std::size_t> idx(axes.size(), 0);
+  for (std::int64_t done = 0; done < total; ++done) {
+    training_config c = base;
+    for (std::size_t i = 0; i < axes.size(); ++i)
+      apply(c, base.gpus_per_node, t.instance.has_value(), axes[i].key, axes[i].values[idx[i]]);
+    validate(c);
+    points.push_back({c, estimate_memory(m, c, t.gpu), estimate_throughput(m, c, t.gpu, t.instance_ptr())});
+    if (on_point) on_point(done + 1, total);
+    for (std::size_t i = axes.size(); i-- > 0;) {  // odometer: the last axis fastest
+      if (++idx[i] < axes[i].values.size()) break;
+      idx[i] = 0;
+    }
+  }
+  return points;
+}
+
+std::string ac_label(const training_config& c) {
+  if (!c.ac_enabled) return "none";
+  return c.ac_every == 1 ? "full" : fmt::format("every {}", c.ac_every);
+}
+
+const std::vector<std::string>& sweep_columns() {
+  static const std::vector<std::string> cols = {
+      "model",          "gpu",          "instance",          "world_size",      "mbs",
+      "seq",            "grad_accum",   "ac",                "ac_every",        "sharding",
+      "master",         "optimizer",    "loss",              "peak_phase",      "peak_allocated_gib",
+      "peak_reserved_gib", "device_peak_gib", "capacity_gib", "headroom",       "fits",
+      "tokens_per_s",   "tokens_per_s_per_gpu", "step_s",    "mfu"};
+  return cols;
+}
+
+std::vector<std::string> sweep_row(const model_spec& m, const resolved_target& t, const sweep_point& p) {
+  const auto& c = p.config;
+  const auto& me = p.memory;
+  const auto& te = p.throughput;
+  return {m.name,
+          t.gpu.id,
+          t.instance ? t.instance->id : "",
+          std::to_string(c.world_size),
+          std::to_string(c.micro_batch),
+          std::to_string(c.seq_len),
+          std::to_string(c.grad_accum),
+          c.ac_enabled ? "full" : "none",
+          std::to_string(c.ac_enabled ? c.ac_every : 0),
+          to_string(c.shard),
+          to_string(c.master),
+          to_string(c.optimizer),
+          to_string(c.loss),
+          to_string(me.peak_phase),
+          fmt::format("{:.4f}", me.peak_allocated.in(gib)),
+          fmt::format("{:.4f}", me.peak_reserved.in(gib)),
+          fmt::format("{:.4f}", me.device_peak().in(gib)),
+          fmt::format("{:.4f}", me.capacity.in(gib)),
+          fmt::format("{:.4f}", me.headroom()),
+          me.fits ? "true" : "false",
+          fmt::format("{:.1f}", te.tokens_per_s),
+          fmt::format("{:.1f}", te.tokens_per_s_per_gpu),
+          fmt::format("{:.6f}", te.step.raw()),
+          fmt::format("{:.4f}", te.mfu)};
+}
+
+std::string sweep_csv(const model_spec& m, const resolved_target& t, const std::vector<sweep_point>& points) {
+  std::string out;
+  auto line = [&](const std::vector<std::string>& cells) {
+    for (std::size_t i = 0; i < cells.size(); ++i) out += (i ? "," : "") + csv_cell(cells[i]);
+    out += "\n";
+  };
+  line(sweep_columns());
+  for (const auto& p : points) line(sweep_row(m, t, p));
+  return out;
+}
+
+nlohmann::ordered_json sweep_json(const model_spec& m, const resolved_target& t, const std::vector<sweep_axis>& axes,
+                                  const std::vector<sweep_point>& points) {
+  nlohmann::ordered_json j;
+  j["model"] = m.name;
+  j["hardware"] = {{"gpu", t.gpu.id}, {"instance", t.instance ? t.instance->id : ""}};
+  j["vary"] = nlohmann::ordered_json::object();
+  for (const auto& a : axes) j["vary"][a.key] = a.values;
+  j["points"] = nlohmann::ordered_json::array();
+  for (const auto& p : points) {
+    const auto& c = p.config;
+    const auto& me = p.memory;
+    const auto& te = p.throughput;
+    j["points"].push_back({{"world_size", c.world_size},
+                           {"mbs", c.micro_batch},
+                           {"seq", c.seq_len},
+                           {"grad_accum", c.grad_accum},
+                           {"ac", c.ac_enabled ? "full" : "none"},
+                           {"ac_every", c.ac_enabled ? c.ac_every : 0},
+                           {"sharding", to_string(c.shard)},
+                           {"master", to_string(c.master)},
+                           {"optimizer", to_string(c.optimizer)},
+                           {"loss", to_string(c.loss)},
+                           {"peak_phase", to_string(me.peak_phase)},
+                           {"peak_allocated_gib", me.peak_allocated.in(gib)},
+                           {"peak_reserved_gib", me.peak_reserved.in(gib)},
+                           {"device_peak_gib", me.device_peak().in(gib)},
+                           {"capacity_gib", me.capacity.in(gib)},
+                           {"headroom", me.headroom()},
+                           {"fits", me.fits},
+                           {"tokens_per_s", te.tokens_per_s},
+                           {"tokens_per_s_per_gpu", te.tokens_per_s_per_gpu},
+                           {"step_s", te.step.raw()},
+                           {"mfu", te.mfu}});
+  }
+  return j;
+}
+
+}  // namespace bwplan::cli
