@@ -188,6 +188,7 @@ int run(const std::vector<std::string>& args, std::ostream& out, std::ostream& e
   add("recommend", register_recommend(app, ctx));
   add("hardware", register_hardware(app, ctx));
   add("validate", register_validate(app, ctx));
+  add("check", register_check(app, ctx));
 
   std::vector<std::string> rev(args.rbegin(), args.rend());
   try {

@@ -6,6 +6,7 @@
 #include <spdlog/spdlog.h>
 
 #include <chrono>
+#include <fstream>
 #include <ostream>
 
 namespace bwplan::cli {
@@ -20,7 +21,45 @@ struct recommend_options {
   double headroom = 0.05;
   int top = 5;
   std::string format = "table";
+  std::string emit;    ///< "plan": write the best plan as a plan file instead of the table
+  std::string output;  ///< -o FILE for --emit
 };
+
+/// The plan file (docs/plan.schema.json) of candidate `p`.
+nlohmann::ordered_json plan_json(const recommend_options& o, const resolved_target& t, const plan_request& req,
+                                 const plan_candidate& p) {
+  const training_config& c = p.config;
+  nlohmann::ordered_json j;
+  j["schema_version"] = 1;
+  j["name"] = fmt::format("bwplan recommend {}: {:.0f} tokens/s, MFU {:.1f}%, peak {}", o.model, p.throughput.tokens_per_s,
+                          100 * p.throughput.mfu, human(p.memory.device_peak()));
+  j["model"] = o.model;
+  if (t.instance) {
+    j["instance"] = t.instance->id;
+    j["nodes"] = req.nodes;
+  } else {
+    j["gpu"] = t.gpu.id;
+    j["gpus"] = c.world_size;
+  }
+  j["precision"] = to_string(c.format);
+  j["master_weights"] = to_string(c.master);
+  j["micro_batch_size"] = c.micro_batch;
+  j["seq_len"] = c.seq_len;
+  j["global_batch_size"] = c.micro_batch * c.grad_accum * c.world_size;
+  j["grad_accum"] = c.grad_accum;
+  j["activation_checkpointing"] = c.ac_enabled ? "full" : "none";
+  j["ac_every"] = c.ac_every;
+  j["sharding"] = to_string(c.shard);
+  j["tp"] = 1;
+  j["cp"] = 1;
+  j["ep"] = 1;
+  j["pp"] = 1;
+  j["optimizer"] = "adamw";
+  j["optimizer_impl"] = to_string(c.optimizer);
+  j["loss"] = to_string(c.loss);
+  j["headroom"] = req.headroom;
+  return j;
+}
 
 /// One line on why `a` beat `b`.
 std::string why(const plan_candidate& a, const plan_candidate& b) {
@@ -62,6 +101,9 @@ runner register_recommend(CLI::App& app, context& ctx) {
   sub->add_option("--headroom", o->headroom, "share of GPU memory kept free at the peak (0-1)")->capture_default_str();
   sub->add_option("--top", o->top, "plans to show")->capture_default_str();
   sub->add_option("--format", o->format, "table | json")->capture_default_str()->check(CLI::IsMember({"table", "json"}));
+  sub->add_option("--emit", o->emit, "plan: write the best configuration as a plan file (for bwplan check / --plan)")
+      ->check(CLI::IsMember({"plan"}));
+  sub->add_option("-o,--output", o->output, "with --emit: write to FILE instead of stdout");
 
   return [o, sub, &ctx]() -> int {
     const hardware_catalog cat = ctx.catalog();
@@ -102,6 +144,23 @@ runner register_recommend(CLI::App& app, context& ctx) {
     std::string explanation;
     if (r.ranked.size() >= 2) explanation = why(r.ranked[0], r.ranked[1]);
     else if (r.ranked.size() == 1) explanation = "the only configuration that fits";
+    if (!o->output.empty() && o->emit.empty()) throw invalid_request("--output needs --emit plan");
+    if (o->emit == "plan") {
+      if (r.ranked.empty()) {
+        ctx.err << fmt::format("bwplan: no configuration of {} fits on {} with {:.0f}% headroom; no plan written\n", m.name,
+                               where, 100 * req.headroom);
+        return failure;
+      }
+      const std::string text = plan_json(*o, t, req, r.ranked.front()).dump(2) + "\n";
+      if (o->output.empty()) {
+        ctx.out << text;
+      } else {
+        std::ofstream f(o->output, std::ios::binary);
+        if (!(f << text)) throw invalid_request("--output: cannot write " + o->output);
+        spdlog::info("wrote {}", o->output);
+      }
+      return success;
+    }
     if (o->format == "json") {
       nlohmann::ordered_json j;
       j["model"] = m.name;

@@ -20,7 +20,7 @@ if [ ! -x "$bin" ] || [ -n "$(find "$root/include" "$src" -newer "$bin" -print -
     -I"$root/include" "$src" -o "$bin"
 fi
 rm -f "$work/seeds"/*
-for d in "$shared/models" "$shared/models/more" "$root/configs/models" "$root/configs/examples"; do
+for d in "$shared/models" "$shared/models/more" "$root/configs/models" "$root/configs/examples" "$root/tests/fuzz/regressions"; do
   [ -d "$d" ] || continue
   for f in "$d"/*.json; do [ -f "$f" ] && cp "$f" "$work/seeds/$(basename "$d")-$(basename "$f")"; done
 done

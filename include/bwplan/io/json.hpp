@@ -41,6 +41,15 @@ inline const std::vector<std::string>& supported_families() {
     const std::size_t off = e.byte > 0 ? e.byte - 1 : 0;
     const text_location l = location_of(text, off);
     throw config_error(file, "", "malformed JSON (byte " + std::to_string(e.byte) + "): " + what, l.line, l.column, l.byte);
+  } catch (const nlohmann::json::out_of_range& e) {
+    // 406 "number overflow parsing '1e999'": nlohmann gives no offset; the first such literal is the culprit.
+    std::string what = e.what();
+    if (auto p = what.find("] "); p != std::string::npos) what = what.substr(p + 2);
+    std::size_t off = 0;
+    if (auto q1 = what.find('\''), q2 = what.rfind('\''); q1 != std::string::npos && q2 > q1 + 1)
+      if (auto at = text.find(what.substr(q1 + 1, q2 - q1 - 1)); at != std::string::npos) off = at;
+    const text_location l = location_of(text, off);
+    throw config_error(file, "", "malformed JSON: " + what, l.line, l.column, l.byte);
   }
 }
 
