@@ -118,6 +118,9 @@ training_config build_config(const plan_options& o, const resolved_target& t) {
   c.optimizer = o.optimizer;
   c.loss = o.loss;
   validate(c);
+  if (static_cast<double>(c.micro_batch) * static_cast<double>(c.seq_len) * static_cast<double>(c.grad_accum) *
+          static_cast<double>(c.world_size) > 0x1p60)
+    throw invalid_request("--mbs x --seq x --grad-accum x --gpus: out of range: more than 2^60 tokens per optimizer step");
   if (o.ac_every != 1 && !c.ac_enabled) throw invalid_request("--ac-every needs --ac full");
   return c;
 }

@@ -285,7 +285,10 @@ inline std::string plan_settings(const training_config& c) {
   plan_request req;
   req.nodes = in.instance ? in.nodes : c.world_size;  // a bare GPU counts one per "node" in search_plans
   req.seq_lens = {c.seq_len};
-  req.global_batch_tokens = c.micro_batch * c.seq_len * c.grad_accum * c.world_size;
+  // in floating point: the product of the plan's largest values exceeds int64 (clamped far above any real job)
+  req.global_batch_tokens = static_cast<std::int64_t>(std::min(
+      0x1p60, static_cast<double>(c.micro_batch) * static_cast<double>(c.seq_len) * static_cast<double>(c.grad_accum) *
+                  static_cast<double>(c.world_size)));
   req.headroom = in.headroom;
   req.master = c.master;
   req.optimizer = c.optimizer;

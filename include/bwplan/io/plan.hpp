@@ -136,7 +136,11 @@ namespace detail {
 
 inline std::string unknown_key(const std::string& key, const std::vector<std::string>& known) {
   std::string msg = "unknown key '" + key + "'";
-  if (auto m = closest_match(key, known)) msg += " (did you mean '" + *m + "'?)";
+  std::optional<std::string> m = closest_match(key, known);
+  if (!m && key.size() >= 3)  // a truncated or extended key: "micro_batch" for "micro_batch_size"
+    for (const auto& k : known)
+      if ((k.rfind(key, 0) == 0 || key.rfind(k, 0) == 0) && k.size() >= 3 && (!m || k.size() < m->size())) m = k;
+  if (m) msg += " (did you mean '" + *m + "'?)";
   msg += "; allowed: ";
   for (std::size_t i = 0; i < known.size(); ++i) msg += (i ? ", " : "") + known[i];
   return msg;
