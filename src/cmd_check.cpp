@@ -167,9 +167,10 @@ void write_text(std::ostream& out, const std::vector<plan_outcome>& all) {
     }
     const auto& r = po.result;
     if (r.memory && r.throughput)
-      out << fmt::format("{}: {}: {} on {}, {}: peak {} of {} ({:.1f}% free), {:.0f} tokens/s, MFU {:.1f}%{}\n", po.file,
+      out << fmt::format("{}: {}: {} on {}, {}: peak {} of {} ({}), {:.0f} tokens/s, MFU {:.1f}%{}\n", po.file,
                          status_word(po), po.model, po.instance.empty() ? po.gpu : po.instance, describe(r.config),
-                         human(r.memory->device_peak()), human(r.memory->capacity), 100 * r.memory->headroom(),
+                         human(r.memory->device_peak()), human(r.memory->capacity),
+                         r.memory->fits ? fmt::format("{:.1f}% free", 100 * r.memory->headroom()) : std::string("does not fit"),
                          r.throughput->tokens_per_s, 100 * r.throughput->mfu,
                          r.best ? fmt::format(" (best plan found: {:.1f}%)", 100 * r.best->throughput.mfu) : "");
     else
