@@ -92,7 +92,7 @@ std::vector<nlohmann::json> fired(const nlohmann::json& report, const std::strin
   return out;
 }
 
-std::string examples() { return (fs::path(BWPLAN_TEST_DATA_DIR) / ".." / ".." / "configs" / "examples").string(); }
+std::string examples() { return (fs::path(BWPLAN_SOURCE_DIR) / "configs" / "examples").string(); }
 
 }  // namespace
 
@@ -316,7 +316,7 @@ TEST_CASE("check --format junit validates against a JUnit schema and parses with
                           examples() + "/llama-3.1-70b-one-h100.json", write_plan("j7", with(base_plan(), {{"headroom", "0.9"}})),
                           write_file("junit-broken.json", "{\"model\": <tag & \"x\">}")});
   REQUIRE(r.code == 2);
-  const std::string xsd = (fs::path(BWPLAN_TEST_DATA_DIR) / "junit.xsd").string();
+  const std::string xsd = (fs::path(BWPLAN_SOURCE_DIR) / "tests" / "data" / "junit.xsd").string();
   CHECK(std::system(("xmllint --noout --schema '" + xsd + "' '" + xml + "' 2>" + xml + ".log").c_str()) == 0);
   // 3 evaluated plans x 9 rules + 1 unusable plan; failures: BWP001 of the 70B plan; errors: the broken plan
   const std::string py =
