@@ -468,3 +468,24 @@ TEST_CASE("flags out of range are errors", "[cli]") {
   CHECK(run_cli({"estimate", "Llama-3.2-1B", "--seq", "999999999999"}).code == 2);
   CHECK_THAT(run_cli({"estimate"}).err, Catch::Contains("MODEL: a model is required"));
 }
+
+TEST_CASE("docs/plan.schema.json names exactly the keys the reader accepts; the examples load", "[check][plan]") {
+  const auto schema = io::read_json_file(fs::path(BWPLAN_SOURCE_DIR) / "docs" / "plan.schema.json");
+  std::vector<std::string> keys, check_keys;
+  for (auto it = schema["properties"].begin(); it != schema["properties"].end(); ++it) keys.push_back(it.key());
+  for (auto it = schema["properties"]["check"]["properties"].begin(); it != schema["properties"]["check"]["properties"].end(); ++it)
+    check_keys.push_back(it.key());
+  auto sorted = [](std::vector<std::string> v) { std::sort(v.begin(), v.end()); return v; };
+  CHECK(sorted(keys) == sorted(io::plan_keys()));
+  CHECK(sorted(check_keys) == sorted(io::plan_check_keys()));
+  CHECK(schema["additionalProperties"] == false);
+  std::vector<std::string> precision_names;
+  for (const auto& p : precisions()) precision_names.emplace_back(p.name);
+  CHECK(schema["properties"]["precision"]["enum"].get<std::vector<std::string>>() == precision_names);
+  CHECK(schema["properties"]["micro_batch_size"]["maximum"] == plan_limits::max_micro_batch);
+  CHECK(schema["properties"]["seq_len"]["maximum"] == plan_limits::max_seq_len);
+  for (const auto& e : fs::directory_iterator(examples())) {
+    INFO(e.path().string());
+    CHECK_NOTHROW(io::load_plan(e.path()));
+  }
+}

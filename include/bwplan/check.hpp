@@ -106,9 +106,13 @@ inline std::string gib_str(bytes b) { return fmt_double("%.2f GiB", b.in(gib)); 
 /// Integer with thousands separators: 1234567 → "1,234,567".
 inline std::string grouped(double v) {
   const long long n = static_cast<long long>(v < 0 ? -v : v);
-  std::string s = std::to_string(n);
-  for (int i = static_cast<int>(s.size()) - 3; i > 0; i -= 3) s.insert(static_cast<std::size_t>(i), ",");
-  return (v < 0 ? "-" : "") + s;
+  const std::string digits = std::to_string(n);
+  std::string s = v < 0 ? "-" : "";
+  for (std::size_t i = 0; i < digits.size(); ++i) {  // (not string::insert: GCC 12 -Wrestrict false positive)
+    if (i > 0 && (digits.size() - i) % 3 == 0) s += ',';
+    s += digits[i];
+  }
+  return s;
 }
 /// The settings of a configuration as plan keys, e.g. `micro_batch_size 4, activation_checkpointing full, …`.
 inline std::string plan_settings(const training_config& c) {
