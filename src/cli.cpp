@@ -200,6 +200,7 @@ int run(const std::vector<std::string>& args, std::ostream& out, std::ostream& e
   add("sagemaker", register_sagemaker(app, ctx));
   add("report", register_report(app, ctx));
   add("sweep", register_sweep(app, ctx));
+  add("check", register_check(app, ctx));
 
   std::vector<std::string> rev(args.rbegin(), args.rend());
   try {

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <bwplan/bwplan.hpp>
+#include <bwplan/io/plan.hpp>
 
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
@@ -11,6 +12,7 @@
 #include <functional>
 #include <iosfwd>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -44,6 +46,7 @@ runner register_validate(CLI::App& app, context& ctx);
 runner register_sagemaker(CLI::App& app, context& ctx);
 runner register_report(CLI::App& app, context& ctx);
 runner register_sweep(CLI::App& app, context& ctx);
+runner register_check(CLI::App& app, context& ctx);
 
 /// Options that describe where a job runs (shared by estimate and recommend).
 struct target_options {
@@ -78,6 +81,14 @@ struct plan_options {
   std::string precision = "bf16";  ///< --precision
   std::string bf16_layers;         ///< --bf16-layers ("" = the format's default)
   bool fp8_all_gather = false;     ///< --fp8-all-gather
+  // Settings a plan file can hold (docs/plan.schema.json); no flags for them yet.
+  std::int64_t tp = 1, cp = 1, ep = 1, pp = 1;
+  std::int64_t global_batch = 0;      ///< sequences per optimizer step, whole job (0: use grad_accum)
+  bool grad_accum_given = false;      ///< grad_accum came from a flag or the plan file
+  // --plan FILE: settings read from a plan file; flags given on the command line override them.
+  std::string plan_file;
+  std::optional<plan_spec> plan;      ///< the loaded plan (apply_plan_file)
+  const CLI::App* app = nullptr;      ///< the subcommand whose flags override the plan (set by add_plan_options)
 };
 
 /// Throws invalid_request naming the format, the GPU and the GPUs of the catalog that support it,
@@ -88,6 +99,14 @@ void require_support(const hardware_catalog& cat, const gpu_spec& gpu, compute_f
 /// --ac, --ac-every, --master, --sharding, --optimizer-impl, --loss, --precision, --bf16-layers, --fp8-all-gather) on `sub`, writing into `o`.
 void add_plan_options(CLI::App* sub, const std::shared_ptr<plan_options>& o);
 
+/// Fills `o` from `plan` for every setting whose flag was not given on o.app's command line (flags override
+/// the file); a relative model path is taken relative to the plan file's folder. Throws config_error.
+void apply_plan(plan_options& o, const plan_spec& plan);
+/// When `o.plan_file` is set and not yet applied: loads it (io::load_plan) and calls apply_plan. Throws config_error.
+void apply_plan_file(plan_options& o);
+/// Throws invalid_request when a number of `o` is outside io/plan.hpp's plan_limits (the same ranges as a plan file).
+void check_ranges(const plan_options& o);
+
 /// A configuration resolved against the catalog and the model.
 struct resolved_plan {
   model_spec model;
@@ -97,6 +116,9 @@ struct resolved_plan {
 /// Resolves `o`: loads the model, finds the hardware, builds and validates the training_config.
 /// Throws config_error / invalid_request.
 [[nodiscard]] resolved_plan resolve_plan(const context& ctx, const hardware_catalog& cat, const plan_options& o);
+/// The training_config of `o` on target `t` (world size, sharding default, checkpointing), without loading
+/// the model or checking precision and parallel degrees. Throws invalid_request.
+[[nodiscard]] training_config build_config(const plan_options& o, const resolved_target& t);
 [[nodiscard]] resolved_target resolve_target(const hardware_catalog& cat, const target_options& t,
                                              const std::string& default_instance);
 

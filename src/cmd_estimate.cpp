@@ -79,8 +79,8 @@ runner register_estimate(CLI::App& app, context& ctx) {
     } else {
       print_table(ctx.out, m, t, c, me, te, style_for(ctx.out, o->ascii));
     }
-    if (o->seq > m.max_context)
-      spdlog::warn("--seq {} is longer than the model's context ({} tokens)", o->seq, m.max_context);
+    if (c.seq_len > m.max_context)
+      spdlog::warn("--seq {} is longer than the model's context ({} tokens)", c.seq_len, m.max_context);
     return (o->check && !me.fits) ? failure : success;
   };
 }

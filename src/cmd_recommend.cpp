@@ -9,6 +9,7 @@
 #include <spdlog/spdlog.h>
 
 #include <chrono>
+#include <fstream>
 #include <ostream>
 
 namespace bwplan::cli {
@@ -23,10 +24,48 @@ struct recommend_options {
   double headroom = 0.05;
   int top = 5;
   std::string format = "table";
-  std::string emit;  ///< sagemaker | estimator | modeltrainer: print the best plan's SageMaker payload instead
+  std::string emit;    ///< sagemaker | estimator | modeltrainer: the best plan's SageMaker payload; plan: a plan file
+  std::string output;  ///< -o FILE for --emit plan
   sagemaker::job_settings job;
   bool ascii = false;
 };
+
+/// The plan file (docs/plan.schema.json) of candidate `p`.
+nlohmann::ordered_json plan_json(const recommend_options& o, const resolved_target& t, const plan_request& req,
+                                 const plan_candidate& p) {
+  const training_config& c = p.config;
+  nlohmann::ordered_json j;
+  j["schema_version"] = 1;
+  j["name"] = fmt::format("bwplan recommend {}: {:.0f} tokens/s, MFU {:.1f}%, peak {}", o.model, p.throughput.tokens_per_s,
+                          100 * p.throughput.mfu, human(p.memory.device_peak()));
+  j["model"] = o.model;
+  if (t.instance) {
+    j["instance"] = t.instance->id;
+    j["nodes"] = req.nodes;
+  } else {
+    j["gpu"] = t.gpu.id;
+    j["gpus"] = c.world_size;
+  }
+  j["precision"] = to_string(c.format);
+  j["master_weights"] = to_string(c.master);
+  j["micro_batch_size"] = c.micro_batch;
+  j["seq_len"] = c.seq_len;
+  j["global_batch_size"] = c.micro_batch * c.grad_accum * c.world_size;
+  j["grad_accum"] = c.grad_accum;
+  j["activation_checkpointing"] = c.ac_enabled ? "full" : to_string(c.selective);
+  j["precision"] = to_string(c.format);
+  j["ac_every"] = c.ac_every;
+  j["sharding"] = to_string(c.shard);
+  j["tp"] = 1;
+  j["cp"] = 1;
+  j["ep"] = 1;
+  j["pp"] = 1;
+  j["optimizer"] = "adamw";
+  j["optimizer_impl"] = to_string(c.optimizer);
+  j["loss"] = to_string(c.loss);
+  j["headroom"] = req.headroom;
+  return j;
+}
 
 /// One line on why `a` beat `b`.
 std::string why(const plan_candidate& a, const plan_candidate& b) {
@@ -36,7 +75,7 @@ std::string why(const plan_candidate& a, const plan_candidate& b) {
   const auto& y = b.config;
   if (x.micro_batch != y.micro_batch) diffs.push_back(fmt::format("micro-batch {} vs {}", x.micro_batch, y.micro_batch));
   if (x.seq_len != y.seq_len) diffs.push_back(fmt::format("sequence {} vs {}", x.seq_len, y.seq_len));
-  if (x.ac_enabled != y.ac_enabled || x.ac_every != y.ac_every) {
+  if (x.ac_enabled != y.ac_enabled || x.ac_every != y.ac_every || x.selective != y.selective) {
     const double ra = a.throughput.step_flops.recompute / a.throughput.step_flops.model;
     const double rb = b.throughput.step_flops.recompute / b.throughput.step_flops.model;
     diffs.push_back(fmt::format("recompute {:.0f}% vs {:.0f}% extra FLOPs", 100 * ra, 100 * rb));
@@ -69,8 +108,9 @@ runner register_recommend(CLI::App& app, context& ctx) {
   sub->add_option("--top", o->top, "plans to show")->capture_default_str();
   sub->add_option("--format", o->format, "table | json | markdown")->capture_default_str()->check(CLI::IsMember({"table", "json", "markdown"}));
   sub->add_flag("--ascii", o->ascii, "plain ASCII memory bars (the default when stdout is not a terminal)");
-  sub->add_option("--emit", o->emit, "print the best plan as a SageMaker payload instead: sagemaker (CreateTrainingJob request) | estimator | modeltrainer")
-      ->check(CLI::IsMember({"sagemaker", "estimator", "modeltrainer"}));
+  sub->add_option("--emit", o->emit, "print the best plan instead of the table: sagemaker (CreateTrainingJob request) | estimator | modeltrainer | plan (a plan file for bwplan check / --plan)")
+      ->check(CLI::IsMember({"sagemaker", "estimator", "modeltrainer", "plan"}));
+  sub->add_option("-o,--output", o->output, "with --emit plan: write to FILE instead of stdout");
   add_sagemaker_options(sub->add_option_group("SageMaker (with --emit)"), std::shared_ptr<sagemaker::job_settings>(o, &o->job));
 
   return [o, sub, &ctx]() -> int {
@@ -116,6 +156,23 @@ runner register_recommend(CLI::App& app, context& ctx) {
     std::string explanation;
     if (r.ranked.size() >= 2) explanation = why(r.ranked[0], r.ranked[1]);
     else if (r.ranked.size() == 1) explanation = "the only configuration that fits";
+    if (!o->output.empty() && o->emit.empty()) throw invalid_request("--output needs --emit plan");
+    if (o->emit == "plan") {
+      if (r.ranked.empty()) {
+        ctx.err << fmt::format("bwplan: no configuration of {} fits on {} with {:.0f}% headroom; no plan written\n", m.name,
+                               where, 100 * req.headroom);
+        return failure;
+      }
+      const std::string text = plan_json(*o, t, req, r.ranked.front()).dump(2) + "\n";
+      if (o->output.empty()) {
+        ctx.out << text;
+      } else {
+        std::ofstream f(o->output, std::ios::binary);
+        if (!(f << text)) throw invalid_request("--output: cannot write " + o->output);
+        spdlog::info("wrote {}", o->output);
+      }
+      return success;
+    }
     if (!o->emit.empty()) {
       if (!r.ranked.empty()) {  // else: the "no configuration fits" message below
         if (!t.instance) throw invalid_request("--emit: a SageMaker job runs on instances; give --instance instead of a bare --gpu");
@@ -150,7 +207,7 @@ runner register_recommend(CLI::App& app, context& ctx) {
           const auto& c = p.config;
           ctx.out << fmt::format("{:>3}  {:>4} {:>6} {:>5} {:>7} {:>5} {:>9} {:>11.2f} {:>11.0f} {:>5.1f}% {:>10.3f}  {}\n", i++,
                                  c.micro_batch, c.seq_len, c.grad_accum,
-                                 c.ac_enabled ? (c.ac_every == 1 ? "full" : fmt::format("every{}", c.ac_every)) : "none",
+                                 ac_name(c),
                                  c.shard == sharding::full ? "fsdp" : (c.world_size > 1 ? "ddp" : "none"), to_string(c.loss),
                                  p.memory.device_peak().in(gib), p.throughput.tokens_per_s, 100 * p.throughput.mfu,
                                  p.throughput.step.raw(),

@@ -9,7 +9,10 @@
 namespace bwplan::cli {
 
 void add_plan_options(CLI::App* sub, const std::shared_ptr<plan_options>& o) {
-  sub->add_option("MODEL", o->model, "Hugging Face config.json path or bundled preset (e.g. Llama-3.1-8B)")->required();
+  o->app = sub;
+  sub->add_option("MODEL", o->model, "Hugging Face config.json path or bundled preset (e.g. Llama-3.1-8B); optional with --plan");
+  sub->add_option("--plan", o->plan_file, "plan file (JSON, docs/plan.schema.json); flags given as well override it")
+      ->check(CLI::ExistingFile);
   sub->add_option("--gpu", o->target.gpu, "GPU id from the catalog (h100, h200, b200, b300, ...)");
   sub->add_option("--instance", o->target.instance, "instance type (e.g. ml.p6-b200.48xlarge); default when no --gpu");
   sub->add_option("--nodes", o->target.nodes, "instances (with --instance)");
@@ -48,12 +51,76 @@ void require_support(const hardware_catalog& cat, const gpu_spec& gpu, compute_f
                                     gpu.id, gpu.architecture, why, ok.empty() ? "none in the catalog" : ok));
 }
 
-resolved_plan resolve_plan(const context& ctx, const hardware_catalog& cat, const plan_options& o) {
-  resolved_plan rp{ctx.model(o.model), resolve_target(cat, o.target, "ml.p6-b200.48xlarge"), {}};
-  const resolved_target& t = rp.target;
+namespace {
+
+bool given(const plan_options& o, const char* flag) {
+  if (o.app == nullptr) return false;
+  const CLI::Option* opt = o.app->get_option_no_throw(flag);
+  return opt != nullptr && opt->count() > 0;
+}
+
+}  // namespace
+
+void apply_plan(plan_options& o, const plan_spec& p) {
+  namespace fs = std::filesystem;
+  if (!given(o, "MODEL") && o.model.empty() && p.model) {
+    o.model = *p.model;
+    // A path in a plan is relative to the plan file's folder; a preset name stays as it is.
+    const fs::path rel = fs::path(p.file).parent_path() / *p.model;
+    if (!p.file.empty() && fs::path(*p.model).is_relative() && fs::exists(rel)) o.model = rel.string();
+  }
+  if (!given(o, "--instance") && !given(o, "--gpu")) {
+    if (p.instance) o.target.instance = *p.instance;
+    if (p.gpu) o.target.gpu = *p.gpu;
+  }
+  if (!given(o, "--nodes") && p.nodes) o.target.nodes = static_cast<int>(*p.nodes);
+  if (!given(o, "--gpus") && p.gpus) o.gpus = static_cast<int>(*p.gpus);
+  if (!given(o, "--mbs") && p.micro_batch) o.mbs = *p.micro_batch;
+  if (!given(o, "--seq") && p.seq_len) o.seq = *p.seq_len;
+  if (given(o, "--grad-accum")) o.grad_accum_given = true;
+  else if (p.grad_accum) { o.grad_accum = *p.grad_accum; o.grad_accum_given = true; }
+  if (!given(o, "--ac") && p.ac) o.ac = *p.ac;
+  if (!given(o, "--ac-every") && p.ac_every) o.ac_every = static_cast<int>(*p.ac_every);
+  if (!given(o, "--master") && p.master) o.master = *p.master;
+  if (!given(o, "--sharding") && p.shard) { o.shard = *p.shard; o.shard_given = true; }
+  if (!given(o, "--optimizer-impl") && p.optimizer) o.optimizer = *p.optimizer;
+  if (!given(o, "--loss") && p.loss) o.loss = *p.loss;
+  if (!given(o, "--precision") && p.precision) o.precision = *p.precision;
+  if (!given(o, "--tp") && p.tp) o.tp = *p.tp;
+  if (!given(o, "--cp") && p.cp) o.cp = *p.cp;
+  if (!given(o, "--ep") && p.ep) o.ep = *p.ep;
+  if (!given(o, "--pp") && p.pp) o.pp = *p.pp;
+  if (!given(o, "--global-batch-size") && p.global_batch) o.global_batch = *p.global_batch;
+}
+
+void apply_plan_file(plan_options& o) {
+  if (o.plan_file.empty() || o.plan) return;
+  o.plan = io::load_plan(o.plan_file);
+  apply_plan(o, *o.plan);
+}
+
+void check_ranges(const plan_options& o) {
+  using L = plan_limits;
+  auto range = [](const char* flag, std::int64_t v, std::int64_t lo, std::int64_t hi) {
+    if (v < lo || v > hi)
+      throw invalid_request(fmt::format("{}: out of range: must be between {} and {}, got {}", flag, lo, hi, v));
+  };
+  range("--nodes", o.target.nodes, 1, L::max_nodes);
+  if (o.gpus != 0) range("--gpus", o.gpus, 1, L::max_gpus);
+  range("--mbs", o.mbs, 1, L::max_micro_batch);
+  range("--seq", o.seq, 1, L::max_seq_len);
+  range("--grad-accum", o.grad_accum, 1, L::max_grad_accum);
+  range("--ac-every", o.ac_every, 1, L::max_ac_every);
+  if (o.global_batch != 0) range("global_batch_size", o.global_batch, 1, L::max_global_batch);
+  for (auto [name, v] : {std::pair{"tp", o.tp}, std::pair{"cp", o.cp}, std::pair{"ep", o.ep}, std::pair{"pp", o.pp}})
+    range(name, v, 1, L::max_degree);
+}
+
+training_config build_config(const plan_options& o, const resolved_target& t) {
   if (o.target.nodes < 1) throw invalid_request("--nodes: must be >= 1, got " + std::to_string(o.target.nodes));
   if (o.gpus < 0) throw invalid_request("--gpus: world size must be >= 1, got " + std::to_string(o.gpus));
-  training_config& c = rp.config;
+  check_ranges(o);
+  training_config c;
   c.micro_batch = o.mbs;
   c.seq_len = o.seq;
   c.grad_accum = o.grad_accum;
@@ -65,7 +132,6 @@ resolved_plan resolve_plan(const context& ctx, const hardware_catalog& cat, cons
   c.ac_enabled = o.ac == "full";
   c.selective = o.ac == "selective-op" ? selective_ac::op : o.ac == "selective-attn" ? selective_ac::attn : selective_ac::none;
   c.format = parse_format(o.precision).value_or(compute_format::bf16);
-  require_support(cat, t.gpu, c.format);
   if (!o.bf16_layers.empty()) c.bf16_layers = parse_bf16_blocks(o.bf16_layers);
   c.fp8_all_gather = o.fp8_all_gather;
   c.ac_every = o.ac_every;
@@ -74,7 +140,42 @@ resolved_plan resolve_plan(const context& ctx, const hardware_catalog& cat, cons
   c.optimizer = o.optimizer;
   c.loss = o.loss;
   validate(c);
+  if (static_cast<double>(c.micro_batch) * static_cast<double>(c.seq_len) * static_cast<double>(c.grad_accum) *
+          static_cast<double>(c.world_size) > 0x1p60)
+    throw invalid_request("--mbs x --seq x --grad-accum x --gpus: out of range: more than 2^60 tokens per optimizer step");
   if (o.ac_every != 1 && !c.ac_enabled) throw invalid_request("--ac-every needs --ac full");
+  return c;
+}
+
+resolved_plan resolve_plan(const context& ctx, const hardware_catalog& cat, const plan_options& opts) {
+  plan_options o = opts;
+  apply_plan_file(o);
+  if (o.model.empty()) throw invalid_request("MODEL: a model is required (a preset, a config.json path, or --plan FILE)");
+  resolved_plan rp{ctx.model(o.model), resolve_target(cat, o.target, "ml.p6-b200.48xlarge"), {}};
+  rp.config = build_config(o, rp.target);
+  training_config& c = rp.config;
+  // What this release can evaluate: the one table of io/plan.hpp (bwplan check reports the same as BWP009).
+  const precision_info* prec = find_precision(o.precision);
+  if (prec == nullptr || !prec->modelled) {
+    std::string ok;
+    for (const auto& p : precisions())
+      if (p.modelled) ok += (ok.empty() ? "" : ", ") + std::string(p.name);
+    throw invalid_request("precision '" + o.precision + "' is not modelled by this release (modelled: " + ok + ")");
+  }
+  require_support(cat, rp.target.gpu, c.format);
+  for (auto [name, v] : {std::pair{"tp", o.tp}, std::pair{"cp", o.cp}, std::pair{"ep", o.ep}, std::pair{"pp", o.pp}})
+    if (v > modelled_parallel_degree)
+      throw invalid_request(fmt::format("{}={}: this release models data parallelism (FSDP/DDP) only; set {} to 1", name, v, name));
+  if (o.global_batch > 0) {
+    const std::int64_t per = c.micro_batch * c.world_size;
+    if (o.global_batch % per != 0)
+      throw invalid_request(fmt::format("global_batch_size {} is not divisible by micro-batch {} x data-parallel size {} = {}",
+                                        o.global_batch, c.micro_batch, c.world_size, per));
+    if (o.grad_accum_given && per * c.grad_accum != o.global_batch)
+      throw invalid_request(fmt::format("global_batch_size {} != micro-batch {} x data-parallel size {} x grad_accum {}",
+                                        o.global_batch, c.micro_batch, c.world_size, c.grad_accum));
+    c.grad_accum = o.global_batch / per;
+  }
   return rp;
 }
 

@@ -2,6 +2,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
 
+#include <cstddef>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -22,15 +23,36 @@ class config_error : public error {
   config_error(std::string file, std::string pointer, const std::string& what)
       : error(file + ": " + (pointer.empty() ? std::string{} : pointer + ": ") + what),
         file_(std::move(file)),
-        pointer_(std::move(pointer)) {}
+        pointer_(std::move(pointer)),
+        reason_(what) {}
+  /// As above, with the position of the offending member in the file's text (1-based line, 0-based byte
+  /// offset), appended to the message as ` (line L, column C, byte B)`.
+  config_error(std::string file, std::string pointer, const std::string& what, std::size_t line, std::size_t column,
+               std::size_t byte_offset)
+      : config_error(std::move(file), std::move(pointer),
+                     what + " (line " + std::to_string(line) + ", column " + std::to_string(column) + ", byte " +
+                         std::to_string(byte_offset) + ")") {
+    reason_ = what;
+    line_ = line;
+    byte_ = byte_offset;
+  }
   /// The file the error is in.
   [[nodiscard]] const std::string& file() const noexcept { return file_; }
   /// The JSON pointer of the offending member ("" for the whole document).
   [[nodiscard]] const std::string& pointer() const noexcept { return pointer_; }
+  /// What is wrong, without the file, pointer and position.
+  [[nodiscard]] const std::string& reason() const noexcept { return reason_; }
+  /// 1-based line of the offending member, or 0 when unknown.
+  [[nodiscard]] std::size_t line() const noexcept { return line_; }
+  /// 0-based byte offset of the offending member, meaningful when line() > 0.
+  [[nodiscard]] std::size_t byte_offset() const noexcept { return byte_; }
 
  private:
   std::string file_;
   std::string pointer_;
+  std::string reason_;
+  std::size_t line_ = 0;
+  std::size_t byte_ = 0;
 };
 
 /// A request is impossible as asked: an unknown GPU, a world size that does not divide, a

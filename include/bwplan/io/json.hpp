@@ -6,6 +6,7 @@
 
 #include <bwplan/error.hpp>
 #include <bwplan/hardware.hpp>
+#include <bwplan/io/locate.hpp>
 #include <bwplan/model.hpp>
 
 #include <nlohmann/json.hpp>
@@ -36,23 +37,50 @@ inline const std::vector<std::string>& supported_families() {
     std::string what = e.what();
     // "[json.exception.parse_error.101] parse error at line 1, column 5: syntax error ..." → keep the useful part
     if (auto p = what.find("] "); p != std::string::npos) what = what.substr(p + 2);
-    throw config_error(file, "", "malformed JSON (byte " + std::to_string(e.byte) + "): " + what);
+    // nlohmann counts the bytes read, the offending one included: the 0-based offset is one less.
+    const std::size_t off = e.byte > 0 ? e.byte - 1 : 0;
+    const text_location l = location_of(text, off);
+    throw config_error(file, "", "malformed JSON (byte " + std::to_string(e.byte) + "): " + what, l.line, l.column, l.byte);
+  } catch (const nlohmann::json::out_of_range& e) {
+    // 406 "number overflow parsing '1e999'": nlohmann gives no offset; the first such literal is the culprit.
+    std::string what = e.what();
+    if (auto p = what.find("] "); p != std::string::npos) what = what.substr(p + 2);
+    std::size_t off = 0;
+    if (auto q1 = what.find('\''), q2 = what.rfind('\''); q1 != std::string::npos && q2 > q1 + 1)
+      if (auto at = text.find(what.substr(q1 + 1, q2 - q1 - 1)); at != std::string::npos) off = at;
+    const text_location l = location_of(text, off);
+    throw config_error(file, "", "malformed JSON: " + what, l.line, l.column, l.byte);
   }
 }
 
-/// Reads and parses the JSON file at `path`. Throws config_error when it cannot be read or parsed.
-[[nodiscard]] inline nlohmann::json read_json_file(const std::filesystem::path& path) {
+/// The whole file at `path` as bytes. Throws config_error when it cannot be read.
+[[nodiscard]] inline std::string read_text_file(const std::filesystem::path& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw config_error(path.string(), "", "cannot open file");
   std::stringstream ss;
   ss << in.rdbuf();
-  return parse_json(ss.str(), path.string());
+  if (in.bad()) throw config_error(path.string(), "", "cannot read file");
+  return ss.str();
+}
+
+/// Reads and parses the JSON file at `path`. Throws config_error when it cannot be read or parsed.
+[[nodiscard]] inline nlohmann::json read_json_file(const std::filesystem::path& path) {
+  return parse_json(read_text_file(path), path.string());
+}
+
+/// `e` with the line, column and byte offset of its JSON pointer in `text` added, when the member is in the
+/// text (a missing field is not; neither is an error already located).
+[[nodiscard]] inline config_error with_location(const config_error& e, std::string_view text) {
+  if (e.line() > 0 || e.pointer().empty()) return e;
+  if (auto l = locate(text, e.pointer())) return config_error(e.file(), e.pointer(), e.reason(), l->line, l->column, l->byte);
+  return e;
 }
 
 namespace detail {
 
 inline std::int64_t get_int(const nlohmann::json& j, const std::string& file, const std::string& key,
-                            std::optional<std::int64_t> fallback, std::int64_t min_value = 1) {
+                            std::optional<std::int64_t> fallback, std::int64_t min_value = 1,
+                            std::int64_t max_value = 9'000'000'000'000'000) {
   const std::string ptr = "/" + key;
   auto it = j.find(key);
   if (it == j.end() || it->is_null()) {
@@ -62,8 +90,10 @@ inline std::int64_t get_int(const nlohmann::json& j, const std::string& file, co
   if (!it->is_number()) throw config_error(file, ptr, std::string("expected an integer, got ") + it->type_name());
   const double v = it->get<double>();
   if (!std::isfinite(v) || v != std::floor(v)) throw config_error(file, ptr, "expected an integer, got " + it->dump());
-  if (v < static_cast<double>(min_value) || v > 9.0e15)
+  if (v < static_cast<double>(min_value))
     throw config_error(file, ptr, "must be >= " + std::to_string(min_value) + ", got " + it->dump());
+  if (v > static_cast<double>(max_value))
+    throw config_error(file, ptr, "must be <= " + std::to_string(max_value) + ", got " + it->dump());
   return static_cast<std::int64_t>(v);
 }
 
@@ -124,15 +154,16 @@ inline std::string get_string(const nlohmann::json& j, const std::string& file, 
     throw config_error(file, "/model_type", "unsupported model_type '" + m.family + "' (supported: " + list + ")");
   }
   m.name = name.empty() ? std::filesystem::path(file).stem().string() : std::move(name);
-  m.hidden = get_int(j, file, "hidden_size", std::nullopt);
-  m.layers = get_int(j, file, "num_hidden_layers", std::nullopt);
-  m.heads = get_int(j, file, "num_attention_heads", std::nullopt);
-  m.kv_heads = get_int(j, file, "num_key_value_heads", m.heads);
-  m.intermediate = get_int(j, file, "intermediate_size", std::nullopt);
-  m.vocab = get_int(j, file, "vocab_size", std::nullopt);
-  m.max_context = get_int(j, file, "max_position_embeddings", 4096);
+  // Upper bounds far above any published model keep the integer arithmetic of count_parameters exact.
+  m.hidden = get_int(j, file, "hidden_size", std::nullopt, 1, 1 << 20);
+  m.layers = get_int(j, file, "num_hidden_layers", std::nullopt, 1, 100'000);
+  m.heads = get_int(j, file, "num_attention_heads", std::nullopt, 1, 1 << 16);
+  m.kv_heads = get_int(j, file, "num_key_value_heads", m.heads, 1, 1 << 16);
+  m.intermediate = get_int(j, file, "intermediate_size", std::nullopt, 1, 1 << 22);
+  m.vocab = get_int(j, file, "vocab_size", std::nullopt, 1, 1 << 28);
+  m.max_context = get_int(j, file, "max_position_embeddings", 4096, 1, std::int64_t{1} << 40);
   if (j.contains("head_dim") && !j.at("head_dim").is_null()) {
-    m.head_dim = get_int(j, file, "head_dim", std::nullopt);
+    m.head_dim = get_int(j, file, "head_dim", std::nullopt, 1, 1 << 16);
   } else {
     if (m.hidden % m.heads != 0)
       throw config_error(file, "/num_attention_heads",
@@ -148,12 +179,27 @@ inline std::string get_string(const nlohmann::json& j, const std::string& file, 
   m.qkv_bias = m.family == "qwen2" ? true : get_bool(j, file, "attention_bias", false);
   m.qk_norm = m.family == "qwen3";
   m.gated_mlp = true;
+  {  // the parameter count in floating point first: the int64 count below must not overflow
+    const double h = static_cast<double>(m.hidden), q = static_cast<double>(m.heads) * static_cast<double>(m.head_dim);
+    const double kv = static_cast<double>(m.kv_heads) * static_cast<double>(m.head_dim);
+    const double block = 2 * h * q + 2 * h * kv + 3 * h * static_cast<double>(m.intermediate) + q + 2 * kv + 2 * h;
+    const double total = static_cast<double>(m.layers) * block + 2 * static_cast<double>(m.vocab) * h;
+    if (!(total <= 1e15))
+      throw config_error(file, "", "implausible model: about " + std::to_string(total) + " parameters (more than 10^15)");
+  }
   return m;
 }
 
-/// Loads a model from a `config.json` path. Throws config_error (see model_from_json).
+/// Loads a model from a `config.json` path. Throws config_error (see model_from_json), located at the
+/// line and byte of the offending member.
 [[nodiscard]] inline model_spec load_model(const std::filesystem::path& path, std::string name = {}) {
-  return model_from_json(read_json_file(path), path.string(), std::move(name));
+  const std::string text = read_text_file(path);
+  const nlohmann::json j = parse_json(text, path.string());
+  try {
+    return model_from_json(j, path.string(), std::move(name));
+  } catch (const config_error& e) {
+    throw with_location(e, text);
+  }
 }
 
 /// Adds the GPUs, aliases and instances of a catalog document to `cat` (replacing entries with the same
@@ -216,8 +262,11 @@ inline void merge_catalog(hardware_catalog& cat, const nlohmann::json& j, const 
 
 /// Loads a catalog file into `cat`. Throws config_error.
 inline void load_catalog(hardware_catalog& cat, const std::filesystem::path& path) {
+  const std::string text = read_text_file(path);
   try {
-    merge_catalog(cat, read_json_file(path), path.string());
+    merge_catalog(cat, parse_json(text, path.string()), path.string());
+  } catch (const config_error& e) {
+    throw with_location(e, text);
   } catch (const invalid_request& e) {
     throw config_error(path.string(), "", e.what());
   }

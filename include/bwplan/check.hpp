@@ -1,0 +1,352 @@
+// bwplan: GPU memory and throughput planning for LLM training
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+
+// The rules of `bwplan check`: each has a stable ID, a severity and a message that says how to fix it.
+
+#include <bwplan/hardware.hpp>
+#include <bwplan/io/plan.hpp>
+#include <bwplan/memory.hpp>
+#include <bwplan/model.hpp>
+#include <bwplan/planner.hpp>
+#include <bwplan/throughput.hpp>
+#include <bwplan/training.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace bwplan {
+
+/// How serious a finding is. `--fail-on error` fails on errors only, `--fail-on warning` on both.
+enum class severity { warning, error };
+[[nodiscard]] constexpr const char* to_string(severity s) noexcept { return s == severity::error ? "error" : "warning"; }
+
+/// One rule of `bwplan check`. IDs never change meaning; new rules get new IDs.
+struct rule_info {
+  std::string_view id;       ///< "BWP001"
+  std::string_view name;     ///< "does-not-fit"
+  severity level;
+  std::string_view summary;  ///< one line, for SARIF rule metadata and docs/ci.md
+};
+
+/// All rules, in ID order (documented in docs/ci.md#rules).
+[[nodiscard]] inline const std::vector<rule_info>& check_rules() {
+  static const std::vector<rule_info> r{
+      {"BWP001", "does-not-fit", severity::error, "peak device memory exceeds what CUDA can use on the GPU"},
+      {"BWP002", "headroom-low", severity::warning, "the plan fits, but leaves less free memory than its headroom"},
+      {"BWP003", "global-batch-indivisible", severity::error,
+       "global batch is not micro-batch x data-parallel size x gradient accumulation"},
+      {"BWP004", "seq-exceeds-context", severity::error, "sequence length is longer than the model's context"},
+      {"BWP005", "parallel-degree-indivisible", severity::error,
+       "a parallel degree does not divide the heads, layers, sequence or GPUs"},
+      {"BWP006", "precision-unsupported-on-gpu", severity::error, "the GPU has no tensor-core support for the precision"},
+      {"BWP007", "mfu-far-below-best", severity::warning, "MFU is far under the best plan the planner finds"},
+      {"BWP008", "step-time-too-long", severity::warning, "gradient accumulation makes one optimizer step exceed the bound"},
+      {"BWP009", "not-modelled", severity::error, "the plan asks for a precision or parallelism this release cannot evaluate"},
+  };
+  return r;
+}
+
+/// The rule with ID `id`, or nullptr.
+[[nodiscard]] inline const rule_info* find_rule(std::string_view id) {
+  for (const auto& r : check_rules())
+    if (r.id == id) return &r;
+  return nullptr;
+}
+
+/// One rule that fired on one plan.
+struct finding {
+  std::string rule;                   ///< rule_info::id
+  std::string name;                   ///< rule_info::name
+  severity level = severity::error;
+  std::string message;                ///< what is wrong, with the numbers
+  std::string fix;                    ///< how to fix it
+  std::vector<std::string> pointers;  ///< plan members it is about, most specific first (for file:line)
+};
+
+/// A plan resolved against the catalog and the model, as `check_plan` evaluates it.
+struct check_input {
+  model_spec model;
+  gpu_spec gpu;
+  const instance_spec* instance = nullptr;  ///< null for a bare GPU
+  int nodes = 1;
+  training_config config;                   ///< grad_accum: the plan's, or 1 (check_plan derives it from global_batch)
+  std::string precision = "bf16";           ///< a precision_info::name
+  std::int64_t tp = 1, cp = 1, ep = 1, pp = 1;
+  std::optional<std::int64_t> global_batch; ///< sequences per optimizer step
+  bool grad_accum_given = false;            ///< the plan set grad_accum explicitly
+  double headroom = 0.05;                   ///< share of capacity to keep free
+  check_settings settings;
+};
+
+/// What check_plan found and the numbers it used.
+struct check_result {
+  std::vector<finding> findings;
+  training_config config;                      ///< as evaluated (gradient accumulation derived)
+  std::optional<memory_estimate> memory;       ///< absent when the plan could not be evaluated (BWP009, BWP005, BWP006)
+  std::optional<throughput_estimate> throughput;
+  std::optional<plan_candidate> best;          ///< best plan of search_plans for the same model, hardware, sequence and batch
+  std::vector<std::string> skipped;            ///< rule IDs not applied (plan not evaluable or disabled)
+};
+
+namespace detail {
+
+inline std::string fmt_double(const char* f, double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, f, v);
+  return buf;
+}
+inline std::string gib_str(bytes b) { return fmt_double("%.2f GiB", b.in(gib)); }
+/// Integer with thousands separators: 1234567 → "1,234,567".
+inline std::string grouped(double v) {
+  const long long n = static_cast<long long>(v < 0 ? -v : v);
+  const std::string digits = std::to_string(n);
+  std::string s = v < 0 ? "-" : "";
+  for (std::size_t i = 0; i < digits.size(); ++i) {  // (not string::insert: GCC 12 -Wrestrict false positive)
+    if (i > 0 && (digits.size() - i) % 3 == 0) s += ',';
+    s += digits[i];
+  }
+  return s;
+}
+/// The settings of a configuration as plan keys, e.g. `micro_batch_size 4, activation_checkpointing full, …`.
+inline std::string plan_settings(const training_config& c) {
+  std::string s = "micro_batch_size " + std::to_string(c.micro_batch) + ", grad_accum " + std::to_string(c.grad_accum) +
+                  ", activation_checkpointing " + (c.ac_enabled ? std::string("full") : std::string(to_string(c.selective)));
+  if (c.ac_enabled) s += ", ac_every " + std::to_string(c.ac_every);
+  s += std::string(", sharding ") + to_string(c.shard) + ", loss " + to_string(c.loss);
+  return s;
+}
+
+}  // namespace detail
+
+/// Gradient accumulation that makes `global_batch` sequences from micro-batches of `mbs` on `dp` replicas:
+/// `global / (mbs · dp)`, rounded up when it does not divide (rule BWP003 reports that).
+[[nodiscard]] constexpr std::int64_t grad_accum_for(std::int64_t global_batch, std::int64_t mbs, std::int64_t dp) noexcept {
+  const std::int64_t per_step = std::max<std::int64_t>(1, mbs * dp);
+  return std::max<std::int64_t>(1, (global_batch + per_step - 1) / per_step);
+}
+
+/// Applies every rule of check_rules() to `in`.
+///
+/// Structural rules first (BWP003 batch arithmetic, BWP004 context, BWP005 degrees against heads
+/// (tp), KV heads (tp), layers (pp), sequence (2·cp, load-balanced ring attention) and GPUs (tp·cp·pp),
+/// BWP006 precision on the GPU, BWP009 what the release models); when the plan is evaluable, the memory
+/// and throughput estimates (estimate_memory, estimate_throughput) and a search_plans run with the same
+/// model, hardware, sequence length, tokens per step, master weights, optimizer and headroom for
+/// BWP001, BWP002, BWP007 and BWP008. Disabled rules (settings.disable) are skipped. Never throws for a
+/// plan that does not work: that is what the findings are for.
+[[nodiscard]] inline check_result check_plan(const check_input& in) {
+  using detail::fmt_double;
+  using detail::gib_str;
+  check_result res;
+  training_config c = in.config;
+  const model_spec& m = in.model;
+  auto disabled = [&](std::string_view id) {
+    return std::find(in.settings.disable.begin(), in.settings.disable.end(), id) != in.settings.disable.end();
+  };
+  auto fire = [&](std::string_view id, std::string msg, std::string fix, std::vector<std::string> ptrs) {
+    if (disabled(id)) return;
+    const rule_info* r = find_rule(id);
+    res.findings.push_back({std::string(r->id), std::string(r->name), r->level, std::move(msg), std::move(fix), std::move(ptrs)});
+  };
+  bool evaluable = true;
+  for (const auto& r : check_rules())
+    if (disabled(r.id)) res.skipped.emplace_back(r.id);
+
+  // ---- BWP005: parallel layout
+  const std::int64_t model_par = in.tp * in.cp * in.pp;
+  std::vector<std::string> layout;
+  std::vector<std::string> layout_ptrs;
+  if (m.heads % in.tp != 0) {
+    layout.push_back("tp=" + std::to_string(in.tp) + " does not divide num_attention_heads=" + std::to_string(m.heads));
+    layout_ptrs.push_back("/tp");
+  }
+  if (m.kv_heads % in.tp != 0) {
+    layout.push_back("tp=" + std::to_string(in.tp) + " does not divide num_key_value_heads=" + std::to_string(m.kv_heads));
+    layout_ptrs.push_back("/tp");
+  }
+  if (m.layers % in.pp != 0) {
+    layout.push_back("pp=" + std::to_string(in.pp) + " does not divide num_hidden_layers=" + std::to_string(m.layers));
+    layout_ptrs.push_back("/pp");
+  }
+  if (in.cp > 1 && c.seq_len % (2 * in.cp) != 0) {
+    layout.push_back("seq_len=" + std::to_string(c.seq_len) + " is not a multiple of 2*cp=" + std::to_string(2 * in.cp) +
+                     " (load-balanced ring attention splits each sequence into 2*cp chunks)");
+    layout_ptrs.push_back("/cp");
+  }
+  if (in.ep > 1) {
+    layout.push_back("ep=" + std::to_string(in.ep) + " but " + m.name + " is a dense model (no experts to shard)");
+    layout_ptrs.push_back("/ep");
+  }
+  if (c.world_size % model_par != 0) {
+    layout.push_back("tp*cp*pp=" + std::to_string(model_par) + " does not divide the " + std::to_string(c.world_size) + " GPUs");
+    layout_ptrs.insert(layout_ptrs.end(), {"/tp", "/cp", "/pp", "/gpus", "/nodes"});
+  }
+  if (!layout.empty()) {
+    std::string msg;
+    for (std::size_t i = 0; i < layout.size(); ++i) msg += (i ? "; " : "") + layout[i];
+    fire("BWP005", msg,
+         "choose degrees that divide the model's heads and layers and the GPU count (e.g. tp in {1, 2, 4, 8} dividing " +
+             std::to_string(m.kv_heads) + " KV heads)",
+         layout_ptrs);
+    evaluable = false;
+  }
+
+  // ---- BWP006 / BWP009: precision
+  const precision_info* prec = find_precision(in.precision);
+  if (prec == nullptr) {
+    fire("BWP009", "precision '" + in.precision + "' is unknown to this release", "use \"precision\": \"bf16\"", {"/precision"});
+    evaluable = false;
+  } else {
+    if (!supported_on(*prec, in.gpu)) {
+      std::string have;
+      for (const auto& p : precisions())
+        if (supported_on(p, in.gpu)) have += (have.empty() ? "" : ", ") + std::string(p.name);
+      fire("BWP006",
+           "precision '" + in.precision + "' has no tensor-core support on " + in.gpu.id + " (" + in.gpu.architecture +
+               (prec->blackwell_only ? "; block-scaled formats need Blackwell" : "") + ")",
+           "use one of " + have + " on " + in.gpu.id + ", or a GPU that supports " + in.precision +
+               " (e.g. an ml.p6-b200.48xlarge instance)",
+           {"/precision", "/gpu", "/instance"});
+      evaluable = false;
+    } else if (!prec->modelled) {
+      fire("BWP009", "precision '" + in.precision + "' is not modelled by this bwplan release, so the plan cannot be checked",
+           "check the plan with \"precision\": \"bf16\" for now (memory and throughput for " + in.precision +
+               " come with a later release)",
+           {"/precision"});
+      evaluable = false;
+    }
+  }
+  std::vector<std::string> unmodelled;
+  for (auto [name, v] : {std::pair{"tp", in.tp}, std::pair{"cp", in.cp}, std::pair{"ep", in.ep}, std::pair{"pp", in.pp}})
+    if (v > modelled_parallel_degree) unmodelled.push_back(std::string(name) + "=" + std::to_string(v));
+  if (!unmodelled.empty()) {
+    std::string list;
+    for (std::size_t i = 0; i < unmodelled.size(); ++i) list += (i ? ", " : "") + unmodelled[i];
+    std::vector<std::string> ptrs;
+    for (const auto& u : unmodelled) ptrs.push_back("/" + u.substr(0, u.find('=')));
+    fire("BWP009", list + ": this release models data parallelism (FSDP/DDP) only, so the plan cannot be checked",
+         "set tp, cp, ep and pp to 1 to check the data-parallel plan", ptrs);
+    evaluable = false;
+  }
+
+  // ---- BWP003: batch arithmetic
+  const std::int64_t dp = c.world_size % model_par == 0 ? c.world_size / model_par : 0;
+  if (dp > 0 && in.global_batch) {
+    const std::int64_t g = *in.global_batch;
+    const std::int64_t per = c.micro_batch * dp;
+    if (in.grad_accum_given) {
+      if (per * c.grad_accum != g)
+        fire("BWP003",
+             "global_batch_size " + std::to_string(g) + " != micro_batch_size " + std::to_string(c.micro_batch) +
+                 " x data-parallel size " + std::to_string(dp) + " x grad_accum " + std::to_string(c.grad_accum) + " = " +
+                 std::to_string(per * c.grad_accum) + " sequences",
+             g % per == 0 ? "set grad_accum to " + std::to_string(g / per) + " (or remove it: it follows from the global batch)"
+                          : "make global_batch_size a multiple of " + std::to_string(per) + " and grad_accum = global / " +
+                                std::to_string(per),
+             {"/global_batch_size", "/grad_accum", "/micro_batch_size"});
+    } else {
+      if (g % per != 0) {
+        const std::int64_t lo = g / per * per, hi = lo + per;
+        fire("BWP003",
+             "global_batch_size " + std::to_string(g) + " is not divisible by micro_batch_size " + std::to_string(c.micro_batch) +
+                 " x data-parallel size " + std::to_string(dp) + " = " + std::to_string(per) + " sequences",
+             "use global_batch_size " + (lo > 0 ? std::to_string(lo) + " or " : std::string{}) + std::to_string(hi) +
+                 ", or a micro-batch that divides " + std::to_string(g) + " / " + std::to_string(dp),
+             {"/global_batch_size", "/micro_batch_size"});
+      }
+      c.grad_accum = grad_accum_for(g, c.micro_batch, dp);
+    }
+  }
+
+  // ---- BWP004: context
+  if (c.seq_len > m.max_context)
+    fire("BWP004",
+         "seq_len " + std::to_string(c.seq_len) + " is longer than " + m.name + "'s context of " + std::to_string(m.max_context) +
+             " tokens (max_position_embeddings)",
+         "use seq_len <= " + std::to_string(m.max_context) +
+             " (for deliberate context extension, add \"check\": {\"disable\": [\"BWP004\"]})",
+         {"/seq_len"});
+
+  res.config = c;
+  if (!evaluable) {
+    for (const char* id : {"BWP001", "BWP002", "BWP007", "BWP008"})
+      if (!disabled(id)) res.skipped.emplace_back(id);
+    return res;
+  }
+
+  // ---- evaluation
+  const memory_estimate me = estimate_memory(m, c, in.gpu);
+  const throughput_estimate te = estimate_throughput(m, c, in.gpu, in.instance);
+  res.memory = me;
+  res.throughput = te;
+  plan_request req;
+  req.nodes = in.instance ? in.nodes : c.world_size;  // a bare GPU counts one per "node" in search_plans
+  req.seq_lens = {c.seq_len};
+  // in floating point: the product of the plan's largest values exceeds int64 (clamped far above any real job)
+  req.global_batch_tokens = static_cast<std::int64_t>(std::min(
+      0x1p60, static_cast<double>(c.micro_batch) * static_cast<double>(c.seq_len) * static_cast<double>(c.grad_accum) *
+                  static_cast<double>(c.world_size)));
+  req.headroom = in.headroom;
+  req.master = c.master;
+  req.optimizer = c.optimizer;
+  const plan_result best = search_plans(m, in.gpu, in.instance, req, 1);
+  if (!best.ranked.empty()) res.best = best.ranked.front();
+  const std::string best_hint =
+      res.best ? "; the best plan found for this model, hardware and batch: " + detail::plan_settings(res.best->config) +
+                     " (peak " + gib_str(res.best->memory.device_peak()) + ", MFU " +
+                     fmt_double("%.1f%%", 100 * res.best->throughput.mfu) + ")"
+               : "";
+
+  // ---- BWP001 / BWP002: memory
+  const bytes cap = me.capacity;
+  if (!me.fits) {
+    const bytes missing = me.device_peak() - cap;
+    fire("BWP001",
+         "does not fit on " + in.gpu.id + ": peak " + gib_str(me.device_peak()) + " per GPU (" + to_string(me.peak_phase) +
+             " phase) but CUDA can use " + gib_str(cap) + "; " + detail::grouped(std::ceil(missing.raw())) + " bytes (" +
+             gib_str(missing) + ") missing",
+         "reduce micro_batch_size, enable activation_checkpointing, use sharding full or loss chunked, or add nodes" + best_hint,
+         {"/micro_batch_size", "/activation_checkpointing", "/model"});
+  } else if (me.headroom() < in.headroom) {
+    const bytes want = (1.0 - in.headroom) * cap;
+    const bytes over = me.device_peak() - want;
+    fire("BWP002",
+         "fits, but peak " + gib_str(me.device_peak()) + " leaves " + fmt_double("%.1f%%", 100 * me.headroom()) + " of " +
+             gib_str(cap) + " free, under the " + fmt_double("%.1f%%", 100 * in.headroom) + " headroom; " +
+             detail::grouped(std::ceil(over.raw())) + " bytes over",
+         "free " + gib_str(over) + " (smaller micro_batch_size, activation checkpointing, chunked loss) or lower \"headroom\"" +
+             best_hint,
+         {"/headroom", "/micro_batch_size"});
+  }
+
+  // ---- BWP007: MFU against the best plan
+  if (me.fits && res.best && te.mfu < in.settings.min_mfu_ratio * res.best->throughput.mfu)
+    fire("BWP007",
+         "MFU " + fmt_double("%.1f%%", 100 * te.mfu) + " is under " + fmt_double("%.0f%%", 100 * in.settings.min_mfu_ratio) +
+             " of the best plan's " + fmt_double("%.1f%%", 100 * res.best->throughput.mfu) + " (" +
+             fmt_double("%.0f", te.tokens_per_s) + " vs " + fmt_double("%.0f", res.best->throughput.tokens_per_s) + " tokens/s)",
+         "use the best plan's settings: " + detail::plan_settings(res.best->config) + " (peak " +
+             gib_str(res.best->memory.device_peak()) + ")",
+         {"/micro_batch_size", "/activation_checkpointing", "/sharding"});
+
+  // ---- BWP008: step time
+  if (c.grad_accum > 1 && te.step.raw() > in.settings.max_step_time_s) {
+    const auto fit_ga = static_cast<std::int64_t>(std::floor(in.settings.max_step_time_s / te.step.raw() * static_cast<double>(c.grad_accum)));
+    fire("BWP008",
+         "one optimizer step takes " + fmt_double("%.1f s", te.step.raw()) + " with grad_accum " + std::to_string(c.grad_accum) +
+             ", over the " + fmt_double("%.1f s", in.settings.max_step_time_s) + " bound",
+         "lower global_batch_size (grad_accum <= " + std::to_string(std::max<std::int64_t>(1, fit_ga)) +
+             " keeps the step under the bound), add nodes, or raise \"check\": {\"max_step_time_s\"}",
+         {"/grad_accum", "/global_batch_size"});
+  }
+  return res;
+}
+
+}  // namespace bwplan

@@ -1,0 +1,65 @@
+// libFuzzer target for the JSON readers: the model-config reader (io::model_from_json), the plan reader
+// (io::plan_from_json) and the locator used for line numbers. Built and run by tests/fuzz/run.sh with
+// clang++ -fsanitize=fuzzer,address,undefined. Any exception other than bwplan::error is a finding.
+#include <bwplan/bwplan.hpp>
+#include <bwplan/io/json.hpp>
+#include <bwplan/io/locate.hpp>
+#include <bwplan/io/plan.hpp>
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace {
+
+bwplan::gpu_spec fuzz_gpu() {
+  bwplan::gpu_spec g;
+  g.id = "fuzz";
+  g.architecture = "hopper";
+  g.hbm_total = 80 * bwplan::gib;
+  g.hbm_bandwidth = 3 * bwplan::tb_per_s;
+  g.nvlink_per_direction = 450 * bwplan::gb_per_s;
+  g.dense_flops["bf16"] = 989 * bwplan::tflop_per_s;
+  return g;
+}
+
+void model_reader(const nlohmann::json& j, const std::string& text) {
+  try {
+    const bwplan::model_spec m = bwplan::io::model_from_json(j, "fuzz.json");
+    const auto pc = bwplan::count_parameters(m);
+    (void)pc.total();
+    // An accepted model must be evaluable: the estimators run on it without UB.
+    bwplan::training_config c;
+    c.seq_len = 1024;
+    const auto me = bwplan::estimate_memory(m, c, fuzz_gpu());
+    const auto te = bwplan::estimate_throughput(m, c, fuzz_gpu());
+    (void)me.fits;
+    (void)te.mfu;
+  } catch (const bwplan::config_error& e) {
+    (void)bwplan::io::with_location(e, text);
+  }
+}
+
+void plan_reader(const std::string& text) {
+  try {
+    const bwplan::plan_spec p = bwplan::io::parse_plan(text, "fuzz-plan.json");
+    for (const char* ptr : {"/model", "/micro_batch_size", "/check/disable/0"}) (void)p.where(ptr);
+  } catch (const bwplan::config_error& e) {
+    (void)e.line();
+  }
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  const std::string text(reinterpret_cast<const char*>(data), size);
+  try {
+    const nlohmann::json j = bwplan::io::parse_json(text, "fuzz.json");
+    model_reader(j, text);
+  } catch (const bwplan::config_error&) {
+  }
+  plan_reader(text);
+  // The locator also runs on text nlohmann rejected (it must stay in bounds whatever it is given).
+  for (const char* ptr : {"", "/a", "/model_type", "/0/1", "/check/disable/3", "/a~1b/~0"}) (void)bwplan::io::locate(text, ptr);
+  return 0;
+}
