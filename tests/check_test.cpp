@@ -298,10 +298,14 @@ TEST_CASE("check rules: each fires on a plan made for it and stays quiet on the 
     CHECK(quiet.report["plans"][0]["estimate"]["throughput"]["step_time_s"].get<double>() < 300);
   }
   SECTION("BWP009 not-modelled") {
-    const auto fp8 = check_json(write_plan("r9", with(base_plan(), {{"precision", "\"fp8\""}})));
-    CHECK(fp8.code == 1);
-    CHECK(fired(fp8.report, "BWP009").size() == 1);
-    CHECK(fp8.report["plans"][0]["skipped_rules"].size() == 4);  // BWP001, 002, 007, 008 need an estimate
+    const auto pp = check_json(write_plan("r9", with(base_plan(), {{"pp", "2"}})));
+    CHECK(pp.code == 1);
+    CHECK(fired(pp.report, "BWP009").size() == 1);
+    CHECK(pp.report["plans"][0]["skipped_rules"].size() == 4);  // BWP001, 002, 007, 008 need an estimate
+    // every precision is modelled now: fp8 on a Blackwell instance is evaluated, not reported
+    const auto fp8 = check_json(write_plan("r9c", with(base_plan(), {{"precision", "\"fp8\""}})));
+    CHECK(fired(fp8.report, "BWP009").empty());
+    CHECK(fp8.report["plans"][0]["estimate"]["config"]["precision"] == "fp8");
     const auto tp = check_json(write_plan("r9b", with(base_plan(), {{"tp", "2"}, {"cp", "2"}})));
     CHECK_THAT(fired(tp.report, "BWP009").at(0)["message"].get<std::string>(), Catch::Contains("tp=2, cp=2"));
     CHECK(fired(quiet.report, "BWP009").empty());
@@ -399,7 +403,12 @@ TEST_CASE("estimate --plan reads the plan; flags given as well override it", "[c
   CHECK(bad.code == 2);
   CHECK_THAT(bad.err, Catch::Contains("global_batch_size 256 is not divisible by micro-batch 3 x data-parallel size 8 = 24"));
   const auto fp8 = write_plan("est_fp8", with(base_plan(), {{"precision", "\"fp8\""}}));
-  CHECK_THAT(run_cli({"estimate", "--plan", fp8}).err, Catch::Contains("precision 'fp8' is not modelled by this release (modelled: bf16)"));
+  const auto e8 = run_cli({"estimate", "--plan", fp8, "--format", "json"});
+  REQUIRE(e8.code == 0);
+  CHECK(nlohmann::json::parse(e8.out)["config"]["precision"] == "fp8");
+  const auto nv = run_cli({"estimate", "--plan", fp8, "--precision", "nvfp4", "--instance", "ml.p5.48xlarge"});
+  CHECK(nv.code == 2);
+  CHECK_THAT(nv.err, Catch::Contains("--precision nvfp4 is not supported on h100"));
   const auto tp = write_plan("est_tp", with(base_plan(), {{"tp", "2"}}));
   CHECK_THAT(run_cli({"estimate", "--plan", tp}).err, Catch::Contains("tp=2: this release models data parallelism (FSDP/DDP) only"));
 }
