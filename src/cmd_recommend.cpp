@@ -28,7 +28,72 @@ struct recommend_options {
   std::string output;  ///< -o FILE for --emit plan
   sagemaker::job_settings job;
   bool ascii = false;
+  std::string precisions;             ///< --precisions LIST (comma-separated); empty: from --numerics
+  std::string numerics = "balanced";  ///< conservative | balanced | aggressive
 };
+
+/// Formats `recommend` tries: --precisions when given (each must run on the GPU), else the --numerics
+/// tier restricted to what the GPU supports: conservative = bf16, mxfp8; balanced adds fp8; aggressive adds
+/// nvfp4 (NVIDIA/AWS Blackwell guidance, docs/precision.md#recommendation).
+std::vector<compute_format> formats_for(const recommend_options& o, const hardware_catalog& cat, const gpu_spec& gpu) {
+  std::vector<compute_format> out;
+  if (!o.precisions.empty()) {
+    std::string list = o.precisions;
+    std::size_t start = 0;
+    while (start <= list.size()) {
+      const std::size_t comma = list.find(',', start);
+      const std::string name = list.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+      const auto f = parse_format(name);
+      if (!f) throw invalid_request("--precisions: unknown format '" + name + "' (bf16, fp8, fp8-rowwise, mxfp8, nvfp4)");
+      require_support(cat, gpu, *f);
+      if (std::find(out.begin(), out.end(), *f) == out.end()) out.push_back(*f);
+      if (comma == std::string::npos) break;
+      start = comma + 1;
+    }
+    return out;
+  }
+  std::vector<compute_format> tier{compute_format::bf16, compute_format::mxfp8};
+  if (o.numerics != "conservative") tier.push_back(compute_format::fp8);
+  if (o.numerics == "aggressive") tier.push_back(compute_format::nvfp4);
+  for (compute_format f : tier)
+    if (supports(gpu, f)) out.push_back(f);
+  return out;
+}
+
+/// One line on why the winning format won, for this model size.
+std::string format_reason(const model_spec& m, const plan_result& r, const recommend_options& o) {
+  if (r.ranked.empty() || r.best_per_format.size() < 1) return {};
+  const plan_candidate& best = r.ranked.front();
+  const compute_format win = best.config.format;
+  const double params_b = static_cast<double>(count_parameters(m).total()) / 1e9;
+  const plan_candidate* bf16 = nullptr;
+  for (const auto& c : r.best_per_format)
+    if (c.config.format == compute_format::bf16) bf16 = &c;
+  std::string line = fmt::format("precision {} for a {:.1f}B-parameter model", to_string(win), params_b);
+  if (bf16) {
+    const double share = bf16->throughput.gemm / bf16->throughput.compute;
+    line += fmt::format(": GEMMs are {:.0f}% of a bf16 step", 100 * share);
+  }
+  std::vector<std::string> cmp;
+  for (const auto& c : r.best_per_format) {
+    if (c.config.format == win) continue;
+    cmp.push_back(fmt::format("{:+.0f}% tokens/s vs {} (peak {} vs {})", 100 * (best.throughput.tokens_per_s / c.throughput.tokens_per_s - 1),
+                              to_string(c.config.format), human(best.memory.device_peak()), human(c.memory.device_peak())));
+  }
+  for (compute_format f : {compute_format::bf16, compute_format::fp8, compute_format::mxfp8, compute_format::nvfp4}) {
+    bool tried = false, fit = false;
+    for (const auto& c : r.best_per_format) if (c.config.format == f) fit = true;
+    (void)tried;
+    if (!fit && o.precisions.empty()) {
+      // formats outside the tier are named so the user knows what --numerics left out
+      if (f == compute_format::nvfp4 && o.numerics != "aggressive") cmp.push_back("nvfp4 needs --numerics aggressive");
+      if (f == compute_format::fp8 && o.numerics == "conservative") cmp.push_back("fp8 needs --numerics balanced");
+    }
+  }
+  for (std::size_t i = 0; i < cmp.size(); ++i) line += (i ? "; " : "; ") + cmp[i];
+  if (win == compute_format::bf16) line += "; low-precision GEMMs do not pay for their casts and kept weights at this size";
+  return line;
+}
 
 /// The plan file (docs/plan.schema.json) of candidate `p`.
 nlohmann::ordered_json plan_json(const recommend_options& o, const resolved_target& t, const plan_request& req,
@@ -84,6 +149,7 @@ std::string why(const plan_candidate& a, const plan_candidate& b) {
     diffs.push_back(fmt::format("{} vs {} ({:.3f} s vs {:.3f} s exposed communication)", x.shard == sharding::full ? "FSDP" : "DDP",
                                 y.shard == sharding::full ? "FSDP" : "DDP", a.throughput.exposed_communication.raw(),
                                 b.throughput.exposed_communication.raw()));
+  if (x.format != y.format) diffs.push_back(fmt::format("{} vs {} GEMMs", to_string(x.format), to_string(y.format)));
   if (x.loss != y.loss) diffs.push_back(fmt::format("{} vs {} loss", to_string(x.loss), to_string(y.loss)));
   std::string d;
   for (std::size_t i = 0; i < diffs.size(); ++i) d += (i ? "; " : "") + diffs[i];
@@ -111,6 +177,9 @@ runner register_recommend(CLI::App& app, context& ctx) {
   sub->add_option("--emit", o->emit, "print the best plan instead of the table: sagemaker (CreateTrainingJob request) | estimator | modeltrainer | plan (a plan file for bwplan check / --plan)")
       ->check(CLI::IsMember({"sagemaker", "estimator", "modeltrainer", "plan"}));
   sub->add_option("-o,--output", o->output, "with --emit plan: write to FILE instead of stdout");
+  sub->add_option("--precisions", o->precisions, "formats to search, comma-separated (bf16,fp8,fp8-rowwise,mxfp8,nvfp4); default: by --numerics");
+  sub->add_option("--numerics", o->numerics, "conservative (bf16, mxfp8) | balanced (+fp8) | aggressive (+nvfp4)")
+      ->capture_default_str()->check(CLI::IsMember({"conservative", "balanced", "aggressive"}));
   add_sagemaker_options(sub->add_option_group("SageMaker (with --emit)"), std::shared_ptr<sagemaker::job_settings>(o, &o->job));
 
   return [o, sub, &ctx]() -> int {
@@ -121,6 +190,7 @@ runner register_recommend(CLI::App& app, context& ctx) {
     const resolved_target t = resolve_target(cat, tgt, "ml.p6-b200.48xlarge");
     if (o->top < 1) throw invalid_request("--top: must be >= 1, got " + std::to_string(o->top));
     plan_request req;
+    req.formats = formats_for(*o, cat, t.gpu);
     req.nodes = o->target.nodes;
     req.global_batch_tokens = o->global_batch_tokens;
     req.headroom = o->headroom;
@@ -156,6 +226,7 @@ runner register_recommend(CLI::App& app, context& ctx) {
     std::string explanation;
     if (r.ranked.size() >= 2) explanation = why(r.ranked[0], r.ranked[1]);
     else if (r.ranked.size() == 1) explanation = "the only configuration that fits";
+    const std::string precision_line = format_reason(m, r, *o);
     if (!o->output.empty() && o->emit.empty()) throw invalid_request("--output needs --emit plan");
     if (o->emit == "plan") {
       if (r.ranked.empty()) {
@@ -192,6 +263,9 @@ runner register_recommend(CLI::App& app, context& ctx) {
       j["plans"] = nlohmann::ordered_json::array();
       for (const auto& p : r.ranked) j["plans"].push_back(to_json(m, p.config, p.memory, p.throughput));
       j["explanation"] = explanation;
+      j["precision_explanation"] = precision_line;
+      j["search"]["precisions"] = nlohmann::ordered_json::array();
+      for (compute_format f : req.formats) j["search"]["precisions"].push_back(to_string(f));
       ctx.out << j.dump(2) << "\n";
     } else if (o->format == "markdown") {
       ctx.out << plans_markdown(m, where, req, r, explanation);
@@ -200,15 +274,16 @@ runner register_recommend(CLI::App& app, context& ctx) {
                              r.evaluated, r.fitting, 100 * req.headroom);
       if (!r.ranked.empty()) {
         const term_style st = style_for(ctx.out, o->ascii);
-        ctx.out << fmt::format("{:>3}  {:>4} {:>6} {:>5} {:>7} {:>5} {:>9} {:>11} {:>11} {:>6} {:>10}  {}\n", "#", "mbs", "seq",
-                               "accum", "AC", "shard", "loss", "peak GiB", "tokens/s", "MFU", "step s", "memory per GPU");
+        ctx.out << fmt::format("{:>3}  {:>4} {:>6} {:>5} {:>12} {:>5} {:>9} {:>11} {:>11} {:>11} {:>6} {:>10}  {}\n", "#", "mbs", "seq",
+                               "accum", "AC", "shard", "loss", "precision", "peak GiB", "tokens/s", "MFU", "step s", "memory per GPU");
         int i = 1;
         for (const auto& p : r.ranked) {
           const auto& c = p.config;
-          ctx.out << fmt::format("{:>3}  {:>4} {:>6} {:>5} {:>7} {:>5} {:>9} {:>11.2f} {:>11.0f} {:>5.1f}% {:>10.3f}  {}\n", i++,
+          ctx.out << fmt::format("{:>3}  {:>4} {:>6} {:>5} {:>12} {:>5} {:>9} {:>11} {:>11.2f} {:>11.0f} {:>5.1f}% {:>10.3f}  {}\n", i++,
                                  c.micro_batch, c.seq_len, c.grad_accum,
                                  ac_name(c),
                                  c.shard == sharding::full ? "fsdp" : (c.world_size > 1 ? "ddp" : "none"), to_string(c.loss),
+                                 to_string(c.format),
                                  p.memory.device_peak().in(gib), p.throughput.tokens_per_s, 100 * p.throughput.mfu,
                                  p.throughput.step.raw(),
                                  memory_bar(peak_segments(p.memory), p.memory.capacity, req.headroom, 24, st));
@@ -217,6 +292,7 @@ runner register_recommend(CLI::App& app, context& ctx) {
                                r.ranked[0].memory.capacity.in(gib), st.unicode ? "│" : "|")
                 << memory_legend(peak_segments(r.ranked[0].memory), st, "  ");
         ctx.out << "\nwhy: " << explanation << "\n";
+        if (!precision_line.empty()) ctx.out << "precision: " << precision_line << "\n";
       }
     }
     if (r.ranked.empty()) {

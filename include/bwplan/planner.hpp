@@ -5,6 +5,7 @@
 #include <bwplan/hardware.hpp>
 #include <bwplan/memory.hpp>
 #include <bwplan/model.hpp>
+#include <bwplan/precision.hpp>
 #include <bwplan/throughput.hpp>
 #include <bwplan/training.hpp>
 
@@ -22,7 +23,8 @@ struct plan_request {
   std::int64_t global_batch_tokens = 4'194'304;    ///< target tokens per optimizer step (whole job)
   std::int64_t max_micro_batch = 256;              ///< largest micro-batch size tried
   double headroom = 0.05;                          ///< share of capacity kept free at the peak
-  std::vector<int> ac_every{0, 1, 2, 4};           ///< checkpointing choices: 0 = none, K = every K-th block
+  std::vector<int> ac_every{0, 1, 2, 4, -1};       ///< checkpointing choices: 0 = none, K = every K-th block, -1 = per-op selective
+  std::vector<compute_format> formats{compute_format::bf16};  ///< GEMM formats tried (each must be supported by the GPU)
   std::vector<sharding> shardings{sharding::none, sharding::full};
   std::vector<loss_impl> losses{loss_impl::standard, loss_impl::chunked};
   master_weights master = master_weights::fp32;
@@ -35,7 +37,8 @@ struct plan_request {
 /// Number of configurations search_plans evaluates for `req` on `world` GPUs.
 [[nodiscard]] inline std::int64_t plan_search_size(const plan_request& req, int world) {
   std::int64_t n = 0;
-  const auto per_mbs = static_cast<std::int64_t>(req.shardings.size() * req.ac_every.size() * req.losses.size());
+  const auto per_mbs = static_cast<std::int64_t>(req.shardings.size() * req.ac_every.size() * req.losses.size() *
+                                                 std::max<std::size_t>(1, req.formats.size()));
   for (std::int64_t seq : req.seq_lens) {
     if (seq < 1) continue;
     for (std::int64_t mbs = 1; mbs <= req.max_micro_batch; mbs *= 2) {
@@ -58,6 +61,7 @@ struct plan_result {
   std::vector<plan_candidate> ranked;  ///< fitting candidates within headroom, best tokens/s first (at most `top`)
   std::int64_t evaluated = 0;          ///< configurations evaluated
   std::int64_t fitting = 0;            ///< configurations that fit with the headroom
+  std::vector<plan_candidate> best_per_format;  ///< the best fitting candidate of each format tried (in request order)
 };
 
 /// Searches micro-batch size (powers of two), activation checkpointing, sharding, loss implementation
@@ -72,6 +76,13 @@ struct plan_result {
   if (req.global_batch_tokens < 1) throw invalid_request("--global-batch-tokens: must be >= 1");
   if (req.seq_lens.empty()) throw invalid_request("--seq: no sequence length to try");
   if (req.headroom < 0 || req.headroom >= 1) throw invalid_request("--headroom: must be in [0, 1)");
+  if (req.formats.empty()) throw invalid_request("--precisions: no format to try");
+  for (compute_format f : req.formats)
+    if (!supports(gpu, f))
+      throw invalid_request(std::string("--precisions: ") + to_string(f) + " is not supported on " + gpu.id + " (" +
+                            gpu.architecture + ")");
+  std::vector<plan_candidate> per_format(req.formats.size());
+  std::vector<bool> have_format(req.formats.size(), false);
   const int per_node = inst ? inst->gpus_per_node : 1;
   const int world = req.nodes * per_node;
   const std::int64_t total = req.progress ? plan_search_size(req, world) : 0;
@@ -91,7 +102,9 @@ struct plan_result {
       for (sharding sh : req.shardings) {
         for (int ac : req.ac_every) {
           for (loss_impl loss : req.losses) {
+           for (std::size_t fi = 0; fi < req.formats.size(); ++fi) {
             training_config c;
+            c.format = req.formats[fi];
             c.micro_batch = mbs;
             c.seq_len = seq;
             c.world_size = world;
@@ -102,6 +115,7 @@ struct plan_result {
             c.loss = loss;
             c.ac_enabled = ac > 0;
             c.ac_every = ac > 0 ? ac : 1;
+            c.selective = ac < 0 ? selective_ac::op : selective_ac::none;
             c.grad_accum = std::max<std::int64_t>(1, (req.global_batch_tokens + tokens - 1) / tokens);
             ++res.evaluated;
             if (req.progress) req.progress(res.evaluated, total);
@@ -109,6 +123,7 @@ struct plan_result {
             if (me.device_peak() > (1.0 - req.headroom) * me.capacity) continue;
             ++res.fitting;
             plan_candidate pc{c, me, estimate_throughput(m, c, gpu, inst, k)};
+            if (!have_format[fi] || better(pc, per_format[fi])) { per_format[fi] = pc; have_format[fi] = true; }
             if (best_per_seq) {
               if (!have_seq || better(pc, best_seq)) { best_seq = pc; have_seq = true; }
               continue;
@@ -117,6 +132,7 @@ struct plan_result {
               keep.insert(std::upper_bound(keep.begin(), keep.end(), pc, better), pc);
               if (keep.size() > cap) keep.pop_back();
             }
+           }
           }
         }
       }
@@ -125,6 +141,8 @@ struct plan_result {
   }
   if (best_per_seq) std::stable_sort(keep.begin(), keep.end(), better);
   res.ranked = std::move(keep);
+  for (std::size_t fi = 0; fi < req.formats.size(); ++fi)
+    if (have_format[fi]) res.best_per_format.push_back(per_format[fi]);
   return res;
 }
 

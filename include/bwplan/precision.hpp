@@ -85,16 +85,16 @@ struct format_traits {
   switch (f) {
     case compute_format::bf16: break;
     case compute_format::fp8:
-      t = {1.0, hopper ? 2.0 : 1.0, 1.0, "fp8", 0.78, true};
+      t = {1.0, hopper ? 2.0 : 1.0, 1.0, "fp8", 0.95, true};
       break;
     case compute_format::fp8_rowwise:
-      t = {storage_bytes_per_element(f), 2 * storage_bytes_per_element(f), 1.0, "fp8", 0.78, true};
+      t = {storage_bytes_per_element(f), 2 * storage_bytes_per_element(f), 1.0, "fp8", 0.90, true};
       break;
     case compute_format::mxfp8:
-      t = {2.0, 2 * storage_bytes_per_element(f), storage_bytes_per_element(f), "fp8", 0.80, true};
+      t = {2.0, 2 * storage_bytes_per_element(f), storage_bytes_per_element(f), "fp8", 0.90, true};
       break;
     case compute_format::nvfp4:
-      t = {storage_bytes_per_element(f), 2 * storage_bytes_per_element(f), storage_bytes_per_element(f), "fp4", 0.90, false};
+      t = {storage_bytes_per_element(f), 2 * storage_bytes_per_element(f), storage_bytes_per_element(f), "fp4", 1.0, false};
       break;
   }
   return t;

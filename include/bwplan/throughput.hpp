@@ -9,6 +9,7 @@
 #include <bwplan/units.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 
 namespace bwplan {
@@ -114,7 +115,11 @@ struct throughput_estimate {
   const double attn_fwd = 2 * b * s * s * q;  // causal: QK^T + PV at half
   const double gemm_eff = k.gemm_max * h / (h + k.gemm_half_width);
   const double peak_lp = gpu.peak(ft.rate_key).value_or(flop_rate::base(peak)).raw();
-  const double lp_rate = peak_lp * gemm_eff * ft.relative_gemm_efficiency;
+  // A faster tensor-core format needs larger matrices to reach the same efficiency, so the half-efficiency
+  // width grows with the format's peak ratio to bf16 (as its square root: reconciles the size dependence with
+  // the published end-to-end speed-ups, docs/precision.md#speed).
+  const double ratio = peak > 0 ? peak_lp / peak : 1;
+  const double lp_rate = peak_lp * (k.gemm_max * h / (h + k.gemm_half_width * std::sqrt(ratio))) * ft.relative_gemm_efficiency;
   const double hp_rate = peak * gemm_eff;
   // recomputed GEMM FLOPs per block (forward only): full checkpointing recomputes the block; per-op SAC the
   // matmuls it does not save (k, o, up for bf16; all of them when the format's GEMMs are not saved)
