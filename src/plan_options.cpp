@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include <map>
+#include <string_view>
 
 namespace bwplan::cli {
 
@@ -164,8 +165,13 @@ resolved_plan resolve_plan(const context& ctx, const hardware_catalog& cat, cons
   }
   require_support(cat, rp.target.gpu, c.format);
   for (auto [name, v] : {std::pair{"tp", o.tp}, std::pair{"cp", o.cp}, std::pair{"ep", o.ep}, std::pair{"pp", o.pp}})
-    if (v > modelled_parallel_degree)
+    if (v > modelled_parallel_degree && !(std::string_view(name) == "ep" && rp.model.is_moe()))
       throw invalid_request(fmt::format("{}={}: this release models data parallelism (FSDP/DDP) only; set {} to 1", name, v, name));
+  if (rp.model.is_moe()) {  // expert parallelism (issue 7): experts / ep, all-to-all per MoE block
+    c.ep = static_cast<int>(o.ep);
+    validate(c);
+    detail::validate_moe(rp.model, c);
+  }
   if (o.global_batch > 0) {
     const std::int64_t per = c.micro_batch * c.world_size;
     if (o.global_batch % per != 0)

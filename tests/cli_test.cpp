@@ -71,9 +71,28 @@ TEST_CASE("cli: bad input exits 2 with one line naming the file, field and probl
     CHECK_THAT(r.err, Catch::Contains("num_attention_heads=30 does not divide hidden_size=2048"));
   }
   SECTION("unsupported model_type") {
-    const auto r = run_cli({"estimate", (test::shared_dir() / "models" / "Mixtral-8x7B-v0.1.json").string()});
+    std::string t = llama_like;
+    t.replace(t.find("\"llama\""), 7, "\"mamba\"");
+    const auto r = run_cli({"estimate", write_temp("mamba.json", t)});
     CHECK(r.code == 2);
-    CHECK_THAT(r.err, Catch::Contains("unsupported model_type 'mixtral'"));
+    CHECK(lines(r.err) == 1);
+    CHECK_THAT(r.err, Catch::Contains("unsupported model_type 'mamba'"));
+  }
+  SECTION("MoE with top-k above the experts") {
+    std::string t = llama_like;
+    t.replace(t.find("\"llama\""), 7, "\"mixtral\", \"num_local_experts\": 4, \"num_experts_per_tok\": 8");
+    const auto r = run_cli({"estimate", write_temp("topk.json", t)});
+    CHECK(r.code == 2);
+    CHECK(lines(r.err) == 1);
+    CHECK_THAT(r.err, Catch::Contains("/num_experts_per_tok") && Catch::Contains("exceeds the 4 experts"));
+  }
+  SECTION("MoE with zero experts") {
+    std::string t = llama_like;
+    t.replace(t.find("\"llama\""), 7, "\"qwen3_moe\", \"num_experts\": 0, \"num_experts_per_tok\": 1, \"moe_intermediate_size\": 64");
+    const auto r = run_cli({"estimate", write_temp("zero.json", t)});
+    CHECK(r.code == 2);
+    CHECK(lines(r.err) == 1);
+    CHECK_THAT(r.err, Catch::Contains("/num_experts: must be >= 1, got 0"));
   }
   SECTION("negative micro-batch") {
     const auto r = run_cli({"estimate", "Llama-3.2-1B", "--mbs=-1"});
