@@ -39,6 +39,7 @@ void add_plan_options(CLI::App* sub, const std::shared_ptr<plan_options>& o) {
                   "blocks kept bf16 with a low-precision format: last:N, first:N, first:N,last:M, a fraction (trailing), or none "
                   "(default: none; nvfp4: 0.15 as torchtitan)");
   sub->add_flag("--fp8-all-gather", o->fp8_all_gather, "FSDP2 all-gathers FP8 weights (with --precision fp8)");
+  sub->add_option("--ep", o->ep, "expert parallelism (MoE models): routed experts split over ep GPUs (divides experts and GPUs)");
 }
 
 void require_support(const hardware_catalog& cat, const gpu_spec& gpu, compute_format f) {
