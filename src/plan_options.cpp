@@ -168,6 +168,9 @@ resolved_plan resolve_plan(const context& ctx, const hardware_catalog& cat, cons
   for (auto [name, v] : {std::pair{"tp", o.tp}, std::pair{"cp", o.cp}, std::pair{"ep", o.ep}, std::pair{"pp", o.pp}})
     if (v > modelled_parallel_degree && !(std::string_view(name) == "ep" && rp.model.is_moe()))
       throw invalid_request(fmt::format("{}={}: this release models data parallelism (FSDP/DDP) only; set {} to 1", name, v, name));
+  if (rp.model.positions > 0 && c.seq_len > rp.model.positions)
+    throw invalid_request(fmt::format("--seq {} exceeds the {} learned position embeddings of {} (n_positions)", c.seq_len,
+                                      rp.model.positions, rp.model.name));
   if (rp.model.is_moe()) {  // expert parallelism (issue 7): experts / ep, all-to-all per MoE block
     c.ep = static_cast<int>(o.ep);
     validate(c);

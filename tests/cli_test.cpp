@@ -227,3 +227,15 @@ TEST_CASE("cli: estimate takes --ep for MoE models only", "[cli]") {
   CHECK(bad.code == 2);
   CHECK(lines(bad.err) == 1);
 }
+
+TEST_CASE("cli: gpt2 sequences are capped by its learned positions", "[cli]") {
+  const std::string gpt2 = (test::shared_dir() / "models" / "gpt2.json").string();
+  const auto ok = run_cli({"estimate", gpt2, "--seq", "1024"});
+  CHECK(ok.code == 0);
+  const auto bad = run_cli({"estimate", gpt2, "--seq", "2048"});
+  CHECK(bad.code == 2);
+  CHECK(lines(bad.err) == 1);
+  CHECK_THAT(bad.err, Catch::Contains("n_positions"));
+  const auto rec = run_cli({"recommend", gpt2, "--seq", "1024"});
+  CHECK(rec.code == 0);
+}

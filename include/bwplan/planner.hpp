@@ -85,6 +85,7 @@ struct plan_result {
   };
   for (std::int64_t seq : req.seq_lens) {
     if (seq < 1) throw invalid_request("--seq: must be >= 1, got " + std::to_string(seq));
+    if (m.positions > 0 && seq > m.positions) continue;  // learned positions (gpt2) cap the sequence
     plan_candidate best_seq{};
     bool have_seq = false;
     for (std::int64_t mbs = 1; mbs <= req.max_micro_batch; mbs *= 2) {
