@@ -100,6 +100,7 @@ std::string describe(const training_config& c) {
     if (c.fp8_all_gather) s += ", FP8 all-gather";
   }
   s += c.shard == sharding::full ? ", FSDP full shard" : (c.world_size > 1 ? ", DDP" : ", no sharding");
+  if (c.ep > 1) s += fmt::format(", expert parallel {}", c.ep);
   if (c.master == master_weights::bf16) s += ", bf16 master";
   if (c.loss == loss_impl::chunked) s += ", chunked loss";
   return s;
@@ -110,8 +111,13 @@ nlohmann::ordered_json to_json(const model_spec& m, const training_config& c, co
   const parameter_count pc = count_parameters(m);
   nlohmann::ordered_json j;
   j["model"] = {{"name", m.name}, {"family", m.family}};
-  j["params"] = {{"total", pc.total()}, {"non_embedding", pc.non_embedding()}, {"embedding", pc.embedding},
-                 {"lm_head", pc.lm_head}, {"per_block", pc.block()}};
+  j["params"] = {{"total", pc.total()}, {"active", pc.active()}, {"non_embedding", pc.non_embedding()},
+                 {"embedding", pc.embedding}, {"lm_head", pc.lm_head}, {"per_block", pc.block()}};
+  if (pc.positions > 0) j["params"]["position_embedding"] = pc.positions;
+  if (m.is_moe())
+    j["params"]["moe"] = {{"experts", m.experts}, {"top_k", m.top_k}, {"moe_layers", m.moe_layers},
+                          {"routed_experts", pc.routed_experts}};
+  if (pc.mtp > 0) j["params"]["mtp"] = pc.mtp;
   j["config"] = {{"micro_batch_size", c.micro_batch},
                  {"seq_len", c.seq_len},
                  {"grad_accum", c.grad_accum},
@@ -126,6 +132,7 @@ nlohmann::ordered_json to_json(const model_spec& m, const training_config& c, co
                  {"bf16_blocks", {{"first", c.bf16_kept().first}, {"last", c.bf16_kept().last_for(m.layers)}}},
                  {"quantized_blocks", c.quantized_blocks(m.layers)},
                  {"fp8_all_gather", c.fp8_all_gather},
+                 {"ep", c.ep},
                  {"optimizer_impl", to_string(c.optimizer)},
                  {"loss", to_string(c.loss)}};
   const auto& b = me.at_peak;

@@ -23,7 +23,10 @@ struct estimate_options : plan_options {
 void print_table(std::ostream& out, const model_spec& m, const resolved_target& t, const training_config& c,
                  const memory_estimate& me, const throughput_estimate& te, term_style st) {
   const parameter_count pc = count_parameters(m);
-  out << fmt::format("model      {} ({}), {:.3f} B parameters\n", m.name, m.family, static_cast<double>(pc.total()) / 1e9);
+  out << fmt::format("model      {} ({}), {:.3f} B parameters", m.name, m.family, static_cast<double>(pc.total()) / 1e9);
+  if (m.is_moe()) out << fmt::format(" ({:.3f} B active: top-{} of {} experts)", static_cast<double>(pc.active()) / 1e9, m.top_k, m.experts);
+  if (pc.mtp > 0) out << fmt::format(", + {:.3f} B multi-token prediction", static_cast<double>(pc.mtp) / 1e9);
+  out << "\n";
   out << fmt::format("hardware   {} x {}{}\n", c.world_size, t.gpu.id,
                      t.instance ? fmt::format(" ({} x {})", c.world_size / std::max(1, c.gpus_per_node), t.instance->id) : "");
   out << fmt::format("config     {}\n\n", describe(c));

@@ -123,7 +123,7 @@ nlohmann::ordered_json plan_json(const recommend_options& o, const resolved_targ
   j["sharding"] = to_string(c.shard);
   j["tp"] = 1;
   j["cp"] = 1;
-  j["ep"] = 1;
+  j["ep"] = c.ep;
   j["pp"] = 1;
   j["optimizer"] = "adamw";
   j["optimizer_impl"] = to_string(c.optimizer);
@@ -151,6 +151,9 @@ std::string why(const plan_candidate& a, const plan_candidate& b) {
                                 b.throughput.exposed_communication.raw()));
   if (x.format != y.format) diffs.push_back(fmt::format("{} vs {} GEMMs", to_string(x.format), to_string(y.format)));
   if (x.loss != y.loss) diffs.push_back(fmt::format("{} vs {} loss", to_string(x.loss), to_string(y.loss)));
+  if (x.ep != y.ep)
+    diffs.push_back(fmt::format("expert parallel {} vs {} ({:.3f} s vs {:.3f} s exposed communication)", x.ep, y.ep,
+                                a.throughput.exposed_communication.raw(), b.throughput.exposed_communication.raw()));
   std::string d;
   for (std::size_t i = 0; i < diffs.size(); ++i) d += (i ? "; " : "") + diffs[i];
   if (d.empty()) d = "same knobs";
@@ -212,7 +215,7 @@ runner register_recommend(CLI::App& app, context& ctx) {
       req.seq_lens = {s};
     }
     const auto t0 = std::chrono::steady_clock::now();
-    progress_bar bar(ctx.err, "searching", plan_search_size(req, req.nodes * (t.instance ? t.instance->gpus_per_node : 1)),
+    progress_bar bar(ctx.err, "searching", plan_search_size(req, req.nodes * (t.instance ? t.instance->gpus_per_node : 1), detail::ep_candidates(m, req.nodes * (t.instance ? t.instance->gpus_per_node : 1)).size()),
                      is_terminal(ctx.err));
     req.progress = [&bar](std::int64_t done, std::int64_t) { bar.update(done); };
     const plan_result r = search_plans(m, t.gpu, t.instance ? &*t.instance : nullptr, req,
@@ -274,15 +277,18 @@ runner register_recommend(CLI::App& app, context& ctx) {
                              r.evaluated, r.fitting, 100 * req.headroom);
       if (!r.ranked.empty()) {
         const term_style st = style_for(ctx.out, o->ascii);
-        ctx.out << fmt::format("{:>3}  {:>4} {:>6} {:>5} {:>12} {:>5} {:>9} {:>11} {:>11} {:>11} {:>6} {:>10}  {}\n", "#", "mbs", "seq",
-                               "accum", "AC", "shard", "loss", "precision", "peak GiB", "tokens/s", "MFU", "step s", "memory per GPU");
+        const bool moe = m.is_moe();  // MoE: an expert-parallel column after shard
+        ctx.out << fmt::format("{:>3}  {:>4} {:>6} {:>5} {:>12} {:>5}{} {:>9} {:>11} {:>11} {:>11} {:>6} {:>10}  {}\n", "#", "mbs", "seq",
+                               "accum", "AC", "shard", moe ? fmt::format(" {:>3}", "ep") : "", "loss", "precision", "peak GiB",
+                               "tokens/s", "MFU", "step s", "memory per GPU");
         int i = 1;
         for (const auto& p : r.ranked) {
           const auto& c = p.config;
-          ctx.out << fmt::format("{:>3}  {:>4} {:>6} {:>5} {:>12} {:>5} {:>9} {:>11} {:>11.2f} {:>11.0f} {:>5.1f}% {:>10.3f}  {}\n", i++,
+          ctx.out << fmt::format("{:>3}  {:>4} {:>6} {:>5} {:>12} {:>5}{} {:>9} {:>11} {:>11.2f} {:>11.0f} {:>5.1f}% {:>10.3f}  {}\n", i++,
                                  c.micro_batch, c.seq_len, c.grad_accum,
                                  ac_name(c),
-                                 c.shard == sharding::full ? "fsdp" : (c.world_size > 1 ? "ddp" : "none"), to_string(c.loss),
+                                 c.shard == sharding::full ? "fsdp" : (c.world_size > 1 ? "ddp" : "none"),
+                                 moe ? fmt::format(" {:>3}", c.ep) : "", to_string(c.loss),
                                  to_string(c.format),
                                  p.memory.device_peak().in(gib), p.throughput.tokens_per_s, 100 * p.throughput.mfu,
                                  p.throughput.step.raw(),

@@ -75,7 +75,7 @@ runner register_report(CLI::App& app, context& ctx) {
     d.request.formats.clear();  // the formats recommend tries by default (--numerics balanced)
     for (compute_format f : {compute_format::bf16, compute_format::mxfp8, compute_format::fp8})
       if (supports(t.gpu, f)) d.request.formats.push_back(f);
-    progress_bar bar(ctx.err, "searching plans", plan_search_size(d.request, d.request.nodes * (t.instance ? t.instance->gpus_per_node : 1)),
+    progress_bar bar(ctx.err, "searching plans", plan_search_size(d.request, d.request.nodes * (t.instance ? t.instance->gpus_per_node : 1), detail::ep_candidates(m, d.request.nodes * (t.instance ? t.instance->gpus_per_node : 1)).size()),
                      is_terminal(ctx.err));
     d.request.progress = [&bar](std::int64_t done, std::int64_t) { bar.update(done); };
     d.plans = search_plans(m, t.gpu, t.instance_ptr(), d.request, static_cast<std::size_t>(o->top));

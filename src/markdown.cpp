@@ -70,7 +70,9 @@ std::string ac_text(const training_config& c) {
   return c.ac_every == 1 ? "full" : fmt::format("every {}", c.ac_every);
 }
 std::string shard_text(const training_config& c) {
-  return c.shard == sharding::full ? "FSDP" : (c.world_size > 1 ? "DDP" : "none");
+  std::string s = c.shard == sharding::full ? "FSDP" : (c.world_size > 1 ? "DDP" : "none");
+  if (c.ep > 1) s += ", EP " + std::to_string(c.ep);
+  return s;
 }
 std::string grouped(double v) {
   const std::string digits = fmt::format("{:.0f}", std::abs(v));

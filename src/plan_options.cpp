@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include <map>
+#include <string_view>
 
 namespace bwplan::cli {
 
@@ -38,6 +39,7 @@ void add_plan_options(CLI::App* sub, const std::shared_ptr<plan_options>& o) {
                   "blocks kept bf16 with a low-precision format: last:N, first:N, first:N,last:M, a fraction (trailing), or none "
                   "(default: none; nvfp4: 0.15 as torchtitan)");
   sub->add_flag("--fp8-all-gather", o->fp8_all_gather, "FSDP2 all-gathers FP8 weights (with --precision fp8)");
+  sub->add_option("--ep", o->ep, "expert parallelism (MoE models): routed experts split over ep GPUs (divides experts and GPUs)");
 }
 
 void require_support(const hardware_catalog& cat, const gpu_spec& gpu, compute_format f) {
@@ -164,8 +166,16 @@ resolved_plan resolve_plan(const context& ctx, const hardware_catalog& cat, cons
   }
   require_support(cat, rp.target.gpu, c.format);
   for (auto [name, v] : {std::pair{"tp", o.tp}, std::pair{"cp", o.cp}, std::pair{"ep", o.ep}, std::pair{"pp", o.pp}})
-    if (v > modelled_parallel_degree)
+    if (v > modelled_parallel_degree && !(std::string_view(name) == "ep" && rp.model.is_moe()))
       throw invalid_request(fmt::format("{}={}: this release models data parallelism (FSDP/DDP) only; set {} to 1", name, v, name));
+  if (rp.model.positions > 0 && c.seq_len > rp.model.positions)
+    throw invalid_request(fmt::format("--seq {} exceeds the {} learned position embeddings of {} (n_positions)", c.seq_len,
+                                      rp.model.positions, rp.model.name));
+  if (rp.model.is_moe()) {  // expert parallelism (issue 7): experts / ep, all-to-all per MoE block
+    c.ep = static_cast<int>(o.ep);
+    validate(c);
+    detail::validate_moe(rp.model, c);
+  }
   if (o.global_batch > 0) {
     const std::int64_t per = c.micro_batch * c.world_size;
     if (o.global_batch % per != 0)

@@ -71,9 +71,28 @@ TEST_CASE("cli: bad input exits 2 with one line naming the file, field and probl
     CHECK_THAT(r.err, Catch::Contains("num_attention_heads=30 does not divide hidden_size=2048"));
   }
   SECTION("unsupported model_type") {
-    const auto r = run_cli({"estimate", (test::shared_dir() / "models" / "Mixtral-8x7B-v0.1.json").string()});
+    std::string t = llama_like;
+    t.replace(t.find("\"llama\""), 7, "\"mamba\"");
+    const auto r = run_cli({"estimate", write_temp("mamba.json", t)});
     CHECK(r.code == 2);
-    CHECK_THAT(r.err, Catch::Contains("unsupported model_type 'mixtral'"));
+    CHECK(lines(r.err) == 1);
+    CHECK_THAT(r.err, Catch::Contains("unsupported model_type 'mamba'"));
+  }
+  SECTION("MoE with top-k above the experts") {
+    std::string t = llama_like;
+    t.replace(t.find("\"llama\""), 7, "\"mixtral\", \"num_local_experts\": 4, \"num_experts_per_tok\": 8");
+    const auto r = run_cli({"estimate", write_temp("topk.json", t)});
+    CHECK(r.code == 2);
+    CHECK(lines(r.err) == 1);
+    CHECK_THAT(r.err, Catch::Contains("/num_experts_per_tok") && Catch::Contains("exceeds the 4 experts"));
+  }
+  SECTION("MoE with zero experts") {
+    std::string t = llama_like;
+    t.replace(t.find("\"llama\""), 7, "\"qwen3_moe\", \"num_experts\": 0, \"num_experts_per_tok\": 1, \"moe_intermediate_size\": 64");
+    const auto r = run_cli({"estimate", write_temp("zero.json", t)});
+    CHECK(r.code == 2);
+    CHECK(lines(r.err) == 1);
+    CHECK_THAT(r.err, Catch::Contains("/num_experts: must be >= 1, got 0"));
   }
   SECTION("negative micro-batch") {
     const auto r = run_cli({"estimate", "Llama-3.2-1B", "--mbs=-1"});
@@ -150,4 +169,73 @@ TEST_CASE("cli: hardware lists the catalog", "[cli]") {
   for (const char* s : {"h100", "h200", "b200", "b300", "ml.p5.48xlarge", "ml.p5e.48xlarge", "ml.p5en.48xlarge",
                         "ml.p6-b200.48xlarge", "ml.p6-b300.48xlarge"})
     CHECK_THAT(r.out, Catch::Contains(s));
+}
+
+TEST_CASE("cli: recommend plans MoE models with expert parallelism (Mixtral, Qwen3-30B-A3B on one p6-b200)", "[cli]") {
+  for (const char* name : {"Mixtral-8x7B-v0.1", "Qwen3-30B-A3B"}) {
+    INFO(name);
+    const std::string model = (test::shared_dir() / "models" / (std::string(name) + ".json")).string();
+    const auto r = run_cli({"recommend", model, "--instance", "ml.p6-b200.48xlarge", "--format", "json"});
+    REQUIRE(r.code == 0);
+    const auto j = nlohmann::json::parse(r.out);
+    REQUIRE(!j["plans"].empty());
+    const auto& best = j["plans"][0];
+    CHECK(best["fits"] == true);
+    CHECK(best["config"]["world_size"] == 8);
+    const int ep = best["config"]["ep"].get<int>();
+    CHECK((ep == 1 || ep == 2 || ep == 4 || ep == 8));
+    CHECK(best["params"]["active"].get<std::int64_t>() < best["params"]["total"].get<std::int64_t>());
+    const auto t = run_cli({"recommend", model});
+    REQUIRE(t.code == 0);
+    CHECK_THAT(t.out, Catch::Contains(" ep ") && Catch::Contains("why: "));
+  }
+}
+
+TEST_CASE("cli: recommend plans DeepSeek-V3 on the nodes it needs with expert parallelism", "[cli]") {
+  const std::string model = (test::shared_dir() / "models" / "DeepSeek-V3-Base.json").string();
+  // 671B parameters with fp32 master weights and AdamW: 16 B/param = 10.7 TB of state; 8 nodes (64 B200) are too few
+  const auto few = run_cli({"recommend", model, "--instance", "ml.p6-b200.48xlarge", "--nodes", "8", "--format", "json"});
+  CHECK(few.code == 1);
+  const auto r = run_cli({"recommend", model, "--instance", "ml.p6-b200.48xlarge", "--nodes", "10", "--format", "json"});
+  REQUIRE(r.code == 0);
+  const auto j = nlohmann::json::parse(r.out);
+  REQUIRE(!j["plans"].empty());
+  const auto& best = j["plans"][0];
+  CHECK(best["config"]["world_size"] == 80);
+  CHECK(best["config"]["ep"].get<int>() > 1);
+  CHECK(best["params"]["total"] == 671'026'419'200);
+  CHECK(best["params"]["mtp"].get<std::int64_t>() > 11'000'000'000);
+  const auto t = run_cli({"recommend", model, "--nodes", "10"});
+  REQUIRE(t.code == 0);
+  CHECK_THAT(t.out, Catch::Contains(" ep ") && Catch::Contains("expert parallel"));
+}
+
+TEST_CASE("cli: estimate takes --ep for MoE models only", "[cli]") {
+  const std::string mixtral = (test::shared_dir() / "models" / "Mixtral-8x7B-v0.1.json").string();
+  const auto ok = run_cli({"estimate", mixtral, "--ep", "8", "--format", "json"});
+  REQUIRE(ok.code == 0);
+  const auto j = nlohmann::json::parse(ok.out);
+  CHECK(j["config"]["ep"] == 8);
+  CHECK(j["params"]["active"] == 12'879'925'248);
+  const auto ep1 = nlohmann::json::parse(run_cli({"estimate", mixtral, "--format", "json"}).out);
+  // without ep each GPU all-gathers all 8 experts of a block; with ep 8 only its own
+  CHECK(j["memory"]["peak_allocated_bytes"].get<double>() < ep1["memory"]["peak_allocated_bytes"].get<double>());
+  const auto dense = run_cli({"estimate", "Llama-3.1-8B", "--ep", "2"});
+  CHECK(dense.code == 2);
+  CHECK(lines(dense.err) == 1);
+  const auto bad = run_cli({"estimate", mixtral, "--ep", "3"});
+  CHECK(bad.code == 2);
+  CHECK(lines(bad.err) == 1);
+}
+
+TEST_CASE("cli: gpt2 sequences are capped by its learned positions", "[cli]") {
+  const std::string gpt2 = (test::shared_dir() / "models" / "gpt2.json").string();
+  const auto ok = run_cli({"estimate", gpt2, "--seq", "1024"});
+  CHECK(ok.code == 0);
+  const auto bad = run_cli({"estimate", gpt2, "--seq", "2048"});
+  CHECK(bad.code == 2);
+  CHECK(lines(bad.err) == 1);
+  CHECK_THAT(bad.err, Catch::Contains("n_positions"));
+  const auto rec = run_cli({"recommend", gpt2, "--seq", "1024"});
+  CHECK(rec.code == 0);
 }

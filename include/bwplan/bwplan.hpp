@@ -7,6 +7,7 @@
 #include <bwplan/hardware.hpp>
 #include <bwplan/memory.hpp>
 #include <bwplan/model.hpp>
+#include <bwplan/moe.hpp>
 #include <bwplan/planner.hpp>
 #include <bwplan/throughput.hpp>
 #include <bwplan/training.hpp>

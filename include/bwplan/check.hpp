@@ -180,9 +180,13 @@ inline std::string plan_settings(const training_config& c) {
                      " (load-balanced ring attention splits each sequence into 2*cp chunks)");
     layout_ptrs.push_back("/cp");
   }
-  if (in.ep > 1) {
+  if (in.ep > 1 && !m.is_moe()) {
     layout.push_back("ep=" + std::to_string(in.ep) + " but " + m.name + " is a dense model (no experts to shard)");
     layout_ptrs.push_back("/ep");
+  } else if (in.ep > 1 && (m.experts % in.ep != 0 || c.world_size % in.ep != 0)) {
+    layout.push_back("ep=" + std::to_string(in.ep) + " does not divide the " + std::to_string(m.experts) + " experts and the " +
+                     std::to_string(c.world_size) + " GPUs");
+    layout_ptrs.insert(layout_ptrs.end(), {"/ep", "/gpus", "/nodes"});
   }
   if (c.world_size % model_par != 0) {
     layout.push_back("tp*cp*pp=" + std::to_string(model_par) + " does not divide the " + std::to_string(c.world_size) + " GPUs");
@@ -225,7 +229,7 @@ inline std::string plan_settings(const training_config& c) {
   }
   std::vector<std::string> unmodelled;
   for (auto [name, v] : {std::pair{"tp", in.tp}, std::pair{"cp", in.cp}, std::pair{"ep", in.ep}, std::pair{"pp", in.pp}})
-    if (v > modelled_parallel_degree) unmodelled.push_back(std::string(name) + "=" + std::to_string(v));
+    if (v > modelled_parallel_degree && !(std::string_view(name) == "ep" && m.is_moe())) unmodelled.push_back(std::string(name) + "=" + std::to_string(v));
   if (!unmodelled.empty()) {
     std::string list;
     for (std::size_t i = 0; i < unmodelled.size(); ++i) list += (i ? ", " : "") + unmodelled[i];
@@ -282,6 +286,7 @@ inline std::string plan_settings(const training_config& c) {
   }
 
   // ---- evaluation
+  if (m.is_moe()) c.ep = static_cast<int>(in.ep);  // layout checked above (BWP005)
   const memory_estimate me = estimate_memory(m, c, in.gpu);
   const throughput_estimate te = estimate_throughput(m, c, in.gpu, in.instance);
   res.memory = me;

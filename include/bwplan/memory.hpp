@@ -4,6 +4,7 @@
 
 #include <bwplan/hardware.hpp>
 #include <bwplan/model.hpp>
+#include <bwplan/moe.hpp>
 #include <bwplan/precision.hpp>
 #include <bwplan/training.hpp>
 #include <bwplan/units.hpp>
@@ -99,7 +100,7 @@ struct activation_terms {
                                                                     const format_traits& t = {},
                                                                     bool quantized = false) noexcept {
   const double h = static_cast<double>(m.hidden), q = static_cast<double>(m.q_dim());
-  const double kv = static_cast<double>(m.kv_dim()), f = static_cast<double>(m.intermediate);
+  const double kv = static_cast<double>(m.kv_dim()), f = mlp_width_per_token(m);
   const double a = static_cast<double>(m.heads);
   const double rs = amp ? 4 : 2;  // residual stream element size
   activation_terms r{};
@@ -116,7 +117,7 @@ struct activation_terms {
     attn += s * q;                                   // O-projection input (SDPA keeps its bf16 output too)
     mlp += -2 * f + s * f;                           // down-projection input
   }
-  r.block_saved = norms + attn + mlp + 8;  // + fp32 rstd of both norms
+  r.block_saved = norms + attn + mlp + 8 + moe_mla_saved_per_token(m);  // + fp32 rstd of both norms
   r.checkpoint = rs * h;
   r.lse = 4 * a;
   // per-op SAC: block input, attention output + LSE, and every other matmul output (q, v, gate, down)
@@ -147,14 +148,17 @@ struct activation_terms {
 [[nodiscard]] inline memory_estimate estimate_memory(const model_spec& m, const training_config& c, const gpu_spec& gpu,
                                                      const runtime_overheads& rt = {}) {
   validate(c);
-  const parameter_count pc = count_parameters(m);
+  detail::validate_moe(m, c);
+  const parameter_count pc_full = count_parameters(m);
+  const parameter_count pc = detail::ep_local(pc_full, m, c.ep);  // routed experts / ep (MoE only)
   const bool fsdp = c.shard == sharding::full;
   const bool amp = !fsdp && c.master == master_weights::fp32;
   const bool accum = c.grad_accum > 1;
   const double n = fsdp ? c.world_size : 1;
   const double w = c.master == master_weights::fp32 ? 4 : 2;  // bytes per stored parameter, gradient, state
   const double g = w;
-  const double P = static_cast<double>(pc.total());
+  // Stored state per GPU: under FSDP experts are sharded over ep × (world/ep) = world ranks, like the rest
+  const double P = static_cast<double>(fsdp ? pc_full.total() : pc.total());
   const double Pb = static_cast<double>(pc.block());
   const double lin = static_cast<double>(pc.block_linear);
   const double head_w = static_cast<double>(m.vocab * m.hidden);
@@ -175,7 +179,7 @@ struct activation_terms {
   base.parameters = bytes::base(w * P / n);
   base.optimizer_states = bytes::base(2 * w * P / n);
   base.workspace = rt.cublas_workspace;
-  if (!fsdp && c.world_size > 1) base.ddp_buckets = bytes::base(g * P);
+  if (!fsdp && c.world_size > 1) base.ddp_buckets = bytes::base(g * P);  // P: experts / ep without FSDP
   if (accum) base.gradients = bytes::base(g * P / n);  // kept across micro-batches
 
   const double ck = act_hp.checkpoint * T;
@@ -242,7 +246,7 @@ struct activation_terms {
     const std::int64_t i = L - 1;
     lb.compute_weights = bytes::base(root + gathered + (amp ? 2 * lin * static_cast<double>(L) : 0) + (quantized(i) ? wcopy : 0));
     lb.activations = bytes::base(saved_all - saved(i));
-    lb.transient = bytes::base(c.checkpointed(i) ? T * (6 * static_cast<double>(m.intermediate)) : full_saved(i));
+    lb.transient = bytes::base(c.checkpointed(i) ? T * (6 * detail::mlp_width_per_token(m)) : full_saved(i));
     fwd_peak = std::max(fwd_peak, consider(lb, step_phase::forward));
   }
   memory_breakdown after_fwd = base;
@@ -259,7 +263,7 @@ struct activation_terms {
     bwd_peak = consider(lp, step_phase::backward);
   }
   const double head_grad = c.loss == loss_impl::chunked ? loss_grad : (fsdp ? 2 * head_w : (accum ? 0 : g * head_w));
-  const double gres = accum ? 0 : (fsdp ? g * Pb / n : g * Pb);
+  const double gres = accum ? 0 : (fsdp ? g * static_cast<double>(pc_full.block()) / n : g * Pb);
   const double block_grad_tmp = fsdp ? 2 * Pb + (c.master == master_weights::fp32 ? 4 * Pb : 0) + gathered
                                      : (accum ? 2 * lin : g * Pb);
   const double gtmp = act_hp.grad_temp * T;

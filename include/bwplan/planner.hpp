@@ -34,10 +34,11 @@ struct plan_request {
   std::function<void(std::int64_t, std::int64_t)> progress;
 };
 
-/// Number of configurations search_plans evaluates for `req` on `world` GPUs.
-[[nodiscard]] inline std::int64_t plan_search_size(const plan_request& req, int world) {
+/// Number of configurations search_plans evaluates for `req` on `world` GPUs (`eps`: expert-parallel
+/// degrees tried, 1 for dense models; see detail::ep_candidates).
+[[nodiscard]] inline std::int64_t plan_search_size(const plan_request& req, int world, std::size_t eps = 1) {
   std::int64_t n = 0;
-  const auto per_mbs = static_cast<std::int64_t>(req.shardings.size() * req.ac_every.size() * req.losses.size() *
+  const auto per_mbs = static_cast<std::int64_t>(req.shardings.size() * req.ac_every.size() * req.losses.size() * eps *
                                                  std::max<std::size_t>(1, req.formats.size()));
   for (std::int64_t seq : req.seq_lens) {
     if (seq < 1) continue;
@@ -64,8 +65,8 @@ struct plan_result {
   std::vector<plan_candidate> best_per_format;  ///< the best fitting candidate of each format tried (in request order)
 };
 
-/// Searches micro-batch size (powers of two), activation checkpointing, sharding, loss implementation
-/// and sequence length; gradient accumulation follows from the global batch
+/// Searches micro-batch size (powers of two), activation checkpointing, sharding, loss implementation,
+/// expert parallelism (MoE models only: detail::ep_candidates) and sequence length; gradient accumulation follows from the global batch
 /// (`ceil(global_batch_tokens / (mbs · seq · world))`). Keeps candidates whose device peak is at most
 /// (1 − headroom) · capacity and ranks them by tokens/s. Returns at most `top` candidates; with
 /// `best_per_seq`, the best of each sequence length instead. Throws invalid_request for an empty search.
@@ -85,7 +86,8 @@ struct plan_result {
   std::vector<bool> have_format(req.formats.size(), false);
   const int per_node = inst ? inst->gpus_per_node : 1;
   const int world = req.nodes * per_node;
-  const std::int64_t total = req.progress ? plan_search_size(req, world) : 0;
+  const std::vector<int> eps = detail::ep_candidates(m, world);  // MoE: expert parallelism too
+  const std::int64_t total = req.progress ? plan_search_size(req, world, eps.size()) : 0;
   plan_result res;
   std::vector<plan_candidate> keep;
   const std::size_t cap = best_per_seq ? req.seq_lens.size() : std::max<std::size_t>(top, 1);
@@ -94,6 +96,7 @@ struct plan_result {
   };
   for (std::int64_t seq : req.seq_lens) {
     if (seq < 1) throw invalid_request("--seq: must be >= 1, got " + std::to_string(seq));
+    if (m.positions > 0 && seq > m.positions) continue;  // learned positions (gpt2) cap the sequence
     plan_candidate best_seq{};
     bool have_seq = false;
     for (std::int64_t mbs = 1; mbs <= req.max_micro_batch; mbs *= 2) {
@@ -103,8 +106,10 @@ struct plan_result {
         for (int ac : req.ac_every) {
           for (loss_impl loss : req.losses) {
            for (std::size_t fi = 0; fi < req.formats.size(); ++fi) {
+          for (int ep : eps) {
             training_config c;
             c.format = req.formats[fi];
+            c.ep = ep;
             c.micro_batch = mbs;
             c.seq_len = seq;
             c.world_size = world;
@@ -133,6 +138,7 @@ struct plan_result {
               if (keep.size() > cap) keep.pop_back();
             }
            }
+          }
           }
         }
       }

@@ -4,6 +4,7 @@
 
 #include <bwplan/hardware.hpp>
 #include <bwplan/model.hpp>
+#include <bwplan/moe.hpp>
 #include <bwplan/precision.hpp>
 #include <bwplan/training.hpp>
 #include <bwplan/units.hpp>
@@ -51,12 +52,13 @@ struct throughput_estimate {
 
 /// Forward FLOPs per token of `m` at sequence length `s` (causal attention counted at half).
 ///
-/// GEMMs `2 · (L · block_linear + V · h)`; attention `2 · 2 · s · a · d / 2` per layer (QKᵀ and PV,
+/// GEMMs `2 · (L · block_linear + V · h)` over the activated weights (MoE: router, shared and top-k
+/// experts; parameter_count::active_gemm_weights); attention `2 · 2 · s · a · d / 2` per layer (QKᵀ and PV,
 /// causal). Source: Narayanan et al. 2021 (arXiv:2104.04473) appendix, Megatron-LM
 /// `num_floating_point_operations`, with the causal half as in torchtitan/FlashAttention accounting.
 [[nodiscard]] constexpr double forward_flops_per_token(const model_spec& m, std::int64_t seq) noexcept {
   const parameter_count pc = count_parameters(m);
-  const double gemm = 2.0 * static_cast<double>(pc.gemm_weights());
+  const double gemm = 2.0 * static_cast<double>(pc.active_gemm_weights());  // MoE: the top-k experts only
   const double attn = 2.0 * static_cast<double>(seq) * static_cast<double>(m.q_dim()) * static_cast<double>(m.layers);
   return gemm + attn;
 }
@@ -78,6 +80,23 @@ struct throughput_estimate {
   return std::min(intra, inter);
 }
 
+/// Expert-parallel all-to-all time of one micro-batch (issue 7): per MoE block, dispatch and combine of
+/// `T · k · cf · h` bf16 elements each in forward and again in backward (×4; checkpointed blocks repeat the
+/// forward pair), of which (ep − 1)/ep leave the GPU; over NVLink while ep ≤ GPUs per node, else over the
+/// node's EFA shared by its GPUs. 0 for ep = 1. Source: GShard/DeepSpeed-MoE all-to-all volume; torchtitan
+/// expert parallelism (dispatch and combine all-to-all per MoE layer).
+[[nodiscard]] inline double moe_all_to_all_s(const model_spec& m, const training_config& c, const gpu_spec& gpu,
+                                             const instance_spec* inst, const throughput_calibration& k) {
+  if (c.ep <= 1 || !m.is_moe()) return 0;
+  const double T = static_cast<double>(c.tokens_per_micro_batch());
+  const double per_dir = T * static_cast<double>(m.top_k) * c.moe_capacity_factor * static_cast<double>(m.hidden) * 2;
+  const double ck = static_cast<double>(c.checkpointed_blocks(m.layers)) / static_cast<double>(m.layers);
+  const double calls = (4 + 2 * ck) * static_cast<double>(m.moe_layers);
+  const byte_rate bw = collective_bandwidth(gpu, inst, c.ep, c.gpus_per_node, k);
+  const double frac = static_cast<double>(c.ep - 1) / c.ep;
+  return calls * (frac * per_dir / bw.raw() + k.collective_latency_s);
+}
+
 /// Step time, tokens/s and MFU of configuration `c` on `gpu`.
 ///
 /// Roofline per op class: GEMM FLOPs / (bf16 peak · gemm_max · h/(h + h½)); attention FLOPs (backward
@@ -90,18 +109,23 @@ struct throughput_estimate {
                                                              const gpu_spec& gpu, const instance_spec* inst = nullptr,
                                                              const throughput_calibration& k = {}) {
   validate(c);
-  const parameter_count pc = count_parameters(m);
+  detail::validate_moe(m, c);
+  const parameter_count pc_full = count_parameters(m);
+  const parameter_count pc = detail::ep_local(pc_full, m, c.ep);  // routed experts / ep (MoE only)
   const bool fsdp = c.shard == sharding::full;
   const bool amp = !fsdp && c.master == master_weights::fp32;
   const double T = static_cast<double>(c.tokens_per_micro_batch());
   const double b = static_cast<double>(c.micro_batch), s = static_cast<double>(c.seq_len);
   const double h = static_cast<double>(m.hidden), V = static_cast<double>(m.vocab);
-  const double f = static_cast<double>(m.intermediate);
+  const double f = detail::mlp_width_per_token(m, c.moe_capacity_factor);
   const double q = static_cast<double>(m.q_dim()), kv = static_cast<double>(m.kv_dim());
   const double L = static_cast<double>(m.layers);
   const double nck = static_cast<double>(c.checkpointed_blocks(m.layers));
-  const double lin = static_cast<double>(pc.block_linear);
-  const double P = static_cast<double>(pc.total());
+  // GEMM weights a token runs through per block (MoE: activated experts, averaged over blocks)
+  const double lin = m.is_moe() ? static_cast<double>(pc_full.active_gemm_weights() - pc_full.embedding) / static_cast<double>(m.layers)
+                                : static_cast<double>(pc.block_linear);
+  const double P = static_cast<double>(fsdp ? pc_full.total() : pc.total());  // stored per GPU before ÷n
+  const double Pc = static_cast<double>(pc.total());  // gathered / all-reduced per GPU (experts / ep)
   const double n = fsdp ? c.world_size : 1;
   const double w = c.master == master_weights::fp32 ? 4 : 2;
   const double peak = gpu.peak("bf16").value_or(flop_rate{}).raw();
@@ -159,18 +183,23 @@ struct throughput_estimate {
   const double ga = static_cast<double>(c.grad_accum);
   if (c.world_size > 1) {
     if (fsdp) {
-      const double ag_bytes = c.fp8_all_gather ? P + static_cast<double>(pc.embedding + pc.lm_head) : 2 * P;
+      const double ag_bytes = c.fp8_all_gather ? Pc + static_cast<double>(pc.embedding + pc.lm_head) : 2 * Pc;
       const double ag = 2.0 * ring_gather_time(bytes::base(ag_bytes), c.world_size, bw, 0).raw();  // forward + backward
-      const double rs_b = ring_gather_time(bytes::base(w * P), c.world_size, bw, 0).raw();
+      const double rs_b = ring_gather_time(bytes::base(w * Pc), c.world_size, bw, 0).raw();
       const double per_mb = ag + rs_b + 3 * (L + 1) * k.collective_latency_s;
       t_comm = ga * per_mb;
-      const double first = ring_gather_time(bytes::base(2 * P / std::max(1.0, L)), c.world_size, bw, k.collective_latency_s).raw();
+      const double first = ring_gather_time(bytes::base(2 * Pc / std::max(1.0, L)), c.world_size, bw, k.collective_latency_s).raw();
       t_exposed = ga * (std::max(0.0, per_mb - t_mb) + first);
     } else {
-      const double ar = 2.0 * ring_gather_time(bytes::base(w * P), c.world_size, bw, k.collective_latency_s).raw();
+      const double ar = 2.0 * ring_gather_time(bytes::base(w * Pc), c.world_size, bw, k.collective_latency_s).raw();
       t_comm = ar;  // once per step (no_sync on earlier micro-batches)
       t_exposed = std::max(0.0, ar - (2.0 / 3.0) * t_mb) + ar / std::max(1.0, L);
     }
+  }
+  {  // expert-parallel all-to-all: on the critical path of every MoE block (not overlapped)
+    const double a2a = ga * moe_all_to_all_s(m, c, gpu, inst, k);
+    t_comm += a2a;
+    t_exposed += a2a;
   }
 
   throughput_estimate e;

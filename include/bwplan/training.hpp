@@ -59,6 +59,8 @@ struct training_config {
   bool fp8_all_gather = false;                    ///< FSDP2 all-gathers FP8 weights (fp8 tensorwise only)
   optimizer_impl optimizer = optimizer_impl::fused;
   loss_impl loss = loss_impl::standard;
+  int ep = 1;                       ///< expert parallelism: routed experts split over ep GPUs (MoE models; divides world_size)
+  double moe_capacity_factor = 1.0; ///< MoE dispatch buffer size relative to top_k · tokens (1 = dropless)
 
   /// Tokens each GPU processes per micro-batch.
   [[nodiscard]] constexpr std::int64_t tokens_per_micro_batch() const noexcept { return micro_batch * seq_len; }
@@ -90,6 +92,9 @@ inline void validate(const training_config& c) {
   need(c.grad_accum >= 1, "gradient accumulation must be >= 1, got " + std::to_string(c.grad_accum));
   need(c.world_size >= 1, "--gpus: world size must be >= 1, got " + std::to_string(c.world_size));
   need(c.gpus_per_node >= 1, "GPUs per node must be >= 1, got " + std::to_string(c.gpus_per_node));
+  need(c.ep >= 1 && c.world_size % c.ep == 0,
+       "--ep: expert parallelism must divide the world size " + std::to_string(c.world_size) + ", got " + std::to_string(c.ep));
+  need(c.moe_capacity_factor >= 1, "MoE capacity factor must be >= 1");
   need(c.ac_every >= 1, "--ac-every: must be >= 1, got " + std::to_string(c.ac_every));
   need(!(c.ac_enabled && c.selective != selective_ac::none), "--ac: full and selective checkpointing are exclusive");
   need(!c.fp8_all_gather || (c.format == compute_format::fp8 && c.shard == sharding::full),

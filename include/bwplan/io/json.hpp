@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <initializer_list>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -25,7 +26,10 @@ namespace bwplan::io {
 
 /// Families whose config.json this release reads.
 inline const std::vector<std::string>& supported_families() {
-  static const std::vector<std::string> f{"llama", "mistral", "qwen2", "qwen3", "gemma", "phi3"};
+  static const std::vector<std::string> f{"llama",     "mistral",    "qwen2",       "qwen3",      "gemma",
+                                          "gemma2",    "gemma3",     "gemma3_text", "phi3",       "mixtral",
+                                          "qwen2_moe", "qwen3_moe",  "deepseek_v2", "deepseek_v3", "gpt2",
+                                          "falcon",    "RefinedWebModel", "RefinedWeb"};
   return f;
 }
 
@@ -128,6 +132,132 @@ inline std::string get_string(const nlohmann::json& j, const std::string& file, 
   return it->get<std::string>();
 }
 
+
+/// The first of `keys` present and not null, or nullptr.
+inline const char* first_key(const nlohmann::json& j, std::initializer_list<const char*> keys) {
+  for (const char* k : keys)
+    if (auto it = j.find(k); it != j.end() && !it->is_null()) return k;
+  return nullptr;
+}
+
+/// Reads the family-specific keys of `j` into `m` (m.family is set and supported).
+inline void read_family(model_spec& m, const nlohmann::json& j, const std::string& file) {
+  const std::string& f = m.family;
+  const bool gpt2 = f == "gpt2";
+  const bool falcon = f == "falcon" || f == "RefinedWebModel" || f == "RefinedWeb";
+  const bool deepseek = f == "deepseek_v2" || f == "deepseek_v3";
+  const bool gemma = f == "gemma" || f == "gemma2" || f == "gemma3" || f == "gemma3_text";
+  auto key = [&](std::initializer_list<const char*> keys) {
+    const char* k = first_key(j, keys);
+    return std::string(k ? k : *keys.begin());
+  };
+  // Upper bounds far above any published model keep the integer arithmetic of count_parameters exact.
+  m.hidden = get_int(j, file, gpt2 ? key({"n_embd", "hidden_size"}) : "hidden_size", std::nullopt, 1, 1 << 20);
+  m.layers = get_int(j, file, key({"num_hidden_layers", "n_layer"}), std::nullopt, 1, 100'000);
+  m.heads = get_int(j, file, key({"num_attention_heads", "n_head"}), std::nullopt, 1, 1 << 16);
+  if (falcon) {
+    const bool new_arch = get_bool(j, file, "new_decoder_architecture", false);
+    const bool mq = get_bool(j, file, "multi_query", !new_arch && f != "falcon");  // RW configs: multi-query by default
+    if (new_arch) m.kv_heads = get_int(j, file, key({"num_kv_heads", "n_head_kv"}), m.heads, 1, 1 << 16);
+    else m.kv_heads = mq ? 1 : m.heads;
+    const bool parallel = get_bool(j, file, "parallel_attn", true);
+    m.norms_per_block = new_arch ? static_cast<int>(get_int(j, file, "num_ln_in_parallel_attn", 2, 1, 2)) : (parallel ? 1 : 2);
+    const bool bias = get_bool(j, file, "bias", false);
+    m.qkv_bias = m.o_bias = m.mlp_bias = bias;
+    m.layer_norm = true;
+    m.gated_mlp = false;
+  } else if (gpt2) {
+    m.kv_heads = m.heads;
+    m.layer_norm = true;
+    m.gated_mlp = false;
+    m.qkv_bias = m.o_bias = m.mlp_bias = true;
+  } else {
+    m.kv_heads = get_int(j, file, "num_key_value_heads", m.heads, 1, 1 << 16);
+  }
+  if (gpt2) {
+    m.intermediate = get_int(j, file, "n_inner", 4 * m.hidden, 1, 1 << 22);
+    m.positions = get_int(j, file, "n_positions", 1024, 1, 1 << 22);
+    m.max_context = m.positions;
+  } else if (falcon) {
+    m.intermediate = get_int(j, file, "ffn_hidden_size", 4 * m.hidden, 1, 1 << 22);
+    m.max_context = get_int(j, file, "max_position_embeddings", 2048, 1, std::int64_t{1} << 40);
+  } else {
+    m.intermediate = get_int(j, file, "intermediate_size", std::nullopt, 1, 1 << 22);
+    m.max_context = get_int(j, file, "max_position_embeddings", 4096, 1, std::int64_t{1} << 40);
+  }
+  m.vocab = get_int(j, file, "vocab_size", gpt2 ? std::optional<std::int64_t>(50257) : std::nullopt, 1, 1 << 28);
+  if (deepseek && j.contains("kv_lora_rank") && !j.at("kv_lora_rank").is_null()) {
+    m.kv_lora_rank = get_int(j, file, "kv_lora_rank", std::nullopt, 1, 1 << 20);
+    m.q_lora_rank = get_int(j, file, "q_lora_rank", 0, 0, 1 << 20);
+    m.qk_rope_dim = get_int(j, file, "qk_rope_head_dim", 64, 1, 1 << 16);
+    m.head_dim = get_int(j, file, "qk_nope_head_dim", 128, 1, 1 << 16) + m.qk_rope_dim;
+    m.v_head_dim = get_int(j, file, "v_head_dim", 128, 1, 1 << 16);
+    m.kv_heads = m.heads;  // decompressed per-head K and V
+  } else if (!gpt2 && !falcon && j.contains("head_dim") && !j.at("head_dim").is_null()) {
+    m.head_dim = get_int(j, file, "head_dim", std::nullopt, 1, 1 << 16);
+  } else {
+    const std::string hk = gpt2 ? "/n_head" : (falcon ? "/" + key({"num_attention_heads", "n_head"}) : "/num_attention_heads");
+    if (m.hidden % m.heads != 0)
+      throw config_error(file, hk,
+                         hk.substr(1) + "=" + std::to_string(m.heads) + " does not divide hidden_size=" +
+                             std::to_string(m.hidden) + " (and no head_dim is given)");
+    m.head_dim = m.hidden / m.heads;
+  }
+  if (m.heads % m.kv_heads != 0)
+    throw config_error(file, falcon ? "/num_kv_heads" : "/num_key_value_heads",
+                       "num_key_value_heads=" + std::to_string(m.kv_heads) + " does not divide num_attention_heads=" +
+                           std::to_string(m.heads));
+  m.tied_embeddings = gpt2 || get_bool(j, file, "tie_word_embeddings", gemma || falcon);
+  if (!gpt2 && !falcon)
+    m.qkv_bias = f == "qwen2" || f == "qwen2_moe" ? true : get_bool(j, file, "attention_bias", false);
+  if (deepseek) m.qkv_bias = false;  // MLA: attention_bias applies to no counted projection in V3 (False in every config)
+  m.qk_norm = f == "qwen3" || f == "qwen3_moe" || f == "gemma3" || f == "gemma3_text";
+  if (f == "gemma2" || f == "gemma3" || f == "gemma3_text") m.norms_per_block = 4;
+  if (!gpt2 && !falcon) m.gated_mlp = true;
+
+  // ---- MoE
+  const char* ekey = f == "mixtral" ? "num_local_experts" : deepseek ? "n_routed_experts" : (f == "qwen2_moe" || f == "qwen3_moe") ? "num_experts" : nullptr;
+  if (ekey) {
+    m.experts = get_int(j, file, ekey, std::nullopt, 1, 1 << 16);
+    m.top_k = get_int(j, file, "num_experts_per_tok", std::nullopt, 1, 1 << 16);
+    if (m.top_k > m.experts)
+      throw config_error(file, "/num_experts_per_tok", "num_experts_per_tok=" + std::to_string(m.top_k) +
+                                                          " exceeds the " + std::to_string(m.experts) + " experts (" +
+                                                          ekey + ")");
+    m.moe_intermediate = f == "mixtral" ? m.intermediate : get_int(j, file, "moe_intermediate_size", std::nullopt, 1, 1 << 22);
+    if (deepseek) {
+      m.shared_intermediate = get_int(j, file, "n_shared_experts", 0, 0, 1 << 10) * m.moe_intermediate;
+      const std::int64_t first_dense = get_int(j, file, "first_k_dense_replace", 0, 0, m.layers);
+      const std::int64_t freq = get_int(j, file, "moe_layer_freq", 1, 1, m.layers);
+      for (std::int64_t i = first_dense; i < m.layers; ++i)
+        if (i % freq == 0) ++m.moe_layers;
+      // V3's noaux_tc routing keeps a learned per-expert score-correction bias (an nn.Parameter)
+      const auto tm = j.find("topk_method");
+      m.router_bias = f == "deepseek_v3" || (tm != j.end() && tm->is_string() && tm->get<std::string>() == "noaux_tc");
+      m.mtp_layers = get_int(j, file, "num_nextn_predict_layers", 0, 0, 1 << 10);
+    } else if (f == "mixtral") {
+      m.moe_layers = m.layers;
+    } else {
+      if (f == "qwen2_moe") {
+        m.shared_intermediate = get_int(j, file, "shared_expert_intermediate_size", 0, 0, 1 << 22);
+        m.shared_expert_gate = m.shared_intermediate > 0;
+      }
+      const std::int64_t step = get_int(j, file, "decoder_sparse_step", 1, 1, m.layers);
+      std::vector<std::int64_t> dense;
+      if (auto it = j.find("mlp_only_layers"); it != j.end() && !it->is_null()) {
+        if (!it->is_array()) throw config_error(file, "/mlp_only_layers", std::string("expected an array, got ") + it->type_name());
+        for (std::size_t i = 0; i < it->size(); ++i) {
+          const auto& x = (*it)[i];
+          if (!x.is_number_integer()) throw config_error(file, "/mlp_only_layers/" + std::to_string(i), "expected an integer");
+          dense.push_back(x.get<std::int64_t>());
+        }
+      }
+      for (std::int64_t i = 0; i < m.layers; ++i)
+        if (std::find(dense.begin(), dense.end(), i) == dense.end() && (i + 1) % step == 0) ++m.moe_layers;
+    }
+  }
+}
+
 }  // namespace detail
 
 /// Builds a model_spec from a parsed Hugging Face `config.json` (`file` names it in errors).
@@ -154,36 +284,25 @@ inline std::string get_string(const nlohmann::json& j, const std::string& file, 
     throw config_error(file, "/model_type", "unsupported model_type '" + m.family + "' (supported: " + list + ")");
   }
   m.name = name.empty() ? std::filesystem::path(file).stem().string() : std::move(name);
-  // Upper bounds far above any published model keep the integer arithmetic of count_parameters exact.
-  m.hidden = get_int(j, file, "hidden_size", std::nullopt, 1, 1 << 20);
-  m.layers = get_int(j, file, "num_hidden_layers", std::nullopt, 1, 100'000);
-  m.heads = get_int(j, file, "num_attention_heads", std::nullopt, 1, 1 << 16);
-  m.kv_heads = get_int(j, file, "num_key_value_heads", m.heads, 1, 1 << 16);
-  m.intermediate = get_int(j, file, "intermediate_size", std::nullopt, 1, 1 << 22);
-  m.vocab = get_int(j, file, "vocab_size", std::nullopt, 1, 1 << 28);
-  m.max_context = get_int(j, file, "max_position_embeddings", 4096, 1, std::int64_t{1} << 40);
-  if (j.contains("head_dim") && !j.at("head_dim").is_null()) {
-    m.head_dim = get_int(j, file, "head_dim", std::nullopt, 1, 1 << 16);
-  } else {
-    if (m.hidden % m.heads != 0)
-      throw config_error(file, "/num_attention_heads",
-                         "num_attention_heads=" + std::to_string(m.heads) + " does not divide hidden_size=" +
-                             std::to_string(m.hidden) + " (and no head_dim is given)");
-    m.head_dim = m.hidden / m.heads;
+  if (m.family == "gemma3" && j.contains("text_config") && j.at("text_config").is_object()) {
+    // multimodal Gemma 3: the language model's keys are under text_config
+    nlohmann::json tc = j.at("text_config");
+    if (!tc.contains("model_type")) tc["model_type"] = "gemma3_text";
+    model_spec t = model_from_json(tc, file, m.name);
+    t.family = m.family;
+    return t;
   }
-  if (m.heads % m.kv_heads != 0)
-    throw config_error(file, "/num_key_value_heads",
-                       "num_key_value_heads=" + std::to_string(m.kv_heads) + " does not divide num_attention_heads=" +
-                           std::to_string(m.heads));
-  m.tied_embeddings = get_bool(j, file, "tie_word_embeddings", m.family == "gemma");
-  m.qkv_bias = m.family == "qwen2" ? true : get_bool(j, file, "attention_bias", false);
-  m.qk_norm = m.family == "qwen3";
-  m.gated_mlp = true;
+  detail::read_family(m, j, file);
   {  // the parameter count in floating point first: the int64 count below must not overflow
     const double h = static_cast<double>(m.hidden), q = static_cast<double>(m.heads) * static_cast<double>(m.head_dim);
     const double kv = static_cast<double>(m.kv_heads) * static_cast<double>(m.head_dim);
-    const double block = 2 * h * q + 2 * h * kv + 3 * h * static_cast<double>(m.intermediate) + q + 2 * kv + 2 * h;
-    const double total = static_cast<double>(m.layers) * block + 2 * static_cast<double>(m.vocab) * h;
+    const double mlp = 3 * h * static_cast<double>(m.intermediate) +
+                       3 * h * static_cast<double>(m.moe_intermediate) * static_cast<double>(m.experts + 1) +
+                       3 * h * static_cast<double>(m.shared_intermediate);
+    const double block = 2 * h * q + 2 * h * kv + mlp + q + 2 * kv + 4 * h +
+                         (h + q) * static_cast<double>(m.q_lora_rank + m.kv_lora_rank + m.qk_rope_dim);
+    const double total = static_cast<double>(m.layers + m.mtp_layers) * block +
+                         2 * static_cast<double>(m.vocab + m.positions) * h;
     if (!(total <= 1e15))
       throw config_error(file, "", "implausible model: about " + std::to_string(total) + " parameters (more than 10^15)");
   }
