@@ -70,7 +70,12 @@ std::string ac_text(const training_config& c) {
   return c.ac_every == 1 ? "full" : fmt::format("every {}", c.ac_every);
 }
 std::string shard_text(const training_config& c) {
-  return c.shard == sharding::full ? "FSDP" : (c.world_size > 1 ? "DDP" : "none");
+  switch (c.shard) {
+    case sharding::full: return "FSDP";
+    case sharding::hybrid: return fmt::format("HSDP/{}", c.shard_size());
+    case sharding::grad_op: return "ZeRO-2";
+    default: return c.world_size > 1 ? "DDP" : "none";
+  }
 }
 std::string grouped(double v) {
   const std::string digits = fmt::format("{:.0f}", std::abs(v));

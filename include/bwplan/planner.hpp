@@ -23,7 +23,8 @@ struct plan_request {
   std::int64_t max_micro_batch = 256;              ///< largest micro-batch size tried
   double headroom = 0.05;                          ///< share of capacity kept free at the peak
   std::vector<int> ac_every{0, 1, 2, 4};           ///< checkpointing choices: 0 = none, K = every K-th block
-  std::vector<sharding> shardings{sharding::none, sharding::full};
+  std::vector<sharding> shardings{sharding::none, sharding::full};  ///< hybrid is tried only across nodes (one node: = full)
+  std::vector<int> tps{1};                         ///< tensor-parallel degrees tried (those dividing heads and a node)
   std::vector<loss_impl> losses{loss_impl::standard, loss_impl::chunked};
   master_weights master = master_weights::fp32;
   optimizer_impl optimizer = optimizer_impl::fused;
@@ -35,7 +36,7 @@ struct plan_request {
 /// Number of configurations search_plans evaluates for `req` on `world` GPUs.
 [[nodiscard]] inline std::int64_t plan_search_size(const plan_request& req, int world) {
   std::int64_t n = 0;
-  const auto per_mbs = static_cast<std::int64_t>(req.shardings.size() * req.ac_every.size() * req.losses.size());
+  const auto per_mbs = static_cast<std::int64_t>(req.shardings.size() * req.tps.size() * req.ac_every.size() * req.losses.size());
   for (std::int64_t seq : req.seq_lens) {
     if (seq < 1) continue;
     for (std::int64_t mbs = 1; mbs <= req.max_micro_batch; mbs *= 2) {
@@ -89,6 +90,9 @@ struct plan_result {
       const std::int64_t tokens = mbs * seq * world;
       if (tokens > req.global_batch_tokens && mbs > 1) break;
       for (sharding sh : req.shardings) {
+       for (int tp : req.tps) {
+        if (tp < 1 || tp > per_node || world % tp != 0 || m.heads % tp != 0 || m.kv_heads % tp != 0) continue;
+        if (sh == sharding::hybrid && req.nodes < 2) continue;
         for (int ac : req.ac_every) {
           for (loss_impl loss : req.losses) {
             training_config c;
@@ -97,12 +101,14 @@ struct plan_result {
             c.world_size = world;
             c.gpus_per_node = per_node;
             c.shard = sh;
+            c.tp = tp;
             c.master = req.master;
             c.optimizer = req.optimizer;
             c.loss = loss;
             c.ac_enabled = ac > 0;
             c.ac_every = ac > 0 ? ac : 1;
-            c.grad_accum = std::max<std::int64_t>(1, (req.global_batch_tokens + tokens - 1) / tokens);
+            const std::int64_t step_tokens = tokens / tp;  // data-parallel degree world / tp
+            c.grad_accum = std::max<std::int64_t>(1, (req.global_batch_tokens + step_tokens - 1) / step_tokens);
             ++res.evaluated;
             if (req.progress) req.progress(res.evaluated, total);
             memory_estimate me = estimate_memory(m, c, gpu, rt);
@@ -119,6 +125,7 @@ struct plan_result {
             }
           }
         }
+       }
       }
     }
     if (best_per_seq && have_seq) keep.push_back(best_seq);
