@@ -37,6 +37,7 @@ struct recommend_options {
   double budget_usd = -1;         ///< --budget-usd
   std::string deadline;           ///< --deadline (72h, 3d)
   double price_per_hour = -1;     ///< --price-per-hour override
+  std::string parallel = "all";   ///< --parallel all | dp
 };
 
 /// Best plan of one instance type at one node count.
@@ -225,15 +226,16 @@ nlohmann::ordered_json plan_json(const recommend_options& o, const resolved_targ
   j["master_weights"] = to_string(c.master);
   j["micro_batch_size"] = c.micro_batch;
   j["seq_len"] = c.seq_len;
-  j["global_batch_size"] = c.micro_batch * c.grad_accum * c.world_size;
+  j["global_batch_size"] = c.micro_batch * c.grad_accum * c.dp();
   j["grad_accum"] = c.grad_accum;
   j["activation_checkpointing"] = c.ac_enabled ? "full" : to_string(c.selective);
   j["precision"] = to_string(c.format);
   j["ac_every"] = c.ac_every;
   j["sharding"] = to_string(c.shard);
-  j["tp"] = 1;
-  j["cp"] = 1;
-  j["ep"] = 1;
+  if (c.shard == sharding::hybrid) j["shard_group"] = c.shard_size();
+  j["tp"] = c.tp;
+  j["cp"] = c.cp;
+  j["ep"] = c.ep;
   j["pp"] = 1;
   j["optimizer"] = "adamw";
   j["optimizer_impl"] = to_string(c.optimizer);
@@ -284,6 +286,11 @@ runner register_recommend(CLI::App& app, context& ctx) {
   sub->add_option("--budget-usd", o->budget_usd, "largest cost of the token budget, USD (needs --tokens)");
   sub->add_option("--deadline", o->deadline, "longest time for the token budget, e.g. 72h or 3d (needs --tokens)");
   sub->add_option("--price-per-hour", o->price_per_hour, "USD per instance-hour (default: the catalog's price)");
+  sub->add_option("--parallel", o->parallel,
+                  "search space: all (DDP, FSDP full, HSDP across nodes, shard-grad-op; tp 1/2/4/8) | dp (DDP and FSDP full, tp 1; "
+                  "what --emit sagemaker/estimator/modeltrainer use)")
+      ->check(CLI::IsMember({"all", "dp"}))
+      ->capture_default_str();
   sub->add_option("--seq,--seq-len", o->seq, "sequence length in tokens, or 'auto' (best plan per length up to the context)")->capture_default_str();
   sub->add_option("--global-batch-tokens", o->global_batch_tokens, "tokens per optimizer step for the whole job")->capture_default_str();
   sub->add_option("--headroom", o->headroom, "share of GPU memory kept free at the peak (0-1)")->capture_default_str();
@@ -335,8 +342,11 @@ runner register_recommend(CLI::App& app, context& ctx) {
       if (s < 1) throw invalid_request("--seq: must be >= 1, got " + o->seq);
       req.seq_lens = {s};
     }
-    req.shardings = {sharding::none, sharding::full, sharding::hybrid, sharding::grad_op};
-    req.tps = {1, 2, 4, 8};
+    const bool launcher = !o->emit.empty() && o->emit != "plan";
+    if (o->parallel == "all" && !launcher) {
+      req.shardings = {sharding::none, sharding::full, sharding::hybrid, sharding::grad_op};
+      req.tps = {1, 2, 4, 8};
+    }  // else: the SageMaker launchers set up FSDP or DDP only, so --emit sagemaker searches those
     const bool scale = o->nodes == "auto" || o->instances.size() > 1 || !o->tokens.empty() || o->objective != "throughput" ||
                        o->budget_usd >= 0 || !o->deadline.empty();
     if (scale) {

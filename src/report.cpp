@@ -507,7 +507,7 @@ footer { margin-top: 32px; color: #555; font-size: 0.88em; border-top: 1px solid
   row("world size", fmt::format("{} GPUs", c.world_size));
   row("micro-batch × sequence", fmt::format("{} × {} tokens, gradient accumulation {} ({} tokens per optimizer step)",
                                             c.micro_batch, c.seq_len, c.grad_accum,
-                                            group_digits(static_cast<double>(c.micro_batch * c.seq_len * c.grad_accum * c.world_size))));
+                                            group_digits(static_cast<double>(c.micro_batch * c.seq_len * c.grad_accum * c.dp()))));
   row("activation checkpointing", ac_label(c));
   row("sharding", c.shard == sharding::full ? std::string("FSDP2 full shard") : c.shard == sharding::none ? std::string(c.world_size > 1 ? "none (DDP)" : "none") : shard_label(c));
   row("precision", fmt::format("{} compute, {} master weights", to_string(c.format), to_string(c.master)));

@@ -107,29 +107,34 @@ struct training_config {
 /// Throws invalid_request when a field is out of range (micro-batch, sequence length, world size,
 /// gradient accumulation or checkpoint interval below 1).
 inline void validate(const training_config& c) {
-  auto need = [](bool ok, const std::string& msg) { if (!ok) throw invalid_request(msg); };
-  need(c.micro_batch >= 1, "--mbs: micro-batch size must be >= 1, got " + std::to_string(c.micro_batch));
-  need(c.seq_len >= 1, "--seq: sequence length must be >= 1, got " + std::to_string(c.seq_len));
-  need(c.grad_accum >= 1, "gradient accumulation must be >= 1, got " + std::to_string(c.grad_accum));
-  need(c.world_size >= 1, "--gpus: world size must be >= 1, got " + std::to_string(c.world_size));
-  need(c.gpus_per_node >= 1, "GPUs per node must be >= 1, got " + std::to_string(c.gpus_per_node));
-  need(c.ac_every >= 1, "--ac-every: must be >= 1, got " + std::to_string(c.ac_every));
-  need(!(c.ac_enabled && c.selective != selective_ac::none), "--ac: full and selective checkpointing are exclusive");
-  need(!c.fp8_all_gather || (c.format == compute_format::fp8 && c.shard == sharding::full),
-       "--fp8-all-gather needs --precision fp8 and --sharding full");
-  need(c.tp >= 1 && c.cp >= 1 && c.ep >= 1, "--tp/--cp/--ep: parallel degrees must be >= 1");
-  need(c.tp <= c.gpus_per_node || c.world_size < c.gpus_per_node,
-       "--tp " + std::to_string(c.tp) + ": tensor parallelism stays within a node of " + std::to_string(c.gpus_per_node) + " GPUs");
-  need(c.world_size % (c.tp * c.cp) == 0, "--tp x --cp = " + std::to_string(c.tp * c.cp) + " does not divide the world size " +
-                                              std::to_string(c.world_size));
-  need(c.seq_len % c.cp == 0, "--cp " + std::to_string(c.cp) + " does not divide the sequence length " + std::to_string(c.seq_len));
-  need(c.shard_group >= 0, "--shard-group: must be >= 1");
+  // Messages are built only when a check fails: validate runs twice per candidate in the planner's hot loop.
+#define BWPLAN_NEED(ok, msg) \
+  do {                       \
+    if (!(ok)) throw invalid_request(msg); \
+  } while (0)
+  BWPLAN_NEED(c.micro_batch >= 1, "--mbs: micro-batch size must be >= 1, got " + std::to_string(c.micro_batch));
+  BWPLAN_NEED(c.seq_len >= 1, "--seq: sequence length must be >= 1, got " + std::to_string(c.seq_len));
+  BWPLAN_NEED(c.grad_accum >= 1, "gradient accumulation must be >= 1, got " + std::to_string(c.grad_accum));
+  BWPLAN_NEED(c.world_size >= 1, "--gpus: world size must be >= 1, got " + std::to_string(c.world_size));
+  BWPLAN_NEED(c.gpus_per_node >= 1, "GPUs per node must be >= 1, got " + std::to_string(c.gpus_per_node));
+  BWPLAN_NEED(c.ac_every >= 1, "--ac-every: must be >= 1, got " + std::to_string(c.ac_every));
+  BWPLAN_NEED(!(c.ac_enabled && c.selective != selective_ac::none), "--ac: full and selective checkpointing are exclusive");
+  BWPLAN_NEED(!c.fp8_all_gather || (c.format == compute_format::fp8 && c.shard == sharding::full),
+              "--fp8-all-gather needs --precision fp8 and --sharding full");
+  BWPLAN_NEED(c.tp >= 1 && c.cp >= 1 && c.ep >= 1, "--tp/--cp/--ep: parallel degrees must be >= 1");
+  BWPLAN_NEED(c.tp <= c.gpus_per_node || c.world_size < c.gpus_per_node,
+              "--tp " + std::to_string(c.tp) + ": tensor parallelism stays within a node of " + std::to_string(c.gpus_per_node) + " GPUs");
+  BWPLAN_NEED(c.world_size % (c.tp * c.cp) == 0, "--tp x --cp = " + std::to_string(c.tp * c.cp) +
+                                                     " does not divide the world size " + std::to_string(c.world_size));
+  BWPLAN_NEED(c.seq_len % c.cp == 0, "--cp " + std::to_string(c.cp) + " does not divide the sequence length " + std::to_string(c.seq_len));
+  BWPLAN_NEED(c.shard_group >= 0, "--shard-group: must be >= 1");
   if (c.shard == sharding::hybrid) {
-    const int g = c.shard_size();
-    need(c.fsdp_mesh() % g == 0, "--shard-group " + std::to_string(g) + " does not divide the FSDP mesh of " +
-                                     std::to_string(c.fsdp_mesh()) + " GPUs (world size / tp)");
+    BWPLAN_NEED(c.fsdp_mesh() % c.shard_size() == 0, "--shard-group " + std::to_string(c.shard_size()) +
+                                                         " does not divide the FSDP mesh of " + std::to_string(c.fsdp_mesh()) +
+                                                         " GPUs (world size / tp)");
   }
-  need(c.shard_group == 0 || c.shard == sharding::hybrid, "--shard-group needs --sharding hybrid");
+  BWPLAN_NEED(c.shard_group == 0 || c.shard == sharding::hybrid, "--shard-group needs --sharding hybrid");
+#undef BWPLAN_NEED
 }
 
 /// Name of an enum value as used on the command line and in JSON.
