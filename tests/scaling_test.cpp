@@ -241,8 +241,8 @@ TEST_CASE("estimate: invalid parallel layouts are one-line errors (exit 2)", "[s
 
 // Issue 4, must-show 2: Llama-3.1-70B on p6-b200 fits one node and scales to 2 and 4; p5 needs more nodes.
 TEST_CASE("recommend --nodes auto --tokens 100B: 70B on p6-b200 over 1, 2, 4 nodes, picked per objective", "[scaling][recommend]") {
-  auto rec = [](std::vector<std::string> extra) {
-    std::vector<std::string> a{"recommend", "Llama-3.1-70B", "--nodes", "auto", "--max-nodes", "4", "--tokens", "100B",
+  auto rec = [](std::vector<std::string> extra, const char* max_nodes = "4") {
+    std::vector<std::string> a{"recommend", "Llama-3.1-70B", "--nodes", "auto", "--max-nodes", max_nodes, "--tokens", "100B",
                                "--seq", "8192", "--format", "json"};
     a.insert(a.end(), extra.begin(), extra.end());
     const auto r = run_cli(a);
@@ -276,7 +276,7 @@ TEST_CASE("recommend --nodes auto --tokens 100B: 70B on p6-b200 over 1, 2, 4 nod
                              "--budget-usd", "1"});
   CHECK(poor.code == 1);
   // H100 80 GB: one node is not enough
-  const auto p5 = rec({"--instance", "ml.p5.48xlarge", "--max-nodes", "8"});
+  const auto p5 = rec({"--instance", "ml.p5.48xlarge"}, "8");
   CHECK(p5["rows"][0]["fits"] == false);
   CHECK(p5["pick"]["nodes"].get<int>() > 1);
   CHECK_THAT(p5["notes"][0].get<std::string>(), Catch::Contains("one node is not enough"));
