@@ -7,6 +7,7 @@
 #include <spdlog/sinks/ostream_sink.h>
 #include <spdlog/spdlog.h>
 
+#include <cctype>
 #include <cstdlib>
 #include <iostream>
 
@@ -89,6 +90,68 @@ resolved_target resolve_target(const hardware_catalog& cat, const target_options
 
 std::string human(bytes b) { return fmt::format("{:.2f} GiB", b.in(gib)); }
 
+std::string shard_label(const training_config& c) {
+  switch (c.shard) {
+    case sharding::full: return "fsdp";
+    case sharding::hybrid: return fmt::format("hsdp/{}", c.shard_size());
+    case sharding::grad_op: return "zero2";
+    default: return c.fsdp_mesh() > 1 ? "ddp" : "none";
+  }
+}
+
+double parse_token_count(const std::string& text, const std::string& flag) {
+  std::size_t pos = 0;
+  double v = 0;
+  try {
+    v = std::stod(text, &pos);
+  } catch (const std::exception&) {
+    throw invalid_request(flag + ": expected a token count such as 100B or 1T, got '" + text + "'");
+  }
+  std::string rest = text.substr(pos);
+  double mult = 1;
+  if (rest.size() == 1) {
+    switch (std::toupper(static_cast<unsigned char>(rest[0]))) {
+      case 'K': mult = 1e3; break;
+      case 'M': mult = 1e6; break;
+      case 'B': case 'G': mult = 1e9; break;
+      case 'T': mult = 1e12; break;
+      default: throw invalid_request(flag + ": unknown suffix '" + rest + "' (use K, M, B or T), got '" + text + "'");
+    }
+  } else if (!rest.empty()) {
+    throw invalid_request(flag + ": expected a token count such as 100B or 1T, got '" + text + "'");
+  }
+  v *= mult;
+  if (!(v >= 1) || v > 1e18) throw invalid_request(flag + ": must be between 1 and 1e18 tokens, got '" + text + "'");
+  return v;
+}
+
+double parse_duration(const std::string& text, const std::string& flag) {
+  std::size_t pos = 0;
+  double v = 0;
+  try {
+    v = std::stod(text, &pos);
+  } catch (const std::exception&) {
+    throw invalid_request(flag + ": expected a duration such as 72h or 3d, got '" + text + "'");
+  }
+  const std::string rest = text.substr(pos);
+  double mult = 3600;  // hours by default
+  if (rest == "s") mult = 1;
+  else if (rest == "m" || rest == "min") mult = 60;
+  else if (rest == "h" || rest.empty()) mult = 3600;
+  else if (rest == "d") mult = 86400;
+  else if (rest == "w") mult = 7 * 86400;
+  else throw invalid_request(flag + ": unknown unit '" + rest + "' (use s, m, h, d or w), got '" + text + "'");
+  if (!(v > 0)) throw invalid_request(flag + ": must be positive, got '" + text + "'");
+  return v * mult;
+}
+
+std::string human_duration(double s) {
+  if (s < 120) return fmt::format("{:.0f} s", s);
+  if (s < 7200) return fmt::format("{:.1f} min", s / 60);
+  if (s < 3 * 86400) return fmt::format("{:.1f} h", s / 3600);
+  return fmt::format("{:.1f} d", s / 86400);
+}
+
 std::string describe(const training_config& c) {
   std::string s = fmt::format("mbs {} x {}", c.micro_batch, c.seq_len);
   if (c.grad_accum > 1) s += fmt::format(", accum {}", c.grad_accum);
@@ -99,8 +162,15 @@ std::string describe(const training_config& c) {
     if (keep.first || keep.last_for(1 << 20)) s += fmt::format(" (bf16 blocks: first {}, last {})", keep.first, keep.fraction >= 0 ? fmt::format("{:.0f}%", 100 * keep.fraction) : std::to_string(keep.last));
     if (c.fp8_all_gather) s += ", FP8 all-gather";
   }
-  s += c.shard == sharding::full ? ", FSDP full shard" : (c.world_size > 1 ? ", DDP" : ", no sharding");
-  if (c.ep > 1) s += fmt::format(", expert parallel {}", c.ep);
+  switch (c.shard) {
+    case sharding::full: s += ", FSDP full shard"; break;
+    case sharding::hybrid: s += fmt::format(", HSDP (shard {} x replicate {})", c.shard_size(), c.fsdp_mesh() / c.shard_size()); break;
+    case sharding::grad_op: s += ", FSDP shard-grad-op (ZeRO-2)"; break;
+    default: s += c.fsdp_mesh() > 1 ? ", DDP" : ", no sharding";
+  }
+  if (c.tp > 1) s += fmt::format(", TP {}", c.tp);
+  if (c.cp > 1) s += fmt::format(", CP {}", c.cp);
+  if (c.ep > 1) s += fmt::format(", EP {}", c.ep);
   if (c.master == master_weights::bf16) s += ", bf16 master";
   if (c.loss == loss_impl::chunked) s += ", chunked loss";
   return s;
@@ -121,12 +191,16 @@ nlohmann::ordered_json to_json(const model_spec& m, const training_config& c, co
   j["config"] = {{"micro_batch_size", c.micro_batch},
                  {"seq_len", c.seq_len},
                  {"grad_accum", c.grad_accum},
-                 {"global_batch_tokens", c.micro_batch * c.seq_len * c.grad_accum * c.world_size},
+                 {"global_batch_tokens", c.micro_batch * c.seq_len * c.grad_accum * c.dp()},
                  {"world_size", c.world_size},
                  {"gpus_per_node", c.gpus_per_node},
                  {"activation_checkpointing", c.ac_enabled ? "full" : to_string(c.selective)},
                  {"ac_every", c.ac_enabled ? c.ac_every : 0},
                  {"sharding", to_string(c.shard)},
+                 {"shard_size", c.shard_size()},
+                 {"tp", c.tp},
+                 {"cp", c.cp},
+                 {"ep", c.ep},
                  {"master_weights", to_string(c.master)},
                  {"precision", to_string(c.format)},
                  {"bf16_blocks", {{"first", c.bf16_kept().first}, {"last", c.bf16_kept().last_for(m.layers)}}},
@@ -165,7 +239,16 @@ nlohmann::ordered_json to_json(const model_spec& m, const training_config& c, co
                      {"attention_s", te.attention.raw()},
                      {"memory_bound_s", te.memory_bound.raw()},
                      {"communication_s", te.communication.raw()},
-                     {"exposed_communication_s", te.exposed_communication.raw()}};
+                     {"exposed_communication_s", te.exposed_communication.raw()},
+                     {"communication_by_parallelism_s",
+                      {{"data_parallel", te.comm.data_parallel.raw()},
+                       {"tensor_parallel", te.comm.tensor_parallel.raw()},
+                       {"context_parallel", te.comm.context_parallel.raw()}}},
+                     {"exposed_by_parallelism_s",
+                      {{"data_parallel", te.exposed.data_parallel.raw()},
+                       {"tensor_parallel", te.exposed.tensor_parallel.raw()},
+                       {"context_parallel", te.exposed.context_parallel.raw()}}},
+                     {"tokens_per_step", te.tokens_per_step}};
   return j;
 }
 

@@ -81,8 +81,9 @@ struct plan_options {
   std::string precision = "bf16";  ///< --precision
   std::string bf16_layers;         ///< --bf16-layers ("" = the format's default)
   bool fp8_all_gather = false;     ///< --fp8-all-gather
-  // Settings a plan file can hold (docs/plan.schema.json); no flags for them yet.
+  // Parallel degrees (--tp, --cp, --ep; pp from a plan file only).
   std::int64_t tp = 1, cp = 1, ep = 1, pp = 1;
+  int shard_group = 0;                ///< --shard-group (hybrid sharding; 0: one node)
   std::int64_t global_batch = 0;      ///< sequences per optimizer step, whole job (0: use grad_accum)
   bool grad_accum_given = false;      ///< grad_accum came from a flag or the plan file
   // --plan FILE: settings read from a plan file; flags given on the command line override them.
@@ -125,6 +126,15 @@ struct resolved_plan {
 /// JSON of one configuration, estimate and throughput (the shape documented in docs/cli.md).
 [[nodiscard]] nlohmann::ordered_json to_json(const model_spec& m, const training_config& c, const memory_estimate& me,
                                              const throughput_estimate& te);
+/// Sharding as a short label: "none", "ddp", "fsdp", "hsdp/8", "zero2".
+[[nodiscard]] std::string shard_label(const training_config& c);
+/// Parses a token count with an optional K/M/B/T suffix (powers of 1000), e.g. "100B", "1T", "2.5e9".
+/// Throws invalid_request naming `flag`.
+[[nodiscard]] double parse_token_count(const std::string& text, const std::string& flag);
+/// Parses a duration such as "72h", "3d", "90m", "3600s" or "72" (hours) into seconds. Throws invalid_request.
+[[nodiscard]] double parse_duration(const std::string& text, const std::string& flag);
+/// Human-readable duration, e.g. "3.2 h", "4.1 d".
+[[nodiscard]] std::string human_duration(double seconds);
 /// Human-readable size, e.g. "33.71 GiB".
 [[nodiscard]] std::string human(bytes b);
 /// Short description of a configuration, e.g. "mbs 4 × 8192, AC every 2, FSDP full, chunked loss".

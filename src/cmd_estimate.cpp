@@ -8,6 +8,7 @@
 #include <spdlog/spdlog.h>
 
 #include <map>
+#include <optional>
 #include <ostream>
 
 namespace bwplan::cli {
@@ -18,7 +19,14 @@ struct estimate_options : plan_options {
   std::string format = "table";
   bool check = false;
   bool ascii = false;
+  std::string tokens;          ///< --tokens: token budget (K/M/B/T suffixes)
+  double price_per_hour = -1;  ///< --price-per-hour override, USD per instance-hour
 };
+
+/// Nodes the configuration occupies (a bare GPU counts as one "node" per GPU).
+int nodes_of(const training_config& c, const resolved_target& t) {
+  return t.instance ? (c.world_size + c.gpus_per_node - 1) / std::max(1, c.gpus_per_node) : c.world_size;
+}
 
 void print_table(std::ostream& out, const model_spec& m, const resolved_target& t, const training_config& c,
                  const memory_estimate& me, const throughput_estimate& te, term_style st) {
@@ -63,6 +71,8 @@ runner register_estimate(CLI::App& app, context& ctx) {
   sub->add_option("--format", o->format, "table | json | markdown")->check(CLI::IsMember({"table", "json", "markdown"}));
   sub->add_flag("--ascii", o->ascii, "plain ASCII memory bar (the default when stdout is not a terminal)");
   sub->add_flag("--check", o->check, "exit 1 when the configuration does not fit");
+  sub->add_option("--tokens", o->tokens, "token budget to train (e.g. 100B, 1T; suffixes K, M, B, T): prints time and cost");
+  sub->add_option("--price-per-hour", o->price_per_hour, "USD per instance-hour (default: the catalog's price of the instance)");
 
   return [o, &ctx]() -> int {
     const hardware_catalog cat = ctx.catalog();
@@ -73,14 +83,29 @@ runner register_estimate(CLI::App& app, context& ctx) {
     spdlog::debug("model {}: {} layers, hidden {}, {} parameters", m.name, m.layers, m.hidden, count_parameters(m).total());
     const memory_estimate me = estimate_memory(m, c, t.gpu);
     const throughput_estimate te = estimate_throughput(m, c, t.gpu, t.instance_ptr());
+    std::optional<training_cost> cost;
+    const int nodes = nodes_of(c, t);
+    double price = o->price_per_hour >= 0 ? o->price_per_hour : (t.instance ? t.instance->price_per_hour_usd : 0);
+    if (o->price_per_hour < 0 && o->price_per_hour != -1) throw invalid_request("--price-per-hour: must be >= 0");
+    if (!o->tokens.empty()) cost = cost_to_train(te, parse_token_count(o->tokens, "--tokens"), nodes, price);
     if (o->format == "json") {
       auto j = to_json(m, c, me, te);
-      j["hardware"] = {{"gpu", t.gpu.id}, {"instance", t.instance ? t.instance->id : ""}};
+      j["hardware"] = {{"gpu", t.gpu.id}, {"instance", t.instance ? t.instance->id : ""}, {"nodes", nodes}};
+      if (cost)
+        j["training"] = {{"tokens", cost->tokens}, {"seconds", cost->seconds}, {"hours", cost->seconds / 3600},
+                         {"instance_hours", cost->instance_hours}, {"price_per_hour_usd", price}, {"cost_usd", cost->usd}};
       ctx.out << j.dump(2) << "\n";
     } else if (o->format == "markdown") {
       ctx.out << estimate_markdown(m, t, c, me, te);
     } else {
       print_table(ctx.out, m, t, c, me, te, style_for(ctx.out, o->ascii));
+      if (te.comm.tensor_parallel.raw() > 0 || te.comm.context_parallel.raw() > 0)
+        ctx.out << fmt::format("  communication by parallelism: data {:.3f} s (exposed {:.3f}), tensor {:.3f} s (exposed), context {:.3f} s (exposed {:.3f})\n",
+                               te.comm.data_parallel.raw(), te.exposed.data_parallel.raw(), te.comm.tensor_parallel.raw(),
+                               te.comm.context_parallel.raw(), te.exposed.context_parallel.raw());
+      if (cost)
+        ctx.out << fmt::format("training   {:.4g} tokens in {} on {} node(s): {:.0f} instance-hours, ${:.0f} at ${:.2f}/h per instance\n",
+                               cost->tokens, human_duration(cost->seconds), nodes, cost->instance_hours, cost->usd, price);
     }
     if (c.seq_len > m.max_context)
       spdlog::warn("--seq {} is longer than the model's context ({} tokens)", c.seq_len, m.max_context);

@@ -10,6 +10,7 @@
 
 #include <chrono>
 #include <fstream>
+#include <optional>
 #include <ostream>
 
 namespace bwplan::cli {
@@ -30,6 +31,15 @@ struct recommend_options {
   bool ascii = false;
   std::string precisions;             ///< --precisions LIST (comma-separated); empty: from --numerics
   std::string numerics = "balanced";  ///< conservative | balanced | aggressive
+  std::vector<std::string> instances{"ml.p6-b200.48xlarge"};  ///< --instance (repeatable, comma-separated)
+  std::string nodes = "1";        ///< --nodes N or auto
+  int max_nodes = 8;              ///< --max-nodes with --nodes auto
+  std::string objective = "throughput";
+  std::string tokens;             ///< --tokens budget
+  double budget_usd = -1;         ///< --budget-usd
+  std::string deadline;           ///< --deadline (72h, 3d)
+  double price_per_hour = -1;     ///< --price-per-hour override
+  std::string parallel = "all";   ///< --parallel all | dp
 };
 
 /// Formats `recommend` tries: --precisions when given (each must run on the GPU), else the --numerics
@@ -95,6 +105,177 @@ std::string format_reason(const model_spec& m, const plan_result& r, const recom
   return line;
 }
 
+/// Best plan of one instance type at one node count.
+struct scale_row {
+  std::string instance;
+  int nodes = 0;
+  int world = 0;
+  double price = 0;                     ///< USD per instance-hour
+  std::optional<plan_candidate> best;   ///< absent: nothing fits
+  std::int64_t evaluated = 0;
+  double scaling = 0;                   ///< per-GPU tokens/s relative to the smallest fitting node count of the instance
+  training_cost cost;                   ///< with --tokens
+  double usd_per_btok = 0;              ///< USD per 1e9 tokens
+  bool within = true;                   ///< meets --budget-usd and --deadline
+};
+
+/// `recommend --nodes auto` / several instances / --tokens: the best plan per (instance, nodes), ranked by objective.
+int scale_out(context& ctx, const recommend_options& o, const hardware_catalog& cat, const model_spec& m,
+              const std::vector<std::string>& instances, plan_request req) {
+  std::vector<int> node_counts;
+  if (o.nodes == "auto") {
+    if (o.max_nodes < 1 || o.max_nodes > 4096) throw invalid_request("--max-nodes: must be between 1 and 4096");
+    for (int n = 1; n <= o.max_nodes; n *= 2) node_counts.push_back(n);
+    if (node_counts.back() != o.max_nodes) node_counts.push_back(o.max_nodes);
+  } else {
+    node_counts.push_back(std::stoi(o.nodes));
+  }
+  if (o.objective != "throughput" && o.objective != "cost" && o.objective != "time")
+    throw invalid_request("--objective: unknown objective '" + o.objective + "' (use throughput, cost or time)");
+  const double tokens = o.tokens.empty() ? 0 : parse_token_count(o.tokens, "--tokens");
+  const double deadline = o.deadline.empty() ? 0 : parse_duration(o.deadline, "--deadline");
+  if ((deadline > 0 || o.budget_usd >= 0) && tokens <= 0) throw invalid_request("--budget-usd and --deadline need --tokens");
+  std::vector<scale_row> rows;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (const auto& id : instances) {
+    const instance_spec inst = cat.instance(id);
+    const gpu_spec gpu = cat.gpu(inst.gpu);
+    double base_per_gpu = 0;
+    plan_request rq = req;  // the formats this instance's GPU runs
+    rq.formats.clear();
+    for (compute_format f : req.formats)
+      if (supports(gpu, f)) rq.formats.push_back(f);
+    if (rq.formats.empty()) rq.formats.push_back(compute_format::bf16);
+    for (int n : node_counts) {
+      rq.nodes = n;
+      const plan_result r = search_plans(m, gpu, &inst, rq, 1);
+      scale_row row;
+      row.instance = inst.id;
+      row.nodes = n;
+      row.world = n * inst.gpus_per_node;
+      row.price = o.price_per_hour >= 0 ? o.price_per_hour : inst.price_per_hour_usd;
+      row.evaluated = r.evaluated;
+      if (!r.ranked.empty()) {
+        row.best = r.ranked.front();
+        const auto& te = row.best->throughput;
+        if (base_per_gpu <= 0) base_per_gpu = te.tokens_per_s_per_gpu;
+        row.scaling = te.tokens_per_s_per_gpu / base_per_gpu;
+        row.usd_per_btok = n * row.price / 3600 / te.tokens_per_s * 1e9;
+        if (tokens > 0) row.cost = cost_to_train(te, tokens, n, row.price);
+        if (deadline > 0 && row.cost.seconds > deadline) row.within = false;
+        if (o.budget_usd >= 0 && row.cost.usd > o.budget_usd) row.within = false;
+      }
+      rows.push_back(std::move(row));
+    }
+  }
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  // pick by objective among rows that fit and meet the constraints
+  const scale_row* pick = nullptr;
+  auto better = [&](const scale_row& a, const scale_row& b) {
+    const auto& x = a.best->throughput;
+    const auto& y = b.best->throughput;
+    if (o.objective == "cost") return a.usd_per_btok < b.usd_per_btok;
+    return x.tokens_per_s > y.tokens_per_s;  // throughput; time (fixed budget): the fastest job finishes first
+  };
+  for (const auto& r : rows)
+    if (r.best && r.within && (pick == nullptr || better(r, *pick))) pick = &r;
+  // single node or not, per instance
+  std::vector<std::string> notes;
+  for (const auto& id : instances) {
+    const scale_row* one = nullptr;
+    const scale_row* two = nullptr;
+    const scale_row* first_fit = nullptr;
+    for (const auto& r : rows) {
+      if (r.instance != cat.instance(id).id) continue;
+      if (r.nodes == 1) one = &r;
+      if (r.nodes == 2) two = &r;
+      if (r.best && first_fit == nullptr) first_fit = &r;
+    }
+    const std::string name = cat.instance(id).id;
+    if (one && one->best) {
+      std::string n = fmt::format("{}: a single node is enough ({:.0f} tokens/s, peak {} per GPU)", name,
+                                  one->best->throughput.tokens_per_s, human(one->best->memory.device_peak()));
+      if (two && two->best)
+        n += fmt::format("; a second node buys {:+.0f}% tokens/s ({:.0f}% scaling efficiency) at {:+.0f}% cost per token",
+                         100 * (two->best->throughput.tokens_per_s / one->best->throughput.tokens_per_s - 1), 100 * two->scaling,
+                         100 * (two->usd_per_btok / one->usd_per_btok - 1));
+      notes.push_back(n);
+    } else if (first_fit) {
+      notes.push_back(fmt::format("{}: one node is not enough; the model needs at least {} nodes ({} GPUs)", name,
+                                  first_fit->nodes, first_fit->world));
+    } else {
+      notes.push_back(fmt::format("{}: nothing fits on up to {} nodes", name, node_counts.back()));
+    }
+  }
+  if (o.format == "json") {
+    nlohmann::ordered_json j;
+    j["model"] = m.name;
+    j["objective"] = o.objective;
+    if (tokens > 0) j["tokens"] = tokens;
+    if (o.budget_usd >= 0) j["budget_usd"] = o.budget_usd;
+    if (deadline > 0) j["deadline_s"] = deadline;
+    j["search"] = {{"seconds", secs}, {"node_counts", node_counts}, {"instances", instances}};
+    j["rows"] = nlohmann::ordered_json::array();
+    for (const auto& r : rows) {
+      nlohmann::ordered_json x;
+      x["instance"] = r.instance;
+      x["nodes"] = r.nodes;
+      x["world_size"] = r.world;
+      x["price_per_hour_usd"] = r.price;
+      x["evaluated"] = r.evaluated;
+      x["fits"] = r.best.has_value();
+      if (r.best) {
+        const auto& te = r.best->throughput;
+        x["tokens_per_s"] = te.tokens_per_s;
+        x["tokens_per_s_per_gpu"] = te.tokens_per_s_per_gpu;
+        x["mfu"] = te.mfu;
+        x["scaling_efficiency"] = r.scaling;
+        x["usd_per_billion_tokens"] = r.usd_per_btok;
+        if (tokens > 0) {
+          x["seconds"] = r.cost.seconds;
+          x["hours"] = r.cost.seconds / 3600;
+          x["cost_usd"] = r.cost.usd;
+        }
+        x["within_constraints"] = r.within;
+        x["plan"] = to_json(m, r.best->config, r.best->memory, te);
+      }
+      j["rows"].push_back(x);
+    }
+    if (pick) j["pick"] = {{"instance", pick->instance}, {"nodes", pick->nodes}, {"description", describe(pick->best->config)}};
+    else j["pick"] = nullptr;
+    j["notes"] = notes;
+    ctx.out << j.dump(2) << "\n";
+  } else {
+    ctx.out << fmt::format("{}: best plan per instance and node count{}, objective {}\n\n", m.name,
+                           tokens > 0 ? fmt::format(" for {:.4g} tokens", tokens) : "", o.objective);
+    ctx.out << fmt::format("{:<22} {:>5} {:>5} {:>12} {:>9} {:>6} {:>8} {:>10} {:>10} {:>9}  {}\n", "instance", "nodes", "GPUs",
+                           "tokens/s", "per GPU", "MFU", "scaling", "$/B tok", tokens > 0 ? "time" : "", tokens > 0 ? "cost $" : "",
+                           "plan");
+    for (const auto& r : rows) {
+      if (!r.best) {
+        ctx.out << fmt::format("{:<22} {:>5} {:>5} {:>12}\n", r.instance, r.nodes, r.world, "does not fit");
+        continue;
+      }
+      const auto& te = r.best->throughput;
+      ctx.out << fmt::format("{:<22} {:>5} {:>5} {:>12.0f} {:>9.0f} {:>5.1f}% {:>7.0f}% {:>10.2f} {:>10} {:>9}  {}{}{}\n", r.instance,
+                             r.nodes, r.world, te.tokens_per_s, te.tokens_per_s_per_gpu, 100 * te.mfu, 100 * r.scaling,
+                             r.usd_per_btok, tokens > 0 ? human_duration(r.cost.seconds) : "",
+                             tokens > 0 ? fmt::format("{:.0f}", r.cost.usd) : "", describe(r.best->config),
+                             r.within ? "" : " (over budget/deadline)", &r == pick ? "  <- pick" : "");
+    }
+    ctx.out << "\n";
+    for (const auto& n : notes) ctx.out << n << "\n";
+    if (pick)
+      ctx.out << fmt::format("pick ({}): {} x {}, {}\n", o.objective, pick->nodes, pick->instance, describe(pick->best->config));
+  }
+  if (pick == nullptr) {
+    ctx.err << fmt::format("bwplan: no configuration of {} fits{} on the instances and node counts searched\n", m.name,
+                           (o.budget_usd >= 0 || deadline > 0) ? " within the budget and deadline" : "");
+    return failure;
+  }
+  return success;
+}
+
 /// The plan file (docs/plan.schema.json) of candidate `p`.
 nlohmann::ordered_json plan_json(const recommend_options& o, const resolved_target& t, const plan_request& req,
                                  const plan_candidate& p) {
@@ -115,14 +296,15 @@ nlohmann::ordered_json plan_json(const recommend_options& o, const resolved_targ
   j["master_weights"] = to_string(c.master);
   j["micro_batch_size"] = c.micro_batch;
   j["seq_len"] = c.seq_len;
-  j["global_batch_size"] = c.micro_batch * c.grad_accum * c.world_size;
+  j["global_batch_size"] = c.micro_batch * c.grad_accum * c.dp();
   j["grad_accum"] = c.grad_accum;
   j["activation_checkpointing"] = c.ac_enabled ? "full" : to_string(c.selective);
   j["precision"] = to_string(c.format);
   j["ac_every"] = c.ac_every;
   j["sharding"] = to_string(c.shard);
-  j["tp"] = 1;
-  j["cp"] = 1;
+  if (c.shard == sharding::hybrid) j["shard_group"] = c.shard_size();
+  j["tp"] = c.tp;
+  j["cp"] = c.cp;
   j["ep"] = c.ep;
   j["pp"] = 1;
   j["optimizer"] = "adamw";
@@ -146,8 +328,7 @@ std::string why(const plan_candidate& a, const plan_candidate& b) {
     diffs.push_back(fmt::format("recompute {:.0f}% vs {:.0f}% extra FLOPs", 100 * ra, 100 * rb));
   }
   if (x.shard != y.shard)
-    diffs.push_back(fmt::format("{} vs {} ({:.3f} s vs {:.3f} s exposed communication)", x.shard == sharding::full ? "FSDP" : "DDP",
-                                y.shard == sharding::full ? "FSDP" : "DDP", a.throughput.exposed_communication.raw(),
+    diffs.push_back(fmt::format("{} vs {} ({:.3f} s vs {:.3f} s exposed communication)", shard_label(x), shard_label(y), a.throughput.exposed_communication.raw(),
                                 b.throughput.exposed_communication.raw()));
   if (x.format != y.format) diffs.push_back(fmt::format("{} vs {} GEMMs", to_string(x.format), to_string(y.format)));
   if (x.loss != y.loss) diffs.push_back(fmt::format("{} vs {} loss", to_string(x.loss), to_string(y.loss)));
@@ -168,9 +349,22 @@ runner register_recommend(CLI::App& app, context& ctx) {
   o->target.instance = "ml.p6-b200.48xlarge";
   auto* sub = app.add_subcommand("recommend", "search micro-batch, checkpointing, sharding and accumulation; rank by tokens/s");
   sub->add_option("MODEL", o->model, "Hugging Face config.json path or bundled preset")->required();
-  sub->add_option("--instance", o->target.instance, "instance type")->capture_default_str();
+  sub->add_option("--instance", o->instances, "instance type; several (repeated or comma-separated) compare instances")
+      ->delimiter(',')
+      ->capture_default_str();
   sub->add_option("--gpu", o->target.gpu, "a bare GPU instead of an instance (one GPU per node)");
-  sub->add_option("--nodes", o->target.nodes, "instances")->capture_default_str();
+  sub->add_option("--nodes", o->nodes, "instances, or auto (1, 2, 4, ... up to --max-nodes)")->capture_default_str();
+  sub->add_option("--max-nodes", o->max_nodes, "largest node count with --nodes auto")->capture_default_str();
+  sub->add_option("--objective", o->objective, "rank node counts and instances by throughput | cost | time")->capture_default_str();
+  sub->add_option("--tokens", o->tokens, "token budget (e.g. 100B, 1T): time and cost of each plan");
+  sub->add_option("--budget-usd", o->budget_usd, "largest cost of the token budget, USD (needs --tokens)");
+  sub->add_option("--deadline", o->deadline, "longest time for the token budget, e.g. 72h or 3d (needs --tokens)");
+  sub->add_option("--price-per-hour", o->price_per_hour, "USD per instance-hour (default: the catalog's price)");
+  sub->add_option("--parallel", o->parallel,
+                  "search space: all (DDP, FSDP full, HSDP across nodes, shard-grad-op; tp 1/2/4/8) | dp (DDP and FSDP full, tp 1; "
+                  "what --emit sagemaker/estimator/modeltrainer use)")
+      ->check(CLI::IsMember({"all", "dp"}))
+      ->capture_default_str();
   sub->add_option("--seq,--seq-len", o->seq, "sequence length in tokens, or 'auto' (best plan per length up to the context)")->capture_default_str();
   sub->add_option("--global-batch-tokens", o->global_batch_tokens, "tokens per optimizer step for the whole job")->capture_default_str();
   sub->add_option("--headroom", o->headroom, "share of GPU memory kept free at the peak (0-1)")->capture_default_str();
@@ -188,8 +382,20 @@ runner register_recommend(CLI::App& app, context& ctx) {
   return [o, sub, &ctx]() -> int {
     const hardware_catalog cat = ctx.catalog();
     const model_spec m = ctx.model(o->model);
+    if (o->nodes != "auto") {
+      std::size_t pos = 0;
+      int n = 0;
+      try { n = std::stoi(o->nodes, &pos); } catch (const std::exception&) { pos = 0; }
+      if (pos != o->nodes.size() || o->nodes.empty()) throw invalid_request("--nodes: expected a number or auto, got '" + o->nodes + "'");
+      if (n < 1) throw invalid_request("--nodes: must be >= 1, got " + o->nodes);
+      o->target.nodes = n;
+    }
+    if (o->instances.empty()) throw invalid_request("--instance: no instance given");
+    o->target.instance = o->instances.front();
     target_options tgt = o->target;
     if (!tgt.gpu.empty() && sub->get_option("--instance")->count() == 0) tgt.instance.clear();
+    if (o->objective != "throughput" && o->objective != "cost" && o->objective != "time")
+      throw invalid_request("--objective: unknown objective '" + o->objective + "' (use throughput, cost or time)");
     const resolved_target t = resolve_target(cat, tgt, "ml.p6-b200.48xlarge");
     if (o->top < 1) throw invalid_request("--top: must be >= 1, got " + std::to_string(o->top));
     plan_request req;
@@ -213,6 +419,19 @@ runner register_recommend(CLI::App& app, context& ctx) {
       }
       if (s < 1) throw invalid_request("--seq: must be >= 1, got " + o->seq);
       req.seq_lens = {s};
+    }
+    const bool launcher = !o->emit.empty() && o->emit != "plan";
+    if (o->parallel == "all" && !launcher) {
+      req.shardings = {sharding::none, sharding::full, sharding::hybrid, sharding::grad_op};
+      req.tps = {1, 2, 4, 8};
+    }  // else: the SageMaker launchers set up FSDP or DDP only, so --emit sagemaker searches those
+    const bool scale = o->nodes == "auto" || o->instances.size() > 1 || !o->tokens.empty() || o->objective != "throughput" ||
+                       o->budget_usd >= 0 || !o->deadline.empty();
+    if (scale) {
+      if (!tgt.gpu.empty() && tgt.instance.empty())
+        throw invalid_request("--nodes auto, --tokens and --objective need instances (--instance), not a bare --gpu");
+      if (!o->emit.empty()) throw invalid_request("--emit works with one instance type and a fixed --nodes");
+      return scale_out(ctx, *o, cat, m, o->instances, req);
     }
     const auto t0 = std::chrono::steady_clock::now();
     progress_bar bar(ctx.err, "searching", plan_search_size(req, req.nodes * (t.instance ? t.instance->gpus_per_node : 1), detail::ep_candidates(m, req.nodes * (t.instance ? t.instance->gpus_per_node : 1)).size()),
@@ -287,7 +506,7 @@ runner register_recommend(CLI::App& app, context& ctx) {
           ctx.out << fmt::format("{:>3}  {:>4} {:>6} {:>5} {:>12} {:>5}{} {:>9} {:>11} {:>11.2f} {:>11.0f} {:>5.1f}% {:>10.3f}  {}\n", i++,
                                  c.micro_batch, c.seq_len, c.grad_accum,
                                  ac_name(c),
-                                 c.shard == sharding::full ? "fsdp" : (c.world_size > 1 ? "ddp" : "none"),
+                                 shard_label(c),
                                  moe ? fmt::format(" {:>3}", c.ep) : "", to_string(c.loss),
                                  to_string(c.format),
                                  p.memory.device_peak().in(gib), p.throughput.tokens_per_s, 100 * p.throughput.mfu,

@@ -70,7 +70,13 @@ std::string ac_text(const training_config& c) {
   return c.ac_every == 1 ? "full" : fmt::format("every {}", c.ac_every);
 }
 std::string shard_text(const training_config& c) {
-  std::string s = c.shard == sharding::full ? "FSDP" : (c.world_size > 1 ? "DDP" : "none");
+  std::string s;
+  switch (c.shard) {
+    case sharding::full: s = "FSDP"; break;
+    case sharding::hybrid: s = fmt::format("HSDP/{}", c.shard_size()); break;
+    case sharding::grad_op: s = "ZeRO-2"; break;
+    default: s = c.world_size > 1 ? "DDP" : "none";
+  }
   if (c.ep > 1) s += ", EP " + std::to_string(c.ep);
   return s;
 }

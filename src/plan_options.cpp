@@ -26,9 +26,17 @@ void add_plan_options(CLI::App* sub, const std::shared_ptr<plan_options>& o) {
   sub->add_option("--ac-every", o->ac_every, "with --ac full: recompute every K-th block (1 = all)");
   sub->add_option("--master", o->master, "master weights: fp32 | bf16")
       ->transform(CLI::CheckedTransformer(std::map<std::string, master_weights>{{"fp32", master_weights::fp32}, {"bf16", master_weights::bf16}}, CLI::ignore_case));
-  sub->add_option("--sharding", o->shard, "none (one GPU / DDP) | full (FSDP2 full shard); default full for >1 GPU")
-      ->transform(CLI::CheckedTransformer(std::map<std::string, sharding>{{"none", sharding::none}, {"full", sharding::full}}, CLI::ignore_case))
+  sub->add_option("--sharding", o->shard,
+                  "none (one GPU / DDP) | full (FSDP2 full shard) | hybrid (shard within --shard-group, replicate across) | "
+                  "grad-op (ZeRO-2-like); default full for >1 GPU")
+      ->transform(CLI::CheckedTransformer(std::map<std::string, sharding>{{"none", sharding::none}, {"full", sharding::full},
+                                                                          {"hybrid", sharding::hybrid}, {"grad-op", sharding::grad_op}},
+                                          CLI::ignore_case))
       ->each([o](const std::string&) { o->shard_given = true; });
+  sub->add_option("--shard-group", o->shard_group, "with --sharding hybrid: GPUs per shard group (default: one node / tp)");
+  sub->add_option("--tp", o->tp, "tensor-parallel degree (within a node, with sequence parallel)");
+  sub->add_option("--cp", o->cp, "context-parallel degree (ring attention; model states sharded over FSDP x CP)");
+  sub->add_option("--ep", o->ep, "expert-parallel degree (MoE models)");
   sub->add_option("--optimizer-impl", o->optimizer, "AdamW implementation: fused | foreach")
       ->transform(CLI::CheckedTransformer(std::map<std::string, optimizer_impl>{{"fused", optimizer_impl::fused}, {"foreach", optimizer_impl::foreach}}, CLI::ignore_case));
   sub->add_option("--loss", o->loss, "loss: standard (fp32 logits) | chunked (fused linear cross-entropy)")
@@ -88,6 +96,7 @@ void apply_plan(plan_options& o, const plan_spec& p) {
   if (!given(o, "--optimizer-impl") && p.optimizer) o.optimizer = *p.optimizer;
   if (!given(o, "--loss") && p.loss) o.loss = *p.loss;
   if (!given(o, "--precision") && p.precision) o.precision = *p.precision;
+  if (!given(o, "--shard-group") && p.shard_group) o.shard_group = static_cast<int>(*p.shard_group);
   if (!given(o, "--tp") && p.tp) o.tp = *p.tp;
   if (!given(o, "--cp") && p.cp) o.cp = *p.cp;
   if (!given(o, "--ep") && p.ep) o.ep = *p.ep;
@@ -141,6 +150,8 @@ training_config build_config(const plan_options& o, const resolved_target& t) {
   c.shard = o.shard_given ? o.shard : (c.world_size > 1 ? sharding::full : sharding::none);
   c.optimizer = o.optimizer;
   c.loss = o.loss;
+  c.shard_group = o.shard_group;  // tp, cp, ep: set by resolve_plan (bwplan check reports bad degrees as BWP005)
+  if (o.shard_group < 0) throw invalid_request("--shard-group: must be >= 1, got " + std::to_string(o.shard_group));
   validate(c);
   if (static_cast<double>(c.micro_batch) * static_cast<double>(c.seq_len) * static_cast<double>(c.grad_accum) *
           static_cast<double>(c.world_size) > 0x1p60)
@@ -166,18 +177,21 @@ resolved_plan resolve_plan(const context& ctx, const hardware_catalog& cat, cons
   }
   require_support(cat, rp.target.gpu, c.format);
   for (auto [name, v] : {std::pair{"tp", o.tp}, std::pair{"cp", o.cp}, std::pair{"ep", o.ep}, std::pair{"pp", o.pp}})
-    if (v > modelled_parallel_degree && !(std::string_view(name) == "ep" && rp.model.is_moe()))
-      throw invalid_request(fmt::format("{}={}: this release models data parallelism (FSDP/DDP) only; set {} to 1", name, v, name));
+    if (v > modelled_degree(name) && !(std::string_view(name) == "ep" && rp.model.is_moe()))
+      throw invalid_request(fmt::format("{}={}: this release models data, tensor and context parallelism (and expert parallelism for MoE models) only; set {} to 1", name, v, name));
+  c.tp = static_cast<int>(o.tp);
+  c.cp = static_cast<int>(o.cp);
+  c.ep = static_cast<int>(o.ep);
+  validate(c);
+  if (rp.model.heads % c.tp != 0 || rp.model.kv_heads % c.tp != 0)
+    throw invalid_request(fmt::format("--tp {} does not divide the {} attention heads and {} KV heads of {}", c.tp, rp.model.heads,
+                                      rp.model.kv_heads, rp.model.name));
   if (rp.model.positions > 0 && c.seq_len > rp.model.positions)
     throw invalid_request(fmt::format("--seq {} exceeds the {} learned position embeddings of {} (n_positions)", c.seq_len,
                                       rp.model.positions, rp.model.name));
-  if (rp.model.is_moe()) {  // expert parallelism (issue 7): experts / ep, all-to-all per MoE block
-    c.ep = static_cast<int>(o.ep);
-    validate(c);
-    detail::validate_moe(rp.model, c);
-  }
+  if (rp.model.is_moe()) detail::validate_moe(rp.model, c);  // expert parallelism (issue 7): experts / ep
   if (o.global_batch > 0) {
-    const std::int64_t per = c.micro_batch * c.world_size;
+    const std::int64_t per = c.micro_batch * c.dp();
     if (o.global_batch % per != 0)
       throw invalid_request(fmt::format("global_batch_size {} is not divisible by micro-batch {} x data-parallel size {} = {}",
                                         o.global_batch, c.micro_batch, c.world_size, per));

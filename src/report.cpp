@@ -482,7 +482,7 @@ footer { margin-top: 32px; color: #555; font-size: 0.88em; border-top: 1px solid
           "<td>{}</td><td class=\"n\">{:.1f}</td><td class=\"n\">{:.1f}%</td><td class=\"n\">{}</td><td class=\"n\">{:.1f}%</td>"
           "<td class=\"n\">{:.3f}</td></tr>\n",
           i++, pc2.micro_batch, pc2.seq_len, pc2.grad_accum, ac_label(pc2),
-          pc2.shard == sharding::full ? "FSDP full" : (pc2.world_size > 1 ? "DDP" : "none"), to_string(pc2.loss),
+          shard_label(pc2), to_string(pc2.loss),
           p.memory.device_peak().in(gib), 100 * p.memory.headroom(), group_digits(p.throughput.tokens_per_s),
           100 * p.throughput.mfu, p.throughput.step.raw());
     }
@@ -507,9 +507,9 @@ footer { margin-top: 32px; color: #555; font-size: 0.88em; border-top: 1px solid
   row("world size", fmt::format("{} GPUs", c.world_size));
   row("micro-batch × sequence", fmt::format("{} × {} tokens, gradient accumulation {} ({} tokens per optimizer step)",
                                             c.micro_batch, c.seq_len, c.grad_accum,
-                                            group_digits(static_cast<double>(c.micro_batch * c.seq_len * c.grad_accum * c.world_size))));
+                                            group_digits(static_cast<double>(c.micro_batch * c.seq_len * c.grad_accum * c.dp()))));
   row("activation checkpointing", ac_label(c));
-  row("sharding", c.shard == sharding::full ? "FSDP2 full shard" : (c.world_size > 1 ? "none (DDP)" : "none"));
+  row("sharding", c.shard == sharding::full ? std::string("FSDP2 full shard") : c.shard == sharding::none ? std::string(c.world_size > 1 ? "none (DDP)" : "none") : shard_label(c));
   row("precision", fmt::format("{} compute, {} master weights", to_string(c.format), to_string(c.master)));
   row("optimizer", fmt::format("AdamW ({})", to_string(c.optimizer)));
   row("loss", to_string(c.loss));

@@ -99,7 +99,7 @@ void apply(training_config& c, int gpus_per_node, bool has_instance, const std::
     if (v == "none" || v == "0") { c.ac_enabled = false; c.ac_every = 1; }
     else if (v == "full") { c.ac_enabled = true; c.ac_every = 1; }
     else { c.ac_enabled = true; c.ac_every = static_cast<int>(std::stoll(v)); }
-  } else if (key == "sharding") c.shard = v == "full" ? sharding::full : sharding::none;
+  } else if (key == "sharding") c.shard = v == "full" ? sharding::full : v == "hybrid" ? sharding::hybrid : v == "grad-op" ? sharding::grad_op : sharding::none;
   else if (key == "loss") c.loss = v == "chunked" ? loss_impl::chunked : loss_impl::standard;
   else if (key == "master") c.master = v == "bf16" ? master_weights::bf16 : master_weights::fp32;
   else if (key == "optimizer-impl") c.optimizer = v == "foreach" ? optimizer_impl::foreach : optimizer_impl::fused;
@@ -153,7 +153,7 @@ sweep_axis parse_vary(const std::string& spec) {
         if (k < 0) throw invalid_request("--vary " + spec + ": a checkpoint interval must be >= 0, got " + item);
         a.values.push_back(k == 0 ? "none" : std::to_string(k));
       }
-    } else if (a.key == "sharding") check_member(spec, item, {"none", "full"});
+    } else if (a.key == "sharding") check_member(spec, item, {"none", "full", "hybrid", "grad-op"});
     else if (a.key == "loss") check_member(spec, item, {"standard", "chunked"});
     else if (a.key == "master") check_member(spec, item, {"fp32", "bf16"});
     else if (a.key == "optimizer-impl") check_member(spec, item, {"fused", "foreach"});

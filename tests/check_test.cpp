@@ -255,8 +255,10 @@ TEST_CASE("check rules: each fires on a plan made for it and stays quiet on the 
     CHECK(fired(j.report, "BWP005")[0]["line"] == line_of(f, "tp"));
     const auto layers = check_json(write_plan("r5b", with(base_plan(), {{"pp", "5"}})));
     CHECK_THAT(fired(layers.report, "BWP005").at(0)["message"].get<std::string>(), Catch::Contains("pp=5 does not divide num_hidden_layers=32"));
-    const auto div = check_json(write_plan("r5q", with(base_plan(), {{"tp", "2"}})));  // divides: only "not modelled"
+    const auto div = check_json(write_plan("r5q", with(base_plan(), {{"tp", "2"}})));  // divides: evaluated (issue 4)
     CHECK(fired(div.report, "BWP005").empty());
+    CHECK(fired(div.report, "BWP009").empty());
+    CHECK(div.report["plans"][0]["estimate"]["config"]["tp"] == 2);
     CHECK(fired(quiet.report, "BWP005").empty());
   }
   SECTION("BWP006 precision-unsupported-on-gpu") {
@@ -306,8 +308,11 @@ TEST_CASE("check rules: each fires on a plan made for it and stays quiet on the 
     const auto fp8 = check_json(write_plan("r9c", with(base_plan(), {{"precision", "\"fp8\""}})));
     CHECK(fired(fp8.report, "BWP009").empty());
     CHECK(fp8.report["plans"][0]["estimate"]["config"]["precision"] == "fp8");
+    // tensor and context parallelism are modelled (issue 4); pipeline parallelism is not
     const auto tp = check_json(write_plan("r9b", with(base_plan(), {{"tp", "2"}, {"cp", "2"}})));
-    CHECK_THAT(fired(tp.report, "BWP009").at(0)["message"].get<std::string>(), Catch::Contains("tp=2, cp=2"));
+    CHECK(fired(tp.report, "BWP009").empty());
+    const auto tpp = check_json(write_plan("r9d", with(base_plan(), {{"tp", "2"}, {"pp", "2"}})));
+    CHECK_THAT(fired(tpp.report, "BWP009").at(0)["message"].get<std::string>(), Catch::Contains("pp=2:") && !Catch::Contains("tp=2"));
     CHECK(fired(quiet.report, "BWP009").empty());
   }
 }
@@ -409,8 +414,12 @@ TEST_CASE("estimate --plan reads the plan; flags given as well override it", "[c
   const auto nv = run_cli({"estimate", "--plan", fp8, "--precision", "nvfp4", "--instance", "ml.p5.48xlarge"});
   CHECK(nv.code == 2);
   CHECK_THAT(nv.err, Catch::Contains("--precision nvfp4 is not supported on h100"));
-  const auto tp = write_plan("est_tp", with(base_plan(), {{"tp", "2"}}));
-  CHECK_THAT(run_cli({"estimate", "--plan", tp}).err, Catch::Contains("tp=2: this release models data parallelism (FSDP/DDP) only"));
+  const auto tp = write_plan("est_tp", with(base_plan(), {{"pp", "2"}}));
+  CHECK_THAT(run_cli({"estimate", "--plan", tp}).err, Catch::Contains("pp=2: this release models data, tensor and context parallelism only"));
+  const auto tp2 = write_plan("est_tp2", with(base_plan(), {{"tp", "2"}}));
+  const auto e2 = run_cli({"estimate", "--plan", tp2, "--format", "json"});
+  REQUIRE(e2.code == 0);
+  CHECK(nlohmann::json::parse(e2.out)["config"]["tp"] == 2);
 }
 
 TEST_CASE("recommend --emit plan writes a plan that check passes and estimate reads", "[check][plan]") {

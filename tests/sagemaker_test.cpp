@@ -501,7 +501,8 @@ TEST_CASE("cli: the README's recommend --emit sagemaker commands print valid req
 }
 
 TEST_CASE("cli: recommend --emit sends the best plan", "[sagemaker][cli]") {
-  const auto plans = run_cli({"recommend", "Llama-3.1-8B", "--instance", "ml.p6-b200.48xlarge", "--nodes", "2", "--format", "json"});
+  // the SageMaker launchers set up FSDP or DDP: --emit searches what --parallel dp does
+  const auto plans = run_cli({"recommend", "Llama-3.1-8B", "--instance", "ml.p6-b200.48xlarge", "--nodes", "2", "--parallel", "dp", "--format", "json"});
   const auto emitted = run_cli(with({"recommend", "Llama-3.1-8B", "--instance", "ml.p6-b200.48xlarge", "--nodes", "2", "--emit", "sagemaker"}, credentials));
   REQUIRE(plans.code == 0);
   REQUIRE(emitted.code == 0);

@@ -229,14 +229,14 @@ inline std::string plan_settings(const training_config& c) {
   }
   std::vector<std::string> unmodelled;
   for (auto [name, v] : {std::pair{"tp", in.tp}, std::pair{"cp", in.cp}, std::pair{"ep", in.ep}, std::pair{"pp", in.pp}})
-    if (v > modelled_parallel_degree && !(std::string_view(name) == "ep" && m.is_moe())) unmodelled.push_back(std::string(name) + "=" + std::to_string(v));
+    if (v > modelled_degree(name) && !(std::string_view(name) == "ep" && m.is_moe())) unmodelled.push_back(std::string(name) + "=" + std::to_string(v));
   if (!unmodelled.empty()) {
     std::string list;
     for (std::size_t i = 0; i < unmodelled.size(); ++i) list += (i ? ", " : "") + unmodelled[i];
     std::vector<std::string> ptrs;
     for (const auto& u : unmodelled) ptrs.push_back("/" + u.substr(0, u.find('=')));
-    fire("BWP009", list + ": this release models data parallelism (FSDP/DDP) only, so the plan cannot be checked",
-         "set tp, cp, ep and pp to 1 to check the data-parallel plan", ptrs);
+    fire("BWP009", list + ": this release models data, tensor and context parallelism only, so the plan cannot be checked",
+         "set ep and pp to 1 to check the plan", ptrs);
     evaluable = false;
   }
 
@@ -286,7 +286,19 @@ inline std::string plan_settings(const training_config& c) {
   }
 
   // ---- evaluation
+  c.tp = static_cast<int>(in.tp);
+  c.cp = static_cast<int>(in.cp);
   if (m.is_moe()) c.ep = static_cast<int>(in.ep);  // layout checked above (BWP005)
+  try {
+    validate(c);
+  } catch (const invalid_request& e) {
+    fire("BWP005", e.what(), "choose tp within a node and tp x cp dividing the GPU count and cp the sequence", {"/tp", "/cp"});
+    for (const char* id : {"BWP001", "BWP002", "BWP007", "BWP008"})
+      if (!disabled(id)) res.skipped.emplace_back(id);
+    res.config = c;
+    return res;
+  }
+  res.config = c;
   const memory_estimate me = estimate_memory(m, c, in.gpu);
   const throughput_estimate te = estimate_throughput(m, c, in.gpu, in.instance);
   res.memory = me;
@@ -297,7 +309,7 @@ inline std::string plan_settings(const training_config& c) {
   // in floating point: the product of the plan's largest values exceeds int64 (clamped far above any real job)
   req.global_batch_tokens = static_cast<std::int64_t>(std::min(
       0x1p60, static_cast<double>(c.micro_batch) * static_cast<double>(c.seq_len) * static_cast<double>(c.grad_accum) *
-                  static_cast<double>(c.world_size)));
+                  static_cast<double>(c.dp())));
   req.headroom = in.headroom;
   req.master = c.master;
   req.optimizer = c.optimizer;

@@ -151,19 +151,24 @@ struct activation_terms {
   detail::validate_moe(m, c);
   const parameter_count pc_full = count_parameters(m);
   const parameter_count pc = detail::ep_local(pc_full, m, c.ep);  // routed experts / ep (MoE only)
-  const bool fsdp = c.shard == sharding::full;
+  const bool fsdp = c.sharded();
+  const bool grad_op = c.shard == sharding::grad_op;
   const bool amp = !fsdp && c.master == master_weights::fp32;
   const bool accum = c.grad_accum > 1;
-  const double n = fsdp ? c.world_size : 1;
+  const double n = c.shard_size();
   const double w = c.master == master_weights::fp32 ? 4 : 2;  // bytes per stored parameter, gradient, state
   const double g = w;
+  // Tensor parallelism (Megatron-style, with sequence parallel and a vocabulary-parallel embedding/head as
+  // torchtitan applies it) divides every weight by tp; context parallelism splits each sequence over cp ranks
+  // and sequence parallel the remaining tokens over tp, so each GPU holds T / (tp · cp) tokens of activations.
+  const double tpd = c.tp;
   // Stored state per GPU: under FSDP experts are sharded over ep × (world/ep) = world ranks, like the rest
-  const double P = static_cast<double>(fsdp ? pc_full.total() : pc.total());
-  const double Pb = static_cast<double>(pc.block());
-  const double lin = static_cast<double>(pc.block_linear);
-  const double head_w = static_cast<double>(m.vocab * m.hidden);
-  const double root_params = static_cast<double>(pc.embedding + pc.lm_head + pc.final_norm);
-  const double T = static_cast<double>(c.tokens_per_micro_batch());
+  const double P = static_cast<double>(fsdp ? pc_full.total() : pc.total()) / tpd;
+  const double Pb = static_cast<double>(pc.block()) / tpd;
+  const double lin = static_cast<double>(pc.block_linear) / tpd;
+  const double head_w = static_cast<double>(m.vocab * m.hidden) / tpd;
+  const double root_params = static_cast<double>(pc.embedding + pc.lm_head + pc.final_norm) / tpd;
+  const double T = static_cast<double>(c.tokens_per_micro_batch()) / (tpd * c.cp);
   const double V = static_cast<double>(m.vocab);
   const double h = static_cast<double>(m.hidden);
   const std::int64_t L = m.layers;
@@ -179,7 +184,7 @@ struct activation_terms {
   base.parameters = bytes::base(w * P / n);
   base.optimizer_states = bytes::base(2 * w * P / n);
   base.workspace = rt.cublas_workspace;
-  if (!fsdp && c.world_size > 1) base.ddp_buckets = bytes::base(g * P);  // P: experts / ep without FSDP
+  if (!fsdp && c.fsdp_mesh() > 1) base.ddp_buckets = bytes::base(g * P);
   if (accum) base.gradients = bytes::base(g * P / n);  // kept across micro-batches
 
   const double ck = act_hp.checkpoint * T;
@@ -187,7 +192,10 @@ struct activation_terms {
   const double amp_head = amp ? 2 * head_w : 0;
   const double root = fsdp ? 2 * root_params : 0;  // FSDP2 root (embedding, head, final norm) stays gathered
   // current + prefetched block as gathered: bf16, or fp8 with FP8 all-gather
-  const double gathered = fsdp ? 2 * (c.fp8_all_gather ? 1 : 2) * Pb : 0;
+  const double gathered = fsdp && !grad_op ? 2 * (c.fp8_all_gather ? 1 : 2) * Pb : 0;
+  // SHARD_GRAD_OP (reshard_after_forward=False): every block stays gathered (bf16) from its forward to its backward
+  const double kept_block = grad_op ? 2 * Pb : 0;
+  const double kept_all = kept_block * static_cast<double>(L);
   const double wcopy = ft.weight_copy_bytes * lin;  // quantized copies of one low-precision block
   // per-block quantities
   auto full_saved = [&](std::int64_t i) { return (quantized(i) ? act_lp : act_hp).block_saved * T; };
@@ -236,7 +244,7 @@ struct activation_terms {
   memory_estimate e;
   // ---- forward
   memory_breakdown f = base;
-  f.compute_weights = bytes::base(root + 2 * static_cast<double>(pc.gemm_weights()) * (amp ? 1 : 0));
+  f.compute_weights = bytes::base(root + kept_all + 2 * static_cast<double>(pc.gemm_weights()) / tpd * (amp ? 1 : 0));
   f.activations = bytes::base(saved_all + final_saved);
   f.logits = bytes::base(loss_saved + loss_fwd_transient);
   f.gradients += bytes::base(loss_grad);
@@ -244,13 +252,13 @@ struct activation_terms {
   {  // last block running: its working set, the gathered blocks and its quantized weights
     memory_breakdown lb = base;
     const std::int64_t i = L - 1;
-    lb.compute_weights = bytes::base(root + gathered + (amp ? 2 * lin * static_cast<double>(L) : 0) + (quantized(i) ? wcopy : 0));
+    lb.compute_weights = bytes::base(root + gathered + kept_all + (amp ? 2 * lin * static_cast<double>(L) : 0) + (quantized(i) ? wcopy : 0));
     lb.activations = bytes::base(saved_all - saved(i));
     lb.transient = bytes::base(c.checkpointed(i) ? T * (6 * detail::mlp_width_per_token(m)) : full_saved(i));
     fwd_peak = std::max(fwd_peak, consider(lb, step_phase::forward));
   }
   memory_breakdown after_fwd = base;
-  after_fwd.compute_weights = bytes::base(root + amp_head + amp_after);
+  after_fwd.compute_weights = bytes::base(root + kept_all + amp_head + amp_after);
   after_fwd.activations = bytes::base(saved_all + final_saved);
   after_fwd.logits = bytes::base(loss_saved);
   after_fwd.gradients += bytes::base(loss_grad);
@@ -274,7 +282,8 @@ struct activation_terms {
   const double static_part = base.total().raw() + root;
   for (std::int64_t i = L - 1; i >= 0; --i) {
     const double recompute = saved(i) < full_saved(i) ? full_saved(i) - saved(i) : 0;
-    const double extra_cw = (c.checkpointed(i) ? amp_block : 0) + (quantized(i) ? wcopy : 0);
+    const double extra_cw = (c.checkpointed(i) ? amp_block : 0) + (quantized(i) ? wcopy : 0) +
+                            kept_block * static_cast<double>(i + 1);
     const double tr = gtmp + block_grad_tmp;
     const double t = static_part + acts + recompute + cw + extra_cw + grads + tr;
     if (t > best_block) {
@@ -322,7 +331,13 @@ struct activation_terms {
   // backward; plus a share of the activation churn.
   const double frag = (c.loss == loss_impl::standard ? 2 * T * V : 0) +
                       rt.fragmentation * (best.activations + best.transient + best.logits).raw();
-  e.peak_reserved = e.peak_allocated + bytes::base(frag);
+  // FSDP2 allocates reduce-scatter outputs (the sharded gradients) on its reduce-scatter stream; the caching
+  // allocator keeps per-stream pools, so those segments cannot reuse the activation memory freed on the compute
+  // stream and the reserved peak carries all gradient shards (g·P/N) on top of the compute-stream peak.
+  // Calibrated on torchtitan's FSDP 8 vs 128 GPU figures (docs/scaling.md#6); only with more than one shard,
+  // so single-GPU numbers (h200-calibration.jsonl) are unchanged.
+  const double rs_pool = (fsdp && n > 1 && !accum && best_phase != step_phase::optimizer) ? g * P / n - best.gradients.raw() : 0;
+  e.peak_reserved = e.peak_allocated + bytes::base(frag + std::max(0.0, rs_pool));
   e.non_pytorch = rt.cuda_context + ((fsdp || c.world_size > 1) ? rt.nccl : bytes{});
   e.capacity = gpu.cuda_capacity();
   e.fits = e.device_peak() <= e.capacity;

@@ -25,7 +25,8 @@ struct plan_request {
   double headroom = 0.05;                          ///< share of capacity kept free at the peak
   std::vector<int> ac_every{0, 1, 2, 4, -1};       ///< checkpointing choices: 0 = none, K = every K-th block, -1 = per-op selective
   std::vector<compute_format> formats{compute_format::bf16};  ///< GEMM formats tried (each must be supported by the GPU)
-  std::vector<sharding> shardings{sharding::none, sharding::full};
+  std::vector<sharding> shardings{sharding::none, sharding::full};  ///< hybrid is tried only across nodes (one node: = full)
+  std::vector<int> tps{1};                         ///< tensor-parallel degrees tried (those dividing heads and a node)
   std::vector<loss_impl> losses{loss_impl::standard, loss_impl::chunked};
   master_weights master = master_weights::fp32;
   optimizer_impl optimizer = optimizer_impl::fused;
@@ -38,8 +39,8 @@ struct plan_request {
 /// degrees tried, 1 for dense models; see detail::ep_candidates).
 [[nodiscard]] inline std::int64_t plan_search_size(const plan_request& req, int world, std::size_t eps = 1) {
   std::int64_t n = 0;
-  const auto per_mbs = static_cast<std::int64_t>(req.shardings.size() * req.ac_every.size() * req.losses.size() * eps *
-                                                 std::max<std::size_t>(1, req.formats.size()));
+  const auto per_mbs = static_cast<std::int64_t>(req.shardings.size() * req.tps.size() * req.ac_every.size() * req.losses.size() *
+                                                 eps * std::max<std::size_t>(1, req.formats.size()));
   for (std::int64_t seq : req.seq_lens) {
     if (seq < 1) continue;
     for (std::int64_t mbs = 1; mbs <= req.max_micro_batch; mbs *= 2) {
@@ -103,6 +104,9 @@ struct plan_result {
       const std::int64_t tokens = mbs * seq * world;
       if (tokens > req.global_batch_tokens && mbs > 1) break;
       for (sharding sh : req.shardings) {
+       for (int tp : req.tps) {
+        if (tp < 1 || tp > per_node || world % tp != 0 || m.heads % tp != 0 || m.kv_heads % tp != 0) continue;
+        if (sh == sharding::hybrid && req.nodes < 2) continue;
         for (int ac : req.ac_every) {
           for (loss_impl loss : req.losses) {
            for (std::size_t fi = 0; fi < req.formats.size(); ++fi) {
@@ -115,13 +119,15 @@ struct plan_result {
             c.world_size = world;
             c.gpus_per_node = per_node;
             c.shard = sh;
+            c.tp = tp;
             c.master = req.master;
             c.optimizer = req.optimizer;
             c.loss = loss;
             c.ac_enabled = ac > 0;
             c.ac_every = ac > 0 ? ac : 1;
             c.selective = ac < 0 ? selective_ac::op : selective_ac::none;
-            c.grad_accum = std::max<std::int64_t>(1, (req.global_batch_tokens + tokens - 1) / tokens);
+            const std::int64_t step_tokens = tokens / tp;  // data-parallel degree world / tp
+            c.grad_accum = std::max<std::int64_t>(1, (req.global_batch_tokens + step_tokens - 1) / step_tokens);
             ++res.evaluated;
             if (req.progress) req.progress(res.evaluated, total);
             memory_estimate me = estimate_memory(m, c, gpu, rt);
@@ -141,6 +147,7 @@ struct plan_result {
           }
           }
         }
+       }
       }
     }
     if (best_per_seq && have_seq) keep.push_back(best_seq);

@@ -5,6 +5,7 @@
 #include <bwplan/error.hpp>
 #include <bwplan/precision.hpp>
 
+#include <algorithm>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -20,7 +21,9 @@ enum class master_weights {
 /// Data-parallel sharding of parameters, gradients and optimizer states.
 enum class sharding {
   none,  ///< every GPU holds everything (one GPU, or DDP with torch.autocast)
-  full,  ///< FSDP2 `fully_shard` per block + root over all GPUs (ZeRO-3)
+  full,     ///< FSDP2 `fully_shard` per block + root over the data-parallel × context-parallel mesh (ZeRO-3)
+  hybrid,   ///< HSDP: shard within groups of `shard_group` GPUs, replicate across groups (all-reduce of gradient shards)
+  grad_op,  ///< SHARD_GRAD_OP / ZeRO-2: states and gradients sharded, gathered bf16 weights kept from forward to backward
 };
 
 /// Selective activation checkpointing policies (applied to every block; exclusive with full checkpointing).
@@ -61,6 +64,25 @@ struct training_config {
   loss_impl loss = loss_impl::standard;
   int ep = 1;                       ///< expert parallelism: routed experts split over ep GPUs (MoE models; divides world_size)
   double moe_capacity_factor = 1.0; ///< MoE dispatch buffer size relative to top_k · tokens (1 = dropless)
+  int shard_group = 0;  ///< hybrid sharding: GPUs per shard group (0 = gpus_per_node / tp, i.e. one node)
+  int tp = 1;           ///< tensor-parallel degree (within a node, with sequence parallel)
+  int cp = 1;           ///< context-parallel degree (ring attention over the sequence)
+
+  /// Data-parallel replicas × context-parallel ranks: the FSDP mesh, world_size / tp.
+  [[nodiscard]] constexpr int fsdp_mesh() const noexcept { return tp > 0 ? world_size / tp : world_size; }
+  /// Data-parallel degree: world_size / (tp · cp) (sequences processed side by side).
+  [[nodiscard]] constexpr int dp() const noexcept { return tp > 0 && cp > 0 ? world_size / (tp * cp) : world_size; }
+  /// GPUs a parameter/gradient/optimizer-state shard is spread over (1 without sharding). torchtitan shards
+  /// model states over the combined data-parallel × context-parallel mesh.
+  [[nodiscard]] constexpr int shard_size() const noexcept {
+    switch (shard) {
+      case sharding::none: return 1;
+      case sharding::hybrid: return shard_group > 0 ? shard_group : std::max(1, gpus_per_node / std::max(1, tp));
+      default: return fsdp_mesh();
+    }
+  }
+  /// Whether parameters are sharded (any FSDP mode).
+  [[nodiscard]] constexpr bool sharded() const noexcept { return shard != sharding::none; }
 
   /// Tokens each GPU processes per micro-batch.
   [[nodiscard]] constexpr std::int64_t tokens_per_micro_batch() const noexcept { return micro_batch * seq_len; }
@@ -86,24 +108,44 @@ struct training_config {
 /// Throws invalid_request when a field is out of range (micro-batch, sequence length, world size,
 /// gradient accumulation or checkpoint interval below 1).
 inline void validate(const training_config& c) {
-  auto need = [](bool ok, const std::string& msg) { if (!ok) throw invalid_request(msg); };
-  need(c.micro_batch >= 1, "--mbs: micro-batch size must be >= 1, got " + std::to_string(c.micro_batch));
-  need(c.seq_len >= 1, "--seq: sequence length must be >= 1, got " + std::to_string(c.seq_len));
-  need(c.grad_accum >= 1, "gradient accumulation must be >= 1, got " + std::to_string(c.grad_accum));
-  need(c.world_size >= 1, "--gpus: world size must be >= 1, got " + std::to_string(c.world_size));
-  need(c.gpus_per_node >= 1, "GPUs per node must be >= 1, got " + std::to_string(c.gpus_per_node));
-  need(c.ep >= 1 && c.world_size % c.ep == 0,
-       "--ep: expert parallelism must divide the world size " + std::to_string(c.world_size) + ", got " + std::to_string(c.ep));
-  need(c.moe_capacity_factor >= 1, "MoE capacity factor must be >= 1");
-  need(c.ac_every >= 1, "--ac-every: must be >= 1, got " + std::to_string(c.ac_every));
-  need(!(c.ac_enabled && c.selective != selective_ac::none), "--ac: full and selective checkpointing are exclusive");
-  need(!c.fp8_all_gather || (c.format == compute_format::fp8 && c.shard == sharding::full),
-       "--fp8-all-gather needs --precision fp8 and --sharding full");
+  // Messages are built only when a check fails: validate runs twice per candidate in the planner's hot loop.
+#define BWPLAN_NEED(ok, msg) \
+  do {                       \
+    if (!(ok)) throw invalid_request(msg); \
+  } while (0)
+  BWPLAN_NEED(c.micro_batch >= 1, "--mbs: micro-batch size must be >= 1, got " + std::to_string(c.micro_batch));
+  BWPLAN_NEED(c.seq_len >= 1, "--seq: sequence length must be >= 1, got " + std::to_string(c.seq_len));
+  BWPLAN_NEED(c.grad_accum >= 1, "gradient accumulation must be >= 1, got " + std::to_string(c.grad_accum));
+  BWPLAN_NEED(c.world_size >= 1, "--gpus: world size must be >= 1, got " + std::to_string(c.world_size));
+  BWPLAN_NEED(c.gpus_per_node >= 1, "GPUs per node must be >= 1, got " + std::to_string(c.gpus_per_node));
+  BWPLAN_NEED(c.ac_every >= 1, "--ac-every: must be >= 1, got " + std::to_string(c.ac_every));
+  BWPLAN_NEED(!(c.ac_enabled && c.selective != selective_ac::none), "--ac: full and selective checkpointing are exclusive");
+  BWPLAN_NEED(!c.fp8_all_gather || (c.format == compute_format::fp8 && c.shard == sharding::full),
+              "--fp8-all-gather needs --precision fp8 and --sharding full");
+  BWPLAN_NEED(c.tp >= 1 && c.cp >= 1 && c.ep >= 1, "--tp/--cp/--ep: parallel degrees must be >= 1");
+  BWPLAN_NEED(c.world_size % c.ep == 0,
+              "--ep: expert parallelism must divide the world size " + std::to_string(c.world_size) + ", got " + std::to_string(c.ep));
+  BWPLAN_NEED(c.moe_capacity_factor >= 1, "MoE capacity factor must be >= 1");
+  BWPLAN_NEED(c.tp <= c.gpus_per_node || c.world_size < c.gpus_per_node,
+              "--tp " + std::to_string(c.tp) + ": tensor parallelism stays within a node of " + std::to_string(c.gpus_per_node) + " GPUs");
+  BWPLAN_NEED(c.world_size % (c.tp * c.cp) == 0, "--tp x --cp = " + std::to_string(c.tp * c.cp) +
+                                                     " does not divide the world size " + std::to_string(c.world_size));
+  BWPLAN_NEED(c.seq_len % c.cp == 0, "--cp " + std::to_string(c.cp) + " does not divide the sequence length " + std::to_string(c.seq_len));
+  BWPLAN_NEED(c.shard_group >= 0, "--shard-group: must be >= 1");
+  if (c.shard == sharding::hybrid) {
+    BWPLAN_NEED(c.fsdp_mesh() % c.shard_size() == 0, "--shard-group " + std::to_string(c.shard_size()) +
+                                                         " does not divide the FSDP mesh of " + std::to_string(c.fsdp_mesh()) +
+                                                         " GPUs (world size / tp)");
+  }
+  BWPLAN_NEED(c.shard_group == 0 || c.shard == sharding::hybrid, "--shard-group needs --sharding hybrid");
+#undef BWPLAN_NEED
 }
 
 /// Name of an enum value as used on the command line and in JSON.
 [[nodiscard]] constexpr const char* to_string(master_weights m) noexcept { return m == master_weights::fp32 ? "fp32" : "bf16"; }
-[[nodiscard]] constexpr const char* to_string(sharding s) noexcept { return s == sharding::none ? "none" : "full"; }
+[[nodiscard]] constexpr const char* to_string(sharding s) noexcept {
+  return s == sharding::none ? "none" : s == sharding::full ? "full" : s == sharding::hybrid ? "hybrid" : "grad-op";
+}
 [[nodiscard]] constexpr const char* to_string(selective_ac s) noexcept {
   return s == selective_ac::none ? "none" : s == selective_ac::op ? "selective-op" : "selective-attn";
 }

@@ -48,7 +48,8 @@ void BM_evaluate_candidate(benchmark::State& state) {
 }
 BENCHMARK(BM_evaluate_candidate);
 
-// The whole search of `recommend Llama-3.1-405B` for node counts 1..64 (seq auto).
+// The whole search of `recommend Llama-3.1-405B` for node counts 1..64 (seq auto), with the search space of
+// `recommend` (issue 4): four sharding modes and tensor-parallel degrees 1, 2, 4, 8.
 void BM_recommend_405b_1_to_64_nodes(benchmark::State& state) {
   const auto& f = fx();
   const auto& gpu = f.cat.gpu("b200");
@@ -58,6 +59,8 @@ void BM_recommend_405b_1_to_64_nodes(benchmark::State& state) {
     for (int nodes = 1; nodes <= 64; nodes *= 2) {
       plan_request req;
       req.nodes = nodes;
+      req.shardings = {sharding::none, sharding::full, sharding::hybrid, sharding::grad_op};
+      req.tps = {1, 2, 4, 8};
       req.seq_lens.clear();
       for (std::int64_t s = 1024; s <= f.m405.max_context; s *= 2) req.seq_lens.push_back(s);
       const auto r = search_plans(f.m405, gpu, &inst, req, 5, true);

@@ -1,0 +1,292 @@
+// Scale-out (issue 4): collectives, sharding modes, tensor/context parallelism, nodes, time and cost.
+#include "test_util.hpp"
+
+#include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+using namespace bwplan;
+using bwplan::test::run_cli;
+
+namespace {
+
+const std::string h100_96 = std::string(BWPLAN_SOURCE_DIR) + "/tests/data/h100-96gb.json";
+
+nlohmann::json estimate_json(std::vector<std::string> args) {
+  std::vector<std::string> a{"--hardware", h100_96, "estimate"};
+  a.insert(a.end(), args.begin(), args.end());
+  a.insert(a.end(), {"--format", "json"});
+  const auto r = run_cli(a);
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  return nlohmann::json::parse(r.out);
+}
+
+double reserved_gib(const nlohmann::json& j) { return j["memory"]["peak_reserved_bytes"].get<double>() / 1073741824.0; }
+
+gpu_spec h100() {
+  gpu_spec g;
+  g.id = "h100";
+  g.architecture = "hopper";
+  g.hbm_total = 80 * gib;
+  g.hbm_bandwidth = 3.35 * tb_per_s;
+  g.nvlink_per_direction = 450 * gb_per_s;
+  g.dense_flops["bf16"] = 989 * tflop_per_s;
+  return g;
+}
+
+instance_spec p5() {
+  instance_spec i;
+  i.id = "ml.p5.48xlarge";
+  i.gpu = "h100";
+  i.gpus_per_node = 8;
+  i.efa_per_node = 400 * gb_per_s;
+  i.price_per_hour_usd = 55.04;
+  return i;
+}
+
+}  // namespace
+
+// torchtitan (arXiv:2410.06511, figures as quoted in issue 4): Llama 3.1 8B, FSDP2, bf16 compute / fp32 master,
+// micro-batch 2 x 8192, per-op selective checkpointing on H100 96 GB: 82.4 GiB reserved on 8 GPUs, 67.0 on 128.
+TEST_CASE("torchtitan: FSDP over 8 vs 128 GPUs differs by 15.4 GiB +- 1.5 (Llama 3.1 8B, SAC per-op)", "[scaling][torchtitan]") {
+  const std::vector<std::string> base{"Llama-3.1-8B", "--gpu", "h100-96gb", "--mbs", "2", "--seq", "8192", "--ac", "selective-op",
+                                      "--sharding", "full", "--master", "fp32"};
+  auto with = [&](const char* gpus) {
+    auto a = base;
+    a.insert(a.end(), {"--gpus", gpus});
+    return a;
+  };
+  const double r8 = reserved_gib(estimate_json(with("8")));
+  const double r128 = reserved_gib(estimate_json(with("128")));
+  INFO("8 GPUs: " << r8 << " GiB, 128 GPUs: " << r128 << " GiB (measured 82.4 / 67.0)");
+  CHECK(r8 - r128 == Approx(15.4).margin(1.5));
+}
+
+// torchtitan CP table: full checkpointing, micro-batch 1, FSDP x CP = 8 GPUs, sequence 32K..262K with CP 1..8:
+// measured 83.9, 84.2, 84.0, 84.5 GiB -- flat, because the tokens per GPU stay 32K and model states are sharded over 8.
+TEST_CASE("torchtitan: context parallel keeps peak memory flat from 32K/CP1 to 262K/CP8", "[scaling][torchtitan]") {
+  std::vector<double> peaks;
+  for (auto [seq, cp] : {std::pair{"32768", "1"}, std::pair{"65536", "2"}, std::pair{"131072", "4"}, std::pair{"262144", "8"}}) {
+    const auto j = estimate_json({"Llama-3.1-8B", "--gpu", "h100-96gb", "--gpus", "8", "--mbs", "1", "--seq", seq, "--cp", cp,
+                                  "--ac", "full", "--sharding", "full"});
+    CHECK(j["config"]["cp"] == std::stoi(cp));
+    peaks.push_back(reserved_gib(j));
+  }
+  const double mean = (peaks[0] + peaks[1] + peaks[2] + peaks[3]) / 4;
+  for (double p : peaks) {
+    INFO("peaks " << peaks[0] << " " << peaks[1] << " " << peaks[2] << " " << peaks[3] << " GiB (measured ~84)");
+    CHECK(p == Approx(mean).epsilon(0.10));
+  }
+}
+
+TEST_CASE("collectives: ring all-gather within a node follows the alpha-beta formula", "[scaling][collective]") {
+  const throughput_calibration k{};
+  const gpu_spec g = h100();
+  const instance_spec i = p5();
+  const double S = 8e9;
+  comm_group one_node{8, 8, 1};
+  const double t = collective_time(collective_kind::all_gather, bytes::base(S), one_node, g, &i, k).raw();
+  const double msg = S / 8;
+  const double bw = 450e9 * k.nvlink * msg / (msg + k.nvlink_half_message);
+  CHECK(t == Approx(k.collective_latency_s + 7 * k.nvlink_step_s + 7.0 / 8 * S / bw));
+  // all-reduce within a node takes NVLS (in-switch reduction) when faster than the ring: below 2x the AG time
+  const double ar = collective_time(collective_kind::all_reduce, bytes::base(S), one_node, g, &i, k).raw();
+  CHECK(ar < 2 * t);
+  // across 2 nodes the node's EFA bounds the time: (N-1)/N of the buffer through 400 GB/s x efa
+  comm_group two_nodes{16, 8, 1};
+  const double t2 = collective_time(collective_kind::all_gather, bytes::base(S), two_nodes, g, &i, k).raw();
+  CHECK(t2 > t);
+  CHECK(t2 >= 0.5 * S / (400e9 * k.efa));
+  // small messages reach a lower share of the bandwidth
+  const double small = collective_time(collective_kind::all_gather, bytes::base(8e6), one_node, g, &i, k).raw();
+  CHECK(8e6 / small < S / t);
+  // one rank: nothing to do
+  CHECK(collective_time(collective_kind::all_reduce, bytes::base(S), comm_group{1, 1, 8}, g, &i, k).raw() == 0);
+}
+
+TEST_CASE("sharding modes: memory and communication order across two nodes", "[scaling][sharding]") {
+  const hardware_catalog cat = cli::context{std::cout, std::cerr}.catalog();
+  const model_spec m = cli::context{std::cout, std::cerr}.model("Llama-3.1-8B");
+  const gpu_spec g = h100();
+  const instance_spec i = p5();
+  training_config c;
+  c.micro_batch = 1;
+  c.seq_len = 4096;
+  c.world_size = 16;
+  c.gpus_per_node = 8;
+  c.ac_enabled = true;
+  c.grad_accum = 8;  // HSDP pays off with accumulation: FSDP crosses EFA every micro-batch, HSDP once per step
+  auto peak = [&](sharding s) {
+    training_config x = c;
+    x.shard = s;
+    return estimate_memory(m, x, g).peak_allocated.raw();
+  };
+  auto comm = [&](sharding s) {
+    training_config x = c;
+    x.shard = s;
+    return estimate_throughput(m, x, g, &i).communication.raw();
+  };
+  CHECK(peak(sharding::full) < peak(sharding::hybrid));
+  CHECK(peak(sharding::hybrid) < peak(sharding::none));
+  CHECK(peak(sharding::full) < peak(sharding::grad_op));
+  CHECK(peak(sharding::grad_op) < peak(sharding::none));
+  // hybrid: all-gathers stay on NVLink; only gradient shards cross EFA
+  CHECK(comm(sharding::hybrid) < comm(sharding::full));
+  // shard-grad-op gathers once per micro-batch instead of twice
+  CHECK(comm(sharding::grad_op) < comm(sharding::full));
+  // the static state of full sharding is 16 B/param over all 16 GPUs, hybrid over the 8 of a node
+  training_config h = c;
+  h.shard = sharding::hybrid;
+  CHECK(h.shard_size() == 8);
+  h.shard_group = 4;
+  CHECK(h.shard_size() == 4);
+  CHECK_NOTHROW(validate(h));
+  h.shard_group = 3;
+  CHECK_THROWS_AS(validate(h), invalid_request);
+  (void)cat;
+}
+
+TEST_CASE("tensor and context parallel divide memory and add their communication", "[scaling][tp][cp]") {
+  const model_spec m = cli::context{std::cout, std::cerr}.model("Llama-3.1-70B");
+  const gpu_spec g = h100();
+  const instance_spec i = p5();
+  training_config c;
+  c.micro_batch = 1;
+  c.seq_len = 8192;
+  c.world_size = 32;
+  c.gpus_per_node = 8;
+  c.shard = sharding::full;
+  c.ac_enabled = true;
+  const auto base_m = estimate_memory(m, c, g);
+  const auto base_t = estimate_throughput(m, c, g, &i);
+  training_config t = c;
+  t.tp = 4;
+  const auto tp_m = estimate_memory(m, t, g);
+  const auto tp_t = estimate_throughput(m, t, g, &i);
+  CHECK(tp_m.at_peak.activations.raw() < base_m.at_peak.activations.raw() / 3);
+  CHECK(tp_t.comm.tensor_parallel.raw() > 0);
+  CHECK(tp_t.tokens_per_step == Approx(base_t.tokens_per_step / 4));  // data-parallel degree 32 / 4
+  training_config x = c;
+  x.cp = 4;
+  const auto cp_t = estimate_throughput(m, x, g, &i);
+  CHECK(estimate_memory(m, x, g).at_peak.activations.raw() < base_m.at_peak.activations.raw() / 3);
+  CHECK(cp_t.comm.context_parallel.raw() > 0);
+  CHECK(cp_t.exposed.context_parallel.raw() <= cp_t.comm.context_parallel.raw());
+  // tp must fit the node and tp x cp divide the world
+  training_config bad = c;
+  bad.tp = 16;
+  CHECK_THROWS_AS(validate(bad), invalid_request);
+  bad.tp = 1;
+  bad.cp = 3;
+  CHECK_THROWS_AS(validate(bad), invalid_request);
+}
+
+TEST_CASE("estimate: --tokens gives time and cost from the instance price; --price-per-hour overrides", "[scaling][cli]") {
+  auto run = [](std::vector<std::string> extra) {
+    std::vector<std::string> a{"estimate", "Llama-3.1-8B", "--instance", "ml.p6-b200.48xlarge", "--nodes", "2", "--mbs", "1", "--seq",
+                               "8192", "--tokens", "1T", "--format", "json"};
+    a.insert(a.end(), extra.begin(), extra.end());
+    const auto r = run_cli(a);
+    INFO(r.err);
+    REQUIRE(r.code == 0);
+    return nlohmann::json::parse(r.out);
+  };
+  const auto j = run({});
+  const double tps = j["throughput"]["tokens_per_s"].get<double>();
+  CHECK(j["training"]["tokens"].get<double>() == 1e12);
+  CHECK(j["training"]["seconds"].get<double>() == Approx(1e12 / tps));
+  CHECK(j["training"]["cost_usd"].get<double>() == Approx(1e12 / tps / 3600 * 2 * 113.9328));
+  const auto k = run({"--price-per-hour", "50"});
+  CHECK(k["training"]["cost_usd"].get<double>() == Approx(1e12 / tps / 3600 * 2 * 50));
+  const auto text = run_cli({"estimate", "Llama-3.1-8B", "--nodes", "2", "--tokens", "100B"});
+  CHECK(text.code == 0);
+  CHECK_THAT(text.out, Catch::Contains("training   1e+11 tokens in"));
+}
+
+TEST_CASE("token counts and durations parse with suffixes", "[scaling][cli]") {
+  CHECK(cli::parse_token_count("1T", "--tokens") == 1e12);
+  CHECK(cli::parse_token_count("100B", "--tokens") == 1e11);
+  CHECK(cli::parse_token_count("2.5M", "--tokens") == 2.5e6);
+  CHECK(cli::parse_token_count("7k", "--tokens") == 7e3);
+  CHECK(cli::parse_token_count("12345", "--tokens") == 12345);
+  CHECK_THROWS_AS(cli::parse_token_count("1X", "--tokens"), invalid_request);
+  CHECK_THROWS_AS(cli::parse_token_count("lots", "--tokens"), invalid_request);
+  CHECK(cli::parse_duration("72h", "--deadline") == 72 * 3600.0);
+  CHECK(cli::parse_duration("3d", "--deadline") == 3 * 86400.0);
+  CHECK_THROWS_AS(cli::parse_duration("3y", "--deadline"), invalid_request);
+}
+
+TEST_CASE("estimate: invalid parallel layouts are one-line errors (exit 2)", "[scaling][cli]") {
+  auto err = [](std::vector<std::string> a) {
+    a.insert(a.begin(), {"estimate", "Llama-3.1-8B", "--instance", "ml.p5.48xlarge", "--nodes", "2"});
+    const auto r = run_cli(a);
+    CHECK(r.code == 2);
+    return r.err;
+  };
+  CHECK_THAT(err({"--tp", "3"}), Catch::Contains("does not divide"));
+  CHECK_THAT(err({"--sharding", "hybrid", "--shard-group", "3"}), Catch::Contains("--shard-group 3 does not divide"));
+  CHECK_THAT(err({"--shard-group", "4"}), Catch::Contains("--shard-group needs --sharding hybrid"));
+  CHECK_THAT(err({"--tp", "16"}), Catch::Contains("within a node"));
+  CHECK_THAT(err({"--ep", "2"}), Catch::Contains("ep=2"));
+  const auto ok = run_cli({"estimate", "Llama-3.1-8B", "--instance", "ml.p5.48xlarge", "--nodes", "2", "--sharding", "hybrid",
+                           "--tp", "2", "--cp", "2", "--seq", "16384"});
+  INFO(ok.err);
+  CHECK(ok.code == 0);
+  CHECK_THAT(ok.out, Catch::Contains("HSDP (shard 4 x replicate 2), TP 2, CP 2"));
+}
+
+// Issue 4, must-show 2: Llama-3.1-70B on p6-b200 fits one node and scales to 2 and 4; p5 needs more nodes.
+TEST_CASE("recommend --nodes auto --tokens 100B: 70B on p6-b200 over 1, 2, 4 nodes, picked per objective", "[scaling][recommend]") {
+  auto rec = [](std::vector<std::string> extra, const char* max_nodes = "4") {
+    std::vector<std::string> a{"recommend", "Llama-3.1-70B", "--nodes", "auto", "--max-nodes", max_nodes, "--tokens", "100B",
+                               "--seq", "8192", "--format", "json"};
+    a.insert(a.end(), extra.begin(), extra.end());
+    const auto r = run_cli(a);
+    INFO(r.err);
+    REQUIRE(r.code == 0);
+    return nlohmann::json::parse(r.out);
+  };
+  const auto b200 = rec({"--instance", "ml.p6-b200.48xlarge"});
+  REQUIRE(b200["rows"].size() == 3);
+  std::vector<int> nodes;
+  for (const auto& r : b200["rows"]) {
+    nodes.push_back(r["nodes"].get<int>());
+    REQUIRE(r["fits"] == true);
+    CHECK(r["tokens_per_s"].get<double>() > 0);
+    CHECK(r["hours"].get<double>() == Approx(1e11 / r["tokens_per_s"].get<double>() / 3600));
+    CHECK(r["cost_usd"].get<double>() == Approx(r["hours"].get<double>() * r["nodes"].get<int>() * 113.9328));
+  }
+  CHECK(nodes == std::vector<int>{1, 2, 4});
+  CHECK(b200["rows"][2]["tokens_per_s"].get<double>() > b200["rows"][0]["tokens_per_s"].get<double>());
+  CHECK(b200["pick"]["nodes"] == 4);  // throughput
+  CHECK(rec({"--instance", "ml.p6-b200.48xlarge", "--objective", "time"})["pick"]["nodes"] == 4);
+  const auto cost = rec({"--instance", "ml.p6-b200.48xlarge", "--objective", "cost"});
+  double cheapest = 1e300;
+  int cheapest_nodes = 0;
+  for (const auto& r : cost["rows"])
+    if (r["cost_usd"].get<double>() < cheapest) { cheapest = r["cost_usd"].get<double>(); cheapest_nodes = r["nodes"].get<int>(); }
+  CHECK(cost["pick"]["nodes"] == cheapest_nodes);
+  CHECK_THAT(cost["notes"][0].get<std::string>(), Catch::Contains("a single node is enough") && Catch::Contains("a second node buys"));
+  // a budget below the cheapest row leaves nothing
+  const auto poor = run_cli({"recommend", "Llama-3.1-70B", "--nodes", "auto", "--max-nodes", "4", "--tokens", "100B", "--seq", "8192",
+                             "--budget-usd", "1"});
+  CHECK(poor.code == 1);
+  // H100 80 GB: one node is not enough
+  const auto p5 = rec({"--instance", "ml.p5.48xlarge"}, "8");
+  CHECK(p5["rows"][0]["fits"] == false);
+  CHECK(p5["pick"]["nodes"].get<int>() > 1);
+  CHECK_THAT(p5["notes"][0].get<std::string>(), Catch::Contains("one node is not enough"));
+  // both instances in one search (comma-separated); the table names the pick
+  const auto both = run_cli({"recommend", "Llama-3.1-70B", "--nodes", "auto", "--max-nodes", "4", "--tokens", "100B", "--seq", "8192",
+                             "--instance", "ml.p6-b200.48xlarge,ml.p5.48xlarge", "--objective", "cost"});
+  INFO(both.err);
+  CHECK(both.code == 0);
+  CHECK_THAT(both.out, Catch::Contains("<- pick") && Catch::Contains("ml.p5.48xlarge") && Catch::Contains("pick (cost)"));
+  const auto bad = run_cli({"recommend", "Llama-3.1-70B", "--objective", "speed"});
+  CHECK(bad.code == 2);
+  CHECK_THAT(bad.err, Catch::Contains("unknown objective"));
+}
