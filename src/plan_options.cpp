@@ -36,7 +36,6 @@ void add_plan_options(CLI::App* sub, const std::shared_ptr<plan_options>& o) {
   sub->add_option("--shard-group", o->shard_group, "with --sharding hybrid: GPUs per shard group (default: one node / tp)");
   sub->add_option("--tp", o->tp, "tensor-parallel degree (within a node, with sequence parallel)");
   sub->add_option("--cp", o->cp, "context-parallel degree (ring attention; model states sharded over FSDP x CP)");
-  sub->add_option("--ep", o->ep, "expert-parallel degree (MoE models)");
   sub->add_option("--optimizer-impl", o->optimizer, "AdamW implementation: fused | foreach")
       ->transform(CLI::CheckedTransformer(std::map<std::string, optimizer_impl>{{"fused", optimizer_impl::fused}, {"foreach", optimizer_impl::foreach}}, CLI::ignore_case));
   sub->add_option("--loss", o->loss, "loss: standard (fp32 logits) | chunked (fused linear cross-entropy)")

