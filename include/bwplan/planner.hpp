@@ -111,6 +111,7 @@ struct plan_result {
           for (loss_impl loss : req.losses) {
            for (std::size_t fi = 0; fi < req.formats.size(); ++fi) {
           for (int ep : eps) {
+            if ((world / tp) % ep != 0) continue;  // experts are split over ep x tp GPUs
             training_config c;
             c.format = req.formats[fi];
             c.ep = ep;

@@ -126,6 +126,9 @@ inline void validate(const training_config& c) {
   BWPLAN_NEED(c.world_size % c.ep == 0,
               "--ep: expert parallelism must divide the world size " + std::to_string(c.world_size) + ", got " + std::to_string(c.ep));
   BWPLAN_NEED(c.moe_capacity_factor >= 1, "MoE capacity factor must be >= 1");
+  BWPLAN_NEED(c.tp < 1 || (c.world_size / c.tp) % c.ep == 0,
+              "--ep " + std::to_string(c.ep) + " must divide the GPUs left after tensor parallelism (" +
+                  std::to_string(c.world_size) + " / tp " + std::to_string(c.tp) + "): experts are split over ep x tp GPUs");
   BWPLAN_NEED(c.tp <= c.gpus_per_node || c.world_size < c.gpus_per_node,
               "--tp " + std::to_string(c.tp) + ": tensor parallelism stays within a node of " + std::to_string(c.gpus_per_node) + " GPUs");
   BWPLAN_NEED(c.world_size % (c.tp * c.cp) == 0, "--tp x --cp = " + std::to_string(c.tp * c.cp) +
