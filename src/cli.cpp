@@ -8,6 +8,7 @@
 #include <spdlog/spdlog.h>
 
 #include <cctype>
+#include <cmath>
 #include <cstdlib>
 #include <iostream>
 
@@ -125,23 +126,24 @@ double parse_token_count(const std::string& text, const std::string& flag) {
   return v;
 }
 
-double parse_duration(const std::string& text, const std::string& flag) {
+double parse_duration(const std::string& text, const std::string& flag, double unitless_s) {
+  const std::string bad = flag + ": expected a positive duration such as 3600s, 90m, 36h, 2d or 1w, got '" + text + "'";
   std::size_t pos = 0;
   double v = 0;
   try {
     v = std::stod(text, &pos);
   } catch (const std::exception&) {
-    throw invalid_request(flag + ": expected a duration such as 72h or 3d, got '" + text + "'");
+    throw invalid_request(bad);
   }
   const std::string rest = text.substr(pos);
-  double mult = 3600;  // hours by default
+  double mult = unitless_s;
   if (rest == "s") mult = 1;
   else if (rest == "m" || rest == "min") mult = 60;
-  else if (rest == "h" || rest.empty()) mult = 3600;
+  else if (rest == "h") mult = 3600;
   else if (rest == "d") mult = 86400;
   else if (rest == "w") mult = 7 * 86400;
-  else throw invalid_request(flag + ": unknown unit '" + rest + "' (use s, m, h, d or w), got '" + text + "'");
-  if (!(v > 0)) throw invalid_request(flag + ": must be positive, got '" + text + "'");
+  else if (!rest.empty()) throw invalid_request(flag + ": unknown unit '" + rest + "' (use s, m, h, d or w), got '" + text + "'");
+  if (!(v > 0) || !std::isfinite(v)) throw invalid_request(bad);
   return v * mult;
 }
 

@@ -131,8 +131,9 @@ struct resolved_plan {
 /// Parses a token count with an optional K/M/B/T suffix (powers of 1000), e.g. "100B", "1T", "2.5e9".
 /// Throws invalid_request naming `flag`.
 [[nodiscard]] double parse_token_count(const std::string& text, const std::string& flag);
-/// Parses a duration such as "72h", "3d", "90m", "3600s" or "72" (hours) into seconds. Throws invalid_request.
-[[nodiscard]] double parse_duration(const std::string& text, const std::string& flag);
+/// Parses a duration such as "3600s", "90m", "72h", "3d" or "1w" into seconds; a number without a unit counts
+/// `unitless_s` seconds (hours for --deadline, seconds for --max-runtime). Throws invalid_request naming `flag`.
+[[nodiscard]] double parse_duration(const std::string& text, const std::string& flag, double unitless_s = 3600);
 /// Human-readable duration, e.g. "3.2 h", "4.1 d".
 [[nodiscard]] std::string human_duration(double seconds);
 /// Human-readable size, e.g. "33.71 GiB".

@@ -2,6 +2,8 @@
 // SageMaker AI payloads from a plan. Every mapping is listed in docs/sagemaker.md.
 #include "sagemaker.hpp"
 
+#include "cli.hpp"
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -284,26 +286,8 @@ std::string timestamped_name(std::string_view base, std::chrono::system_clock::t
 }
 
 std::int64_t parse_duration(std::string_view text, std::string_view flag) {
-  std::string t(text);
-  std::int64_t unit = 1;
-  if (!t.empty() && std::isalpha(static_cast<unsigned char>(t.back()))) {
-    switch (std::tolower(static_cast<unsigned char>(t.back()))) {
-      case 's': unit = 1; break;
-      case 'm': unit = 60; break;
-      case 'h': unit = 3600; break;
-      case 'd': unit = 86400; break;
-      default: throw invalid_request(fmt::format("{}: unknown unit in '{}' (use s, m, h or d)", flag, text));
-    }
-    t.pop_back();
-  }
-  try {
-    std::size_t pos = 0;
-    const double v = std::stod(t, &pos);
-    if (pos != t.size() || !(v > 0)) throw std::invalid_argument("bad");
-    return static_cast<std::int64_t>(std::ceil(v * static_cast<double>(unit)));
-  } catch (const std::exception&) {
-    throw invalid_request(fmt::format("{}: expected a positive duration such as 3600, 90m, 36h or 2d, got '{}'", flag, text));
-  }
+  // one duration grammar for the whole CLI; a bare number is seconds here (MaxRuntimeInSeconds)
+  return static_cast<std::int64_t>(std::ceil(cli::parse_duration(std::string(text), std::string(flag), 1.0)));
 }
 
 job_request build_request(const plan_view& plan, const job_settings& s, std::chrono::system_clock::time_point now) {

@@ -252,7 +252,8 @@ TEST_CASE("sagemaker: job names, durations, images", "[sagemaker]") {
   CHECK(sagemaker::parse_duration("90m", "--max-runtime") == 5400);
   CHECK(sagemaker::parse_duration("1.5h", "--max-runtime") == 5400);
   CHECK(sagemaker::parse_duration("2d", "--max-runtime") == 172800);
-  CHECK_THROWS_WITH(sagemaker::parse_duration("2w", "--max-runtime"), Catch::Contains("unknown unit"));
+  CHECK(sagemaker::parse_duration("2w", "--max-runtime") == 1209600);
+  CHECK_THROWS_WITH(sagemaker::parse_duration("2y", "--max-runtime"), Catch::Contains("unknown unit"));
   CHECK_THROWS_WITH(sagemaker::parse_duration("-5", "--max-runtime"), Catch::Contains("expected a positive duration"));
   CHECK(sagemaker::image_uri(sagemaker::find_image("2.10"), "us-west-2") ==
         "763104351884.dkr.ecr.us-west-2.amazonaws.com/pytorch-training:2.10.0-gpu-py313-cu130-ubuntu22.04-sagemaker");
