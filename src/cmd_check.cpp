@@ -46,27 +46,18 @@ struct plan_outcome {
 };
 
 /// Throws config_error for `what` at plan member `pointer` (located in the plan's text when present).
-[[noreturn]] void fail_at(const plan_spec& p, const std::string& pointer, const std::string& what) {
+[[noreturn]] void fail_at(const plan_document& p, const std::string& pointer, const std::string& what) {
   if (auto l = p.where(pointer)) throw config_error(p.file, pointer, what, l->line, l->column, l->byte);
   throw config_error(p.file, pointer, what);
 }
 
-/// The plan member an invalid_request from build_config is about, from the flag it names.
-std::string member_for(const std::string& msg) {
-  static const std::vector<std::pair<std::string, std::string>> m{
-      {"--gpus", "/gpus"}, {"--nodes", "/nodes"}, {"--mbs", "/micro_batch_size"}, {"--seq", "/seq_len"},
-      {"--grad-accum", "/grad_accum"}, {"gradient accumulation", "/grad_accum"}, {"--ac-every", "/ac_every"},
-      {"world size", "/gpus"}, {"GPUs per node", "/gpus"}};
-  for (const auto& [flag, key] : m)
-    if (msg.find(flag) != std::string::npos) return key;
-  return "";
-}
-
 plan_outcome evaluate(const context& ctx, const hardware_catalog& cat, const std::string& file, severity fail_level) {
+  namespace fs = std::filesystem;
   plan_outcome po;
   po.file = file;
   try {
-    const plan_spec p = io::load_plan(file);
+    const plan_document doc = io::load_plan(file);
+    plan p = doc.value;
     for (std::size_t i = 0; i < p.check.disable.size(); ++i) {
       const std::string& id = p.check.disable[i];
       if (find_rule(id) == nullptr) {
@@ -74,29 +65,26 @@ plan_outcome evaluate(const context& ctx, const hardware_catalog& cat, const std
         for (const auto& r : check_rules()) ids.emplace_back(r.id);
         std::string msg = "unknown rule ID '" + id + "'";
         if (auto c = closest_match(id, ids)) msg += " (did you mean '" + *c + "'?)";
-        fail_at(p, "/check/disable/" + std::to_string(i), msg);
+        fail_at(doc, "/check/disable/" + std::to_string(i), msg);
       }
     }
-    plan_options o;
-    apply_plan(o, p);
+    // A path in a plan is relative to the plan file's folder; a preset name stays as it is.
+    if (fs::path(p.model).is_relative())
+      if (const fs::path rel = fs::path(file).parent_path() / p.model; fs::exists(rel)) p.model = rel.string();
     model_spec m;
     try {
-      m = ctx.model(o.model);
+      m = ctx.model(p.model);
     } catch (const invalid_request& e) {
-      fail_at(p, "/model", e.what());
+      fail_at(doc, "/model", e.what());
     }
     resolved_target t;
     try {
-      t = resolve_target(cat, o.target, "ml.p6-b200.48xlarge");
+      t = resolve_target(cat, {p.target.gpu, p.target.instance, p.target.nodes}, "ml.p6-b200.48xlarge");
     } catch (const invalid_request& e) {
-      fail_at(p, p.instance ? "/instance" : "/gpu", e.what());
+      fail_at(doc, doc.has("instance") ? "/instance" : "/gpu", e.what());
     }
-    training_config c;
-    try {
-      c = build_config(o, t);
-    } catch (const invalid_request& e) {
-      fail_at(p, member_for(e.what()), e.what());
-    }
+    for (const auto& v : resolve_world(p, t.instance ? t.instance->gpus_per_node : 0)) fail_at(doc, v.pointer, v.message);
+    if (!doc.has("sharding")) p.training.shard = default_sharding(p.training.world_size);
     po.model = m.name;
     po.spec = m;
     po.gpu = t.gpu.id;
@@ -105,22 +93,13 @@ plan_outcome evaluate(const context& ctx, const hardware_catalog& cat, const std
     in.model = m;
     in.gpu = t.gpu;
     in.instance = t.instance_ptr();
-    in.nodes = o.target.nodes;
-    in.config = c;
-    in.precision = o.precision;
-    in.tp = o.tp;
-    in.cp = o.cp;
-    in.ep = o.ep;
-    in.pp = o.pp;
-    if (o.global_batch > 0) in.global_batch = o.global_batch;
-    in.grad_accum_given = p.grad_accum.has_value();
-    in.headroom = p.headroom.value_or(0.05);
-    in.settings = p.check;
+    in.p = p;
+    in.grad_accum_given = doc.has("grad_accum");
     po.result = check_plan(in);
     for (const auto& f : po.result.findings) {
       located_finding lf{f, "", 1, 1, f.level >= fail_level};
       for (const auto& ptr : f.pointers)
-        if (auto l = p.where(ptr)) {
+        if (auto l = doc.where(ptr)) {
           lf.pointer = ptr;
           lf.line = l->line;
           lf.column = l->column;
@@ -206,8 +185,8 @@ void write_json(std::ostream& out, const std::vector<plan_outcome>& all, const s
                                {"column", lf.column}, {"fails", lf.fails}});
     p["skipped_rules"] = po.result.skipped;
     const auto& r = po.result;
-    if (r.memory && r.throughput) p["estimate"] = to_json(po.spec, r.config, *r.memory, *r.throughput);
-    if (r.best) p["best_plan"] = to_json(po.spec, r.best->config, r.best->memory, r.best->throughput);
+    if (r.memory && r.throughput) p["estimate"] = io::estimate_to_json(po.spec, r.config, *r.memory, *r.throughput);
+    if (r.best) p["best_plan"] = io::estimate_to_json(po.spec, r.best->config, r.best->memory, r.best->throughput);
     j["plans"].push_back(p);
   }
   out << j.dump(2) << "\n";

@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include <fstream>
 #include <map>
 #include <optional>
 #include <ostream>
@@ -21,6 +22,8 @@ struct estimate_options : plan_options {
   bool ascii = false;
   std::string tokens;          ///< --tokens: token budget (K/M/B/T suffixes)
   double price_per_hour = -1;  ///< --price-per-hour override, USD per instance-hour
+  std::string emit;            ///< --emit plan: the plan file of the estimated configuration
+  std::string output;          ///< -o FILE with --emit plan
 };
 
 /// Nodes the configuration occupies (a bare GPU counts as one "node" per GPU).
@@ -28,16 +31,24 @@ int nodes_of(const training_config& c, const resolved_target& t) {
   return t.instance ? (c.world_size + c.gpus_per_node - 1) / std::max(1, c.gpus_per_node) : c.world_size;
 }
 
-void print_table(std::ostream& out, const model_spec& m, const resolved_target& t, const training_config& c,
+/// "8 x b200 (1 x ml.p6-b200.48xlarge)", or "4 x h100 (4 of the 8 GPUs of 1 x ml.p5.48xlarge)".
+std::string hardware_line(const training_config& c, const resolved_target& t, int nodes) {
+  if (!t.instance) return fmt::format("{} x {}", c.world_size, t.gpu.id);
+  if (c.world_size == nodes * c.gpus_per_node) return fmt::format("{} x {} ({} x {})", c.world_size, t.gpu.id, nodes, t.instance->id);
+  return fmt::format("{} x {} ({} of the {} GPUs of {} x {})", c.world_size, t.gpu.id, c.world_size, nodes * c.gpus_per_node, nodes,
+                     t.instance->id);
+}
+
+void print_table(std::ostream& out, const model_spec& m, const resolved_target& t, const training_config& c, int nodes,
                  const memory_estimate& me, const throughput_estimate& te, term_style st) {
   const parameter_count pc = count_parameters(m);
   out << fmt::format("model      {} ({}), {:.3f} B parameters", m.name, m.family, static_cast<double>(pc.total()) / 1e9);
   if (m.is_moe()) out << fmt::format(" ({:.3f} B active: top-{} of {} experts)", static_cast<double>(pc.active()) / 1e9, m.top_k, m.experts);
   if (pc.mtp > 0) out << fmt::format(", + {:.3f} B multi-token prediction", static_cast<double>(pc.mtp) / 1e9);
   out << "\n";
-  out << fmt::format("hardware   {} x {}{}\n", c.world_size, t.gpu.id,
-                     t.instance ? fmt::format(" ({} x {})", c.world_size / std::max(1, c.gpus_per_node), t.instance->id) : "");
-  out << fmt::format("config     {}\n\n", describe(c));
+  out << fmt::format("hardware   {}\n", hardware_line(c, t, nodes));
+  out << fmt::format("config     {}; data-parallel {}, global batch {} sequences ({} tokens)\n\n", describe(c), c.dp(),
+                     c.micro_batch * c.grad_accum * c.dp(), global_batch_tokens(c));
   const auto& b = me.at_peak;
   const std::pair<const char*, bytes> rows[] = {
       {"parameters", b.parameters},   {"optimizer states", b.optimizer_states}, {"gradients", b.gradients},
@@ -73,6 +84,9 @@ runner register_estimate(CLI::App& app, context& ctx) {
   sub->add_flag("--check", o->check, "exit 1 when the configuration does not fit");
   sub->add_option("--tokens", o->tokens, "token budget to train (e.g. 100B, 1T; suffixes K, M, B, T): prints time and cost");
   sub->add_option("--price-per-hour", o->price_per_hour, "USD per instance-hour (default: the catalog's price of the instance)");
+  sub->add_option("--emit", o->emit, "plan: print the plan file (docs/plan.schema.json) of this configuration instead of the estimate")
+      ->check(CLI::IsMember({"plan"}));
+  sub->add_option("-o,--output", o->output, "with --emit plan: write to FILE instead of stdout");
 
   return [o, &ctx]() -> int {
     const hardware_catalog cat = ctx.catalog();
@@ -80,16 +94,28 @@ runner register_estimate(CLI::App& app, context& ctx) {
     const model_spec& m = rp.model;
     const resolved_target& t = rp.target;
     const training_config& c = rp.config;
+    if (!o->output.empty() && o->emit.empty()) throw invalid_request("--output needs --emit plan");
+    if (o->emit == "plan") {  // the plan file of exactly what would be estimated
+      const std::string text = io::plan_to_json(rp.p).dump(2) + "\n";
+      if (o->output.empty()) {
+        ctx.out << text;
+      } else {
+        std::ofstream f(o->output, std::ios::binary);
+        if (!(f << text) || !f.flush()) throw invalid_request("--output: cannot write " + o->output);
+      }
+      return success;
+    }
     spdlog::debug("model {}: {} layers, hidden {}, {} parameters", m.name, m.layers, m.hidden, count_parameters(m).total());
     const memory_estimate me = estimate_memory(m, c, t.gpu);
     const throughput_estimate te = estimate_throughput(m, c, t.gpu, t.instance_ptr());
     std::optional<training_cost> cost;
     const int nodes = nodes_of(c, t);
+    if (!(o->price_per_hour >= 0 && o->price_per_hour <= 1e6) && o->price_per_hour != -1)
+      throw invalid_request(fmt::format("--price-per-hour: must be between 0 and 1000000 USD, got {}", o->price_per_hour));
     double price = o->price_per_hour >= 0 ? o->price_per_hour : (t.instance ? t.instance->price_per_hour_usd : 0);
-    if (o->price_per_hour < 0 && o->price_per_hour != -1) throw invalid_request("--price-per-hour: must be >= 0");
     if (!o->tokens.empty()) cost = cost_to_train(te, parse_token_count(o->tokens, "--tokens"), nodes, price);
     if (o->format == "json") {
-      auto j = to_json(m, c, me, te);
+      auto j = io::estimate_to_json(m, c, me, te);
       j["hardware"] = {{"gpu", t.gpu.id}, {"instance", t.instance ? t.instance->id : ""}, {"nodes", nodes}};
       if (cost)
         j["training"] = {{"tokens", cost->tokens}, {"seconds", cost->seconds}, {"hours", cost->seconds / 3600},
@@ -98,14 +124,16 @@ runner register_estimate(CLI::App& app, context& ctx) {
     } else if (o->format == "markdown") {
       ctx.out << estimate_markdown(m, t, c, me, te);
     } else {
-      print_table(ctx.out, m, t, c, me, te, style_for(ctx.out, o->ascii));
-      if (te.comm.tensor_parallel.raw() > 0 || te.comm.context_parallel.raw() > 0)
-        ctx.out << fmt::format("  communication by parallelism: data {:.3f} s (exposed {:.3f}), tensor {:.3f} s (exposed), context {:.3f} s (exposed {:.3f})\n",
+      print_table(ctx.out, m, t, c, nodes, me, te, style_for(ctx.out, o->ascii));
+      if (te.comm.tensor_parallel.raw() > 0 || te.comm.context_parallel.raw() > 0 || te.comm.expert_parallel.raw() > 0)
+        ctx.out << fmt::format("  communication by parallelism: data {:.3f} s (exposed {:.3f}), tensor {:.3f} s (exposed), context {:.3f} s "
+                               "(exposed {:.3f}), expert {:.3f} s (exposed)\n",
                                te.comm.data_parallel.raw(), te.exposed.data_parallel.raw(), te.comm.tensor_parallel.raw(),
-                               te.comm.context_parallel.raw(), te.exposed.context_parallel.raw());
+                               te.comm.context_parallel.raw(), te.exposed.context_parallel.raw(), te.comm.expert_parallel.raw());
       if (cost)
-        ctx.out << fmt::format("training   {:.4g} tokens in {} on {} node(s): {:.0f} instance-hours, ${:.0f} at ${:.2f}/h per instance\n",
-                               cost->tokens, human_duration(cost->seconds), nodes, cost->instance_hours, cost->usd, price);
+        ctx.out << fmt::format("training   {:.4g} tokens in {} on {} node(s): {:.0f} instance-hours, ${:.0f} at ${:.2f}/h per instance{}\n",
+                               cost->tokens, human_duration(cost->seconds), nodes, cost->instance_hours, cost->usd, price,
+                               me.fits ? "" : " -- NOT RUNNABLE: the plan does not fit in GPU memory, this is what it would take if it did");
     }
     if (c.seq_len > m.max_context)
       spdlog::warn("--seq {} is longer than the model's context ({} tokens)", c.seq_len, m.max_context);

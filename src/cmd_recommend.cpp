@@ -43,8 +43,8 @@ struct recommend_options {
 };
 
 /// Formats `recommend` tries: --precisions when given (each must run on the GPU), else the --numerics
-/// tier restricted to what the GPU supports: conservative = bf16, mxfp8; balanced adds fp8; aggressive adds
-/// nvfp4 (NVIDIA/AWS Blackwell guidance, docs/precision.md#recommendation).
+/// tier restricted to what the GPU supports (formats_for_tier: conservative = bf16, mxfp8; balanced adds fp8;
+/// aggressive adds nvfp4; NVIDIA/AWS Blackwell guidance, docs/precision.md#recommendation).
 std::vector<compute_format> formats_for(const recommend_options& o, const hardware_catalog& cat, const gpu_spec& gpu) {
   std::vector<compute_format> out;
   if (!o.precisions.empty()) {
@@ -54,7 +54,7 @@ std::vector<compute_format> formats_for(const recommend_options& o, const hardwa
       const std::size_t comma = list.find(',', start);
       const std::string name = list.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
       const auto f = parse_format(name);
-      if (!f) throw invalid_request("--precisions: unknown format '" + name + "' (bf16, fp8, fp8-rowwise, mxfp8, nvfp4)");
+      if (!f) throw invalid_request("--precisions: unknown format '" + name + "' (" + precision_names() + ")");
       require_support(cat, gpu, *f);
       if (std::find(out.begin(), out.end(), *f) == out.end()) out.push_back(*f);
       if (comma == std::string::npos) break;
@@ -62,16 +62,13 @@ std::vector<compute_format> formats_for(const recommend_options& o, const hardwa
     }
     return out;
   }
-  std::vector<compute_format> tier{compute_format::bf16, compute_format::mxfp8};
-  if (o.numerics != "conservative") tier.push_back(compute_format::fp8);
-  if (o.numerics == "aggressive") tier.push_back(compute_format::nvfp4);
-  for (compute_format f : tier)
-    if (supports(gpu, f)) out.push_back(f);
-  return out;
+  const numerics_tier tier = o.numerics == "conservative" ? numerics_tier::conservative
+                             : o.numerics == "aggressive" ? numerics_tier::aggressive : numerics_tier::balanced;
+  return formats_for_tier(tier, gpu);
 }
 
 /// One line on why the winning format won, for this model size.
-std::string format_reason(const model_spec& m, const plan_result& r, const recommend_options& o) {
+std::string format_reason(const model_spec& m, const plan_result& r, const recommend_options& o, const gpu_spec& gpu) {
   if (r.ranked.empty() || r.best_per_format.size() < 1) return {};
   const plan_candidate& best = r.ranked.front();
   const compute_format win = best.config.format;
@@ -94,7 +91,7 @@ std::string format_reason(const model_spec& m, const plan_result& r, const recom
     bool tried = false, fit = false;
     for (const auto& c : r.best_per_format) if (c.config.format == f) fit = true;
     (void)tried;
-    if (!fit && o.precisions.empty()) {
+    if (!fit && o.precisions.empty() && supports(gpu, f)) {
       // formats outside the tier are named so the user knows what --numerics left out
       if (f == compute_format::nvfp4 && o.numerics != "aggressive") cmp.push_back("nvfp4 needs --numerics aggressive");
       if (f == compute_format::fp8 && o.numerics == "conservative") cmp.push_back("fp8 needs --numerics balanced");
@@ -105,107 +102,73 @@ std::string format_reason(const model_spec& m, const plan_result& r, const recom
   return line;
 }
 
-/// Best plan of one instance type at one node count.
-struct scale_row {
-  std::string instance;
-  int nodes = 0;
-  int world = 0;
-  double price = 0;                     ///< USD per instance-hour
-  std::optional<plan_candidate> best;   ///< absent: nothing fits
-  std::int64_t evaluated = 0;
-  double scaling = 0;                   ///< per-GPU tokens/s relative to the smallest fitting node count of the instance
-  training_cost cost;                   ///< with --tokens
-  double usd_per_btok = 0;              ///< USD per 1e9 tokens
-  bool within = true;                   ///< meets --budget-usd and --deadline
-};
-
-/// `recommend --nodes auto` / several instances / --tokens: the best plan per (instance, nodes), ranked by objective.
+/// `recommend --nodes auto` / several instances / --tokens: search_fleet, then the table, the notes and the pick.
+/// Returns the picked row (for --emit) through `picked`.
 int scale_out(context& ctx, const recommend_options& o, const hardware_catalog& cat, const model_spec& m,
-              const std::vector<std::string>& instances, plan_request req) {
-  std::vector<int> node_counts;
-  if (o.nodes == "auto") {
-    if (o.max_nodes < 1 || o.max_nodes > 4096) throw invalid_request("--max-nodes: must be between 1 and 4096");
-    for (int n = 1; n <= o.max_nodes; n *= 2) node_counts.push_back(n);
-    if (node_counts.back() != o.max_nodes) node_counts.push_back(o.max_nodes);
-  } else {
-    node_counts.push_back(std::stoi(o.nodes));
-  }
-  if (o.objective != "throughput" && o.objective != "cost" && o.objective != "time")
-    throw invalid_request("--objective: unknown objective '" + o.objective + "' (use throughput, cost or time)");
-  const double tokens = o.tokens.empty() ? 0 : parse_token_count(o.tokens, "--tokens");
-  const double deadline = o.deadline.empty() ? 0 : parse_duration(o.deadline, "--deadline");
-  if ((deadline > 0 || o.budget_usd >= 0) && tokens <= 0) throw invalid_request("--budget-usd and --deadline need --tokens");
-  std::vector<scale_row> rows;
-  const auto t0 = std::chrono::steady_clock::now();
+              const std::vector<std::string>& instances, const plan_request& req, std::optional<fleet_row>* picked) {
+  fleet_request fr;
+  if (o.nodes == "auto") fr.node_counts = auto_node_counts(o.max_nodes);
+  else fr.node_counts = {req.nodes};
+  std::vector<std::string> ids;
   for (const auto& id : instances) {
-    const instance_spec inst = cat.instance(id);
-    const gpu_spec gpu = cat.gpu(inst.gpu);
-    double base_per_gpu = 0;
-    plan_request rq = req;  // the formats this instance's GPU runs
-    rq.formats.clear();
-    for (compute_format f : req.formats)
-      if (supports(gpu, f)) rq.formats.push_back(f);
-    if (rq.formats.empty()) rq.formats.push_back(compute_format::bf16);
-    for (int n : node_counts) {
-      rq.nodes = n;
-      const plan_result r = search_plans(m, gpu, &inst, rq, 1);
-      scale_row row;
-      row.instance = inst.id;
-      row.nodes = n;
-      row.world = n * inst.gpus_per_node;
-      row.price = o.price_per_hour >= 0 ? o.price_per_hour : inst.price_per_hour_usd;
-      row.evaluated = r.evaluated;
-      if (!r.ranked.empty()) {
-        row.best = r.ranked.front();
-        const auto& te = row.best->throughput;
-        if (base_per_gpu <= 0) base_per_gpu = te.tokens_per_s_per_gpu;
-        row.scaling = te.tokens_per_s_per_gpu / base_per_gpu;
-        row.usd_per_btok = n * row.price / 3600 / te.tokens_per_s * 1e9;
-        if (tokens > 0) row.cost = cost_to_train(te, tokens, n, row.price);
-        if (deadline > 0 && row.cost.seconds > deadline) row.within = false;
-        if (o.budget_usd >= 0 && row.cost.usd > o.budget_usd) row.within = false;
-      }
-      rows.push_back(std::move(row));
-    }
+    const instance_spec* inst = &cat.instance(id);
+    if (std::find(ids.begin(), ids.end(), inst->id) != ids.end()) continue;  // the same instance named twice
+    ids.push_back(inst->id);
+    fr.instances.push_back(inst);
   }
+  fr.objective = o.objective == "cost" ? fleet_objective::cost : o.objective == "time" ? fleet_objective::time : fleet_objective::throughput;
+  fr.tokens = o.tokens.empty() ? 0 : parse_token_count(o.tokens, "--tokens");
+  fr.deadline_s = o.deadline.empty() ? 0 : parse_duration(o.deadline, "--deadline");
+  fr.budget_usd = o.budget_usd;
+  fr.price_per_hour = o.price_per_hour;
+  if ((fr.deadline_s > 0 || fr.budget_usd >= 0) && fr.tokens <= 0) throw invalid_request("--budget-usd and --deadline need --tokens");
+  fr.search = req;
+  const auto t0 = std::chrono::steady_clock::now();
+  const fleet_result res = search_fleet(m, fr, [&cat](const instance_spec& i) -> const gpu_spec& { return cat.gpu(i.gpu); });
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  // pick by objective among rows that fit and meet the constraints
-  const scale_row* pick = nullptr;
-  auto better = [&](const scale_row& a, const scale_row& b) {
-    const auto& x = a.best->throughput;
-    const auto& y = b.best->throughput;
-    if (o.objective == "cost") return a.usd_per_btok < b.usd_per_btok;
-    return x.tokens_per_s > y.tokens_per_s;  // throughput; time (fixed budget): the fastest job finishes first
-  };
-  for (const auto& r : rows)
-    if (r.best && r.within && (pick == nullptr || better(r, *pick))) pick = &r;
+  const auto& rows = res.rows;
+  const fleet_row* pick = res.pick ? &rows[*res.pick] : nullptr;
+  if (picked && pick) *picked = *pick;
+  const double tokens = fr.tokens, deadline = fr.deadline_s;
   // single node or not, per instance
   std::vector<std::string> notes;
-  for (const auto& id : instances) {
-    const scale_row* one = nullptr;
-    const scale_row* two = nullptr;
-    const scale_row* first_fit = nullptr;
+  for (const std::string& name : ids) {
+    const fleet_row* one = nullptr;
+    const fleet_row* two = nullptr;
+    const fleet_row* first_fit = nullptr;
     for (const auto& r : rows) {
-      if (r.instance != cat.instance(id).id) continue;
+      if (r.instance->id != name) continue;
       if (r.nodes == 1) one = &r;
       if (r.nodes == 2) two = &r;
       if (r.best && first_fit == nullptr) first_fit = &r;
     }
-    const std::string name = cat.instance(id).id;
     if (one && one->best) {
       std::string n = fmt::format("{}: a single node is enough ({:.0f} tokens/s, peak {} per GPU)", name,
                                   one->best->throughput.tokens_per_s, human(one->best->memory.device_peak()));
-      if (two && two->best)
+      if (two && two->best) {
         n += fmt::format("; a second node buys {:+.0f}% tokens/s ({:.0f}% scaling efficiency) at {:+.0f}% cost per token",
                          100 * (two->best->throughput.tokens_per_s / one->best->throughput.tokens_per_s - 1), 100 * two->scaling,
-                         100 * (two->usd_per_btok / one->usd_per_btok - 1));
+                         100 * (two->usd_per_billion_tokens / one->usd_per_billion_tokens - 1));
+        if (two->scaling > 1.0)
+          n += fmt::format(" (above 100% because the memory that sharding frees lets the plan change: {} vs {})",
+                           describe(two->best->config), describe(one->best->config));
+      }
       notes.push_back(n);
     } else if (first_fit) {
       notes.push_back(fmt::format("{}: one node is not enough; the model needs at least {} nodes ({} GPUs)", name,
                                   first_fit->nodes, first_fit->world));
     } else {
-      notes.push_back(fmt::format("{}: nothing fits on up to {} nodes", name, node_counts.back()));
+      notes.push_back(fmt::format("{}: nothing fits on up to {} nodes", name, fr.node_counts.back()));
     }
+  }
+  if (picked) {  // --emit: the picked plan's payload is the output, not the table
+    if (pick == nullptr) {
+      ctx.err << fmt::format("bwplan: no configuration of {} fits{} on the instances and node counts searched; nothing emitted\n", m.name,
+                             (o.budget_usd >= 0 || deadline > 0) ? " within the budget and deadline" : "");
+      return failure;
+    }
+    spdlog::info("picked {} x {} ({}): {}", pick->nodes, pick->instance->id, o.objective, describe(pick->best->config));
+    return success;
   }
   if (o.format == "json") {
     nlohmann::ordered_json j;
@@ -214,14 +177,14 @@ int scale_out(context& ctx, const recommend_options& o, const hardware_catalog& 
     if (tokens > 0) j["tokens"] = tokens;
     if (o.budget_usd >= 0) j["budget_usd"] = o.budget_usd;
     if (deadline > 0) j["deadline_s"] = deadline;
-    j["search"] = {{"seconds", secs}, {"node_counts", node_counts}, {"instances", instances}};
+    j["search"] = {{"seconds", secs}, {"node_counts", fr.node_counts}, {"instances", ids}};
     j["rows"] = nlohmann::ordered_json::array();
     for (const auto& r : rows) {
       nlohmann::ordered_json x;
-      x["instance"] = r.instance;
+      x["instance"] = r.instance->id;
       x["nodes"] = r.nodes;
       x["world_size"] = r.world;
-      x["price_per_hour_usd"] = r.price;
+      x["price_per_hour_usd"] = r.price_per_hour;
       x["evaluated"] = r.evaluated;
       x["fits"] = r.best.has_value();
       if (r.best) {
@@ -230,18 +193,18 @@ int scale_out(context& ctx, const recommend_options& o, const hardware_catalog& 
         x["tokens_per_s_per_gpu"] = te.tokens_per_s_per_gpu;
         x["mfu"] = te.mfu;
         x["scaling_efficiency"] = r.scaling;
-        x["usd_per_billion_tokens"] = r.usd_per_btok;
+        x["usd_per_billion_tokens"] = r.usd_per_billion_tokens;
         if (tokens > 0) {
           x["seconds"] = r.cost.seconds;
           x["hours"] = r.cost.seconds / 3600;
           x["cost_usd"] = r.cost.usd;
         }
         x["within_constraints"] = r.within;
-        x["plan"] = to_json(m, r.best->config, r.best->memory, te);
+        x["plan"] = io::estimate_to_json(m, r.best->config, r.best->memory, te);
       }
       j["rows"].push_back(x);
     }
-    if (pick) j["pick"] = {{"instance", pick->instance}, {"nodes", pick->nodes}, {"description", describe(pick->best->config)}};
+    if (pick) j["pick"] = {{"instance", pick->instance->id}, {"nodes", pick->nodes}, {"description", describe(pick->best->config)}};
     else j["pick"] = nullptr;
     j["notes"] = notes;
     ctx.out << j.dump(2) << "\n";
@@ -253,20 +216,20 @@ int scale_out(context& ctx, const recommend_options& o, const hardware_catalog& 
                            "plan");
     for (const auto& r : rows) {
       if (!r.best) {
-        ctx.out << fmt::format("{:<22} {:>5} {:>5} {:>12}\n", r.instance, r.nodes, r.world, "does not fit");
+        ctx.out << fmt::format("{:<22} {:>5} {:>5} {:>12}\n", r.instance->id, r.nodes, r.world, "does not fit");
         continue;
       }
       const auto& te = r.best->throughput;
-      ctx.out << fmt::format("{:<22} {:>5} {:>5} {:>12.0f} {:>9.0f} {:>5.1f}% {:>7.0f}% {:>10.2f} {:>10} {:>9}  {}{}{}\n", r.instance,
+      ctx.out << fmt::format("{:<22} {:>5} {:>5} {:>12.0f} {:>9.0f} {:>5.1f}% {:>7.0f}% {:>10.2f} {:>10} {:>9}  {}{}{}\n", r.instance->id,
                              r.nodes, r.world, te.tokens_per_s, te.tokens_per_s_per_gpu, 100 * te.mfu, 100 * r.scaling,
-                             r.usd_per_btok, tokens > 0 ? human_duration(r.cost.seconds) : "",
+                             r.usd_per_billion_tokens, tokens > 0 ? human_duration(r.cost.seconds) : "",
                              tokens > 0 ? fmt::format("{:.0f}", r.cost.usd) : "", describe(r.best->config),
                              r.within ? "" : " (over budget/deadline)", &r == pick ? "  <- pick" : "");
     }
     ctx.out << "\n";
     for (const auto& n : notes) ctx.out << n << "\n";
     if (pick)
-      ctx.out << fmt::format("pick ({}): {} x {}, {}\n", o.objective, pick->nodes, pick->instance, describe(pick->best->config));
+      ctx.out << fmt::format("pick ({}): {} x {}, {}\n", o.objective, pick->nodes, pick->instance->id, describe(pick->best->config));
   }
   if (pick == nullptr) {
     ctx.err << fmt::format("bwplan: no configuration of {} fits{} on the instances and node counts searched\n", m.name,
@@ -276,42 +239,23 @@ int scale_out(context& ctx, const recommend_options& o, const hardware_catalog& 
   return success;
 }
 
-/// The plan file (docs/plan.schema.json) of candidate `p`.
-nlohmann::ordered_json plan_json(const recommend_options& o, const resolved_target& t, const plan_request& req,
-                                 const plan_candidate& p) {
-  const training_config& c = p.config;
-  nlohmann::ordered_json j;
-  j["schema_version"] = 1;
-  j["name"] = fmt::format("bwplan recommend {}: {:.0f} tokens/s, MFU {:.1f}%, peak {}", o.model, p.throughput.tokens_per_s,
-                          100 * p.throughput.mfu, human(p.memory.device_peak()));
-  j["model"] = o.model;
+/// The plan of candidate `p` found on `t` with `nodes` instances (plan_to_json writes it).
+plan plan_of(const recommend_options& o, const resolved_target& t, int nodes, double headroom, const plan_candidate& p) {
+  plan x;
+  x.name = fmt::format("bwplan recommend {}: {:.0f} tokens/s, MFU {:.1f}%, peak {}", o.model, p.throughput.tokens_per_s,
+                       100 * p.throughput.mfu, human(p.memory.device_peak()));
+  x.model = o.model;
   if (t.instance) {
-    j["instance"] = t.instance->id;
-    j["nodes"] = req.nodes;
+    x.target.instance = t.instance->id;
+    x.target.nodes = nodes;
   } else {
-    j["gpu"] = t.gpu.id;
-    j["gpus"] = c.world_size;
+    x.target.gpu = t.gpu.id;
+    x.target.gpus = p.config.world_size;
   }
-  j["precision"] = to_string(c.format);
-  j["master_weights"] = to_string(c.master);
-  j["micro_batch_size"] = c.micro_batch;
-  j["seq_len"] = c.seq_len;
-  j["global_batch_size"] = c.micro_batch * c.grad_accum * c.dp();
-  j["grad_accum"] = c.grad_accum;
-  j["activation_checkpointing"] = c.ac_enabled ? "full" : to_string(c.selective);
-  j["precision"] = to_string(c.format);
-  j["ac_every"] = c.ac_every;
-  j["sharding"] = to_string(c.shard);
-  if (c.shard == sharding::hybrid) j["shard_group"] = c.shard_size();
-  j["tp"] = c.tp;
-  j["cp"] = c.cp;
-  j["ep"] = c.ep;
-  j["pp"] = 1;
-  j["optimizer"] = "adamw";
-  j["optimizer_impl"] = to_string(c.optimizer);
-  j["loss"] = to_string(c.loss);
-  j["headroom"] = req.headroom;
-  return j;
+  x.training = p.config;
+  x.global_batch = p.config.micro_batch * p.config.grad_accum * p.config.dp();
+  x.headroom = headroom;
+  return x;
 }
 
 /// One line on why `a` beat `b`.
@@ -322,7 +266,7 @@ std::string why(const plan_candidate& a, const plan_candidate& b) {
   const auto& y = b.config;
   if (x.micro_batch != y.micro_batch) diffs.push_back(fmt::format("micro-batch {} vs {}", x.micro_batch, y.micro_batch));
   if (x.seq_len != y.seq_len) diffs.push_back(fmt::format("sequence {} vs {}", x.seq_len, y.seq_len));
-  if (x.ac_enabled != y.ac_enabled || x.ac_every != y.ac_every || x.selective != y.selective) {
+  if (!(x.ac == y.ac)) {
     const double ra = a.throughput.step_flops.recompute / a.throughput.step_flops.model;
     const double rb = b.throughput.step_flops.recompute / b.throughput.step_flops.model;
     diffs.push_back(fmt::format("recompute {:.0f}% vs {:.0f}% extra FLOPs", 100 * ra, 100 * rb));
@@ -332,14 +276,47 @@ std::string why(const plan_candidate& a, const plan_candidate& b) {
                                 b.throughput.exposed_communication.raw()));
   if (x.format != y.format) diffs.push_back(fmt::format("{} vs {} GEMMs", to_string(x.format), to_string(y.format)));
   if (x.loss != y.loss) diffs.push_back(fmt::format("{} vs {} loss", to_string(x.loss), to_string(y.loss)));
+  if (x.tp != y.tp) diffs.push_back(fmt::format("tensor parallel {} vs {}", x.tp, y.tp));
+  if (x.cp != y.cp) diffs.push_back(fmt::format("context parallel {} vs {}", x.cp, y.cp));
+  if (x.master != y.master) diffs.push_back(fmt::format("{} vs {} master weights", to_string(x.master), to_string(y.master)));
   if (x.ep != y.ep)
     diffs.push_back(fmt::format("expert parallel {} vs {} ({:.3f} s vs {:.3f} s exposed communication)", x.ep, y.ep,
                                 a.throughput.exposed_communication.raw(), b.throughput.exposed_communication.raw()));
   std::string d;
   for (std::size_t i = 0; i < diffs.size(); ++i) d += (i ? "; " : "") + diffs[i];
   if (d.empty()) d = "same knobs";
+  if (std::abs(gain) < 5e-4)  // a tie on tokens/s: the search keeps the first found, say so
+    return fmt::format("tied with the runner-up on tokens/s ({:.0f} vs {:.0f}; {}); kept the first found, peak {} vs {}; the runner-up "
+                       "differs by {}",
+                       a.throughput.tokens_per_s, b.throughput.tokens_per_s, describe(y), human(a.memory.device_peak()),
+                       human(b.memory.device_peak()), d);
   return fmt::format("{:.1f}% more tokens/s than the runner-up ({}); the runner-up differs by {}, peak {} vs {}",
                      100 * gain, describe(y), d, human(a.memory.device_peak()), human(b.memory.device_peak()));
+}
+
+}  // namespace
+
+namespace {
+
+/// `--emit`: the plan file or the SageMaker payload of candidate `best` on `t` with `nodes` instances.
+int emit(context& ctx, const recommend_options& o, const model_spec& m, const resolved_target& t, int nodes, double headroom,
+         const plan_candidate& best) {
+  spdlog::info("emitting plan 1: {}", describe(best.config));
+  if (o.emit == "plan") {
+    const std::string text = io::plan_to_json(plan_of(o, t, nodes, headroom, best)).dump(2) + "\n";
+    if (o.output.empty()) {
+      ctx.out << text;
+    } else {
+      std::ofstream f(o.output, std::ios::binary);
+      if (!(f << text) || !f.flush()) throw invalid_request("--output: cannot write " + o.output);
+      spdlog::info("wrote {}", o.output);
+    }
+    return success;
+  }
+  if (!t.instance) throw invalid_request("--emit: a SageMaker job runs on instances; give --instance instead of a bare --gpu");
+  sagemaker::job_settings job = o.job;
+  job.model_arg = o.model;
+  return emit_sagemaker(ctx, job, o.emit == "sagemaker" ? "request" : o.emit, {m, best.config, t.gpu, *t.instance, best.throughput});
 }
 
 }  // namespace
@@ -361,8 +338,7 @@ runner register_recommend(CLI::App& app, context& ctx) {
   sub->add_option("--deadline", o->deadline, "longest time for the token budget, e.g. 72h or 3d (needs --tokens)");
   sub->add_option("--price-per-hour", o->price_per_hour, "USD per instance-hour (default: the catalog's price)");
   sub->add_option("--parallel", o->parallel,
-                  "search space: all (DDP, FSDP full, HSDP across nodes, shard-grad-op; tp 1/2/4/8) | dp (DDP and FSDP full, tp 1; "
-                  "what --emit sagemaker/estimator/modeltrainer use)")
+                  "search space: all (DDP, FSDP full, HSDP across nodes, shard-grad-op; tp 1/2/4/8) | dp (DDP and FSDP full, tp 1)")
       ->check(CLI::IsMember({"all", "dp"}))
       ->capture_default_str();
   sub->add_option("--seq,--seq-len", o->seq, "sequence length in tokens, or 'auto' (best plan per length up to the context)")->capture_default_str();
@@ -387,7 +363,8 @@ runner register_recommend(CLI::App& app, context& ctx) {
       int n = 0;
       try { n = std::stoi(o->nodes, &pos); } catch (const std::exception&) { pos = 0; }
       if (pos != o->nodes.size() || o->nodes.empty()) throw invalid_request("--nodes: expected a number or auto, got '" + o->nodes + "'");
-      if (n < 1) throw invalid_request("--nodes: must be >= 1, got " + o->nodes);
+      if (n < 1 || n > plan_limits::max_nodes)
+        throw invalid_request(fmt::format("--nodes: must be between 1 and {}, got {}", plan_limits::max_nodes, o->nodes));
       o->target.nodes = n;
     }
     if (o->instances.empty()) throw invalid_request("--instance: no instance given");
@@ -398,8 +375,12 @@ runner register_recommend(CLI::App& app, context& ctx) {
       throw invalid_request("--objective: unknown objective '" + o->objective + "' (use throughput, cost or time)");
     const resolved_target t = resolve_target(cat, tgt, "ml.p6-b200.48xlarge");
     if (o->top < 1) throw invalid_request("--top: must be >= 1, got " + std::to_string(o->top));
-    plan_request req;
-    req.formats = formats_for(*o, cat, t.gpu);
+    if (!(o->headroom >= 0 && o->headroom < 1)) throw invalid_request(fmt::format("--headroom: must be in [0, 1), got {}", o->headroom));
+    // The SageMaker launchers set up FSDP or DDP only (docs/sagemaker.md), so --emit sagemaker/estimator/modeltrainer
+    // searches those; everything else searches what --parallel asks for.
+    const bool launcher = !o->emit.empty() && o->emit != "plan";
+    plan_request req = o->parallel == "all" && !launcher ? full_search(t.gpu, o->target.nodes, formats_for(*o, cat, t.gpu)) : plan_request{};
+    if (o->parallel != "all" || launcher) req.formats = formats_for(*o, cat, t.gpu);
     req.nodes = o->target.nodes;
     req.global_batch_tokens = o->global_batch_tokens;
     req.headroom = o->headroom;
@@ -417,73 +398,56 @@ runner register_recommend(CLI::App& app, context& ctx) {
       } catch (const std::exception&) {
         throw invalid_request("--seq: expected a number of tokens or 'auto', got '" + o->seq + "'");
       }
-      if (s < 1) throw invalid_request("--seq: must be >= 1, got " + o->seq);
+      if (s < 1 || s > plan_limits::max_seq_len)
+        throw invalid_request(fmt::format("--seq: must be between 1 and {}, got {}", plan_limits::max_seq_len, o->seq));
       req.seq_lens = {s};
     }
-    const bool launcher = !o->emit.empty() && o->emit != "plan";
-    if (o->parallel == "all" && !launcher) {
-      req.shardings = {sharding::none, sharding::full, sharding::hybrid, sharding::grad_op};
-      req.tps = {1, 2, 4, 8};
-    }  // else: the SageMaker launchers set up FSDP or DDP only, so --emit sagemaker searches those
     const bool scale = o->nodes == "auto" || o->instances.size() > 1 || !o->tokens.empty() || o->objective != "throughput" ||
                        o->budget_usd >= 0 || !o->deadline.empty();
+    if (!o->output.empty() && o->emit.empty()) throw invalid_request("--output needs --emit plan");
     if (scale) {
       if (!tgt.gpu.empty() && tgt.instance.empty())
         throw invalid_request("--nodes auto, --tokens and --objective need instances (--instance), not a bare --gpu");
-      if (!o->emit.empty()) throw invalid_request("--emit works with one instance type and a fixed --nodes");
-      return scale_out(ctx, *o, cat, m, o->instances, req);
+      if (o->emit.empty()) return scale_out(ctx, *o, cat, m, o->instances, req, nullptr);
+      // --emit after a fleet search: the picked instance type and node count
+      std::optional<fleet_row> picked;
+      if (const int rc = scale_out(ctx, *o, cat, m, o->instances, req, &picked); rc != success) return rc;
+      const resolved_target pt{cat.gpu(picked->instance->gpu), *picked->instance};
+      return emit(ctx, *o, m, pt, picked->nodes, req.headroom, *picked->best);
     }
     const auto t0 = std::chrono::steady_clock::now();
-    progress_bar bar(ctx.err, "searching", plan_search_size(req, req.nodes * (t.instance ? t.instance->gpus_per_node : 1), detail::ep_candidates(m, req.nodes * (t.instance ? t.instance->gpus_per_node : 1)).size()),
-                     is_terminal(ctx.err));
+    const int world = req.nodes * (t.instance ? t.instance->gpus_per_node : 1);
+    progress_bar bar(ctx.err, "searching", plan_search_size(req, world, detail::ep_candidates(m, world).size()), is_terminal(ctx.err));
     req.progress = [&bar](std::int64_t done, std::int64_t) { bar.update(done); };
-    const plan_result r = search_plans(m, t.gpu, t.instance ? &*t.instance : nullptr, req,
-                                       static_cast<std::size_t>(o->top), auto_seq);
+    // at least two kept, so that "why" can compare the winner with the runner-up even with --top 1
+    plan_result r = search_plans(m, t.gpu, t.instance ? &*t.instance : nullptr, req,
+                                 static_cast<std::size_t>(std::max(o->top, 2)), auto_seq);
     bar.finish();
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     spdlog::debug("evaluated {} configurations in {:.4f} s ({} fit)", r.evaluated, secs, r.fitting);
-    const int world = req.nodes * (t.instance ? t.instance->gpus_per_node : 1);
     const std::string where = t.instance ? fmt::format("{} x {} ({} x {})", req.nodes, t.instance->id, world, t.gpu.id)
                                          : fmt::format("{} x {}", world, t.gpu.id);
     std::string explanation;
     if (r.ranked.size() >= 2) explanation = why(r.ranked[0], r.ranked[1]);
     else if (r.ranked.size() == 1) explanation = "the only configuration that fits";
-    const std::string precision_line = format_reason(m, r, *o);
-    if (!o->output.empty() && o->emit.empty()) throw invalid_request("--output needs --emit plan");
-    if (o->emit == "plan") {
+    if (r.ranked.size() > static_cast<std::size_t>(o->top)) r.ranked.resize(static_cast<std::size_t>(o->top));
+    const std::string precision_line = format_reason(m, r, *o, t.gpu);
+    if (!o->emit.empty()) {
       if (r.ranked.empty()) {
-        ctx.err << fmt::format("bwplan: no configuration of {} fits on {} with {:.0f}% headroom; no plan written\n", m.name,
+        ctx.err << fmt::format("bwplan: no configuration of {} fits on {} with {:.0f}% headroom; nothing emitted\n", m.name,
                                where, 100 * req.headroom);
         return failure;
       }
-      const std::string text = plan_json(*o, t, req, r.ranked.front()).dump(2) + "\n";
-      if (o->output.empty()) {
-        ctx.out << text;
-      } else {
-        std::ofstream f(o->output, std::ios::binary);
-        if (!(f << text)) throw invalid_request("--output: cannot write " + o->output);
-        spdlog::info("wrote {}", o->output);
-      }
-      return success;
+      return emit(ctx, *o, m, t, req.nodes, req.headroom, r.ranked.front());
     }
-    if (!o->emit.empty()) {
-      if (!r.ranked.empty()) {  // else: the "no configuration fits" message below
-        if (!t.instance) throw invalid_request("--emit: a SageMaker job runs on instances; give --instance instead of a bare --gpu");
-        const plan_candidate& best = r.ranked.front();
-        spdlog::info("emitting plan 1: {}", describe(best.config));
-        sagemaker::job_settings job = o->job;
-        job.model_arg = o->model;
-        return emit_sagemaker(ctx, job, o->emit == "sagemaker" ? "request" : o->emit,
-                              {m, best.config, t.gpu, *t.instance, best.throughput});
-      }
-    } else if (o->format == "json") {
+    if (o->format == "json") {
       nlohmann::ordered_json j;
       j["model"] = m.name;
       j["hardware"] = {{"gpu", t.gpu.id}, {"instance", t.instance ? t.instance->id : ""}, {"nodes", req.nodes}, {"world_size", world}};
       j["search"] = {{"evaluated", r.evaluated}, {"fitting", r.fitting}, {"headroom", req.headroom},
                      {"global_batch_tokens", req.global_batch_tokens}, {"seq_lens", req.seq_lens}, {"seconds", secs}};
       j["plans"] = nlohmann::ordered_json::array();
-      for (const auto& p : r.ranked) j["plans"].push_back(to_json(m, p.config, p.memory, p.throughput));
+      for (const auto& p : r.ranked) j["plans"].push_back(io::estimate_to_json(m, p.config, p.memory, p.throughput));
       j["explanation"] = explanation;
       j["precision_explanation"] = precision_line;
       j["search"]["precisions"] = nlohmann::ordered_json::array();
@@ -496,21 +460,29 @@ runner register_recommend(CLI::App& app, context& ctx) {
                              r.evaluated, r.fitting, 100 * req.headroom);
       if (!r.ranked.empty()) {
         const term_style st = style_for(ctx.out, o->ascii);
-        const bool moe = m.is_moe();  // MoE: an expert-parallel column after shard
-        ctx.out << fmt::format("{:>3}  {:>4} {:>6} {:>5} {:>12} {:>5}{} {:>9} {:>11} {:>11} {:>11} {:>6} {:>10}  {}\n", "#", "mbs", "seq",
-                               "accum", "AC", "shard", moe ? fmt::format(" {:>3}", "ep") : "", "loss", "precision", "peak GiB",
-                               "tokens/s", "MFU", "step s", "memory per GPU");
+        // every setting in which the plans differ gets a column (differing_columns)
+        std::vector<training_config> cfgs;
+        for (const auto& p : r.ranked) cfgs.push_back(p.config);
+        const std::vector<bool> show = differing_columns(cfgs);
+        const auto proto = setting_columns(cfgs.front());
+        std::vector<std::size_t> width(proto.size());
+        for (std::size_t k = 0; k < proto.size(); ++k) {
+          width[k] = proto[k].header.size();
+          for (const auto& c : cfgs) width[k] = std::max(width[k], setting_columns(c)[k].value.size());
+        }
+        std::string head = fmt::format("{:>3} ", "#");
+        for (std::size_t k = 0; k < proto.size(); ++k)
+          if (show[k]) head += fmt::format(" {:>{}}", proto[k].header, width[k]);
+        ctx.out << head << fmt::format(" {:>9} {:>11} {:>6} {:>9}  {}\n", "peak GiB", "tokens/s", "MFU", "step s", "memory per GPU");
         int i = 1;
         for (const auto& p : r.ranked) {
-          const auto& c = p.config;
-          ctx.out << fmt::format("{:>3}  {:>4} {:>6} {:>5} {:>12} {:>5}{} {:>9} {:>11} {:>11.2f} {:>11.0f} {:>5.1f}% {:>10.3f}  {}\n", i++,
-                                 c.micro_batch, c.seq_len, c.grad_accum,
-                                 ac_name(c),
-                                 shard_label(c),
-                                 moe ? fmt::format(" {:>3}", c.ep) : "", to_string(c.loss),
-                                 to_string(c.format),
-                                 p.memory.device_peak().in(gib), p.throughput.tokens_per_s, 100 * p.throughput.mfu,
-                                 p.throughput.step.raw(),
+          std::string line = fmt::format("{:>3} ", i++);
+          const auto vals = setting_columns(p.config);
+          for (std::size_t k = 0; k < vals.size(); ++k)
+            if (show[k]) line += fmt::format(" {:>{}}", vals[k].value, width[k]);
+          ctx.out << line
+                  << fmt::format(" {:>9.2f} {:>11.0f} {:>5.1f}% {:>9.3f}  {}\n", p.memory.device_peak().in(gib),
+                                 p.throughput.tokens_per_s, 100 * p.throughput.mfu, p.throughput.step.raw(),
                                  memory_bar(peak_segments(p.memory), p.memory.capacity, req.headroom, 24, st));
         }
         ctx.out << fmt::format("\nmemory bars: share of the {:.2f} GiB per GPU, '{}' = headroom limit; plan #1 holds\n",

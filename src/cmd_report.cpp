@@ -22,22 +22,6 @@ struct report_options : plan_options {
   std::int64_t sweep_max_mbs = 64;
 };
 
-/// The command line that reproduces the report, every setting explicit.
-std::string command_line(const report_options& o, const resolved_plan& rp) {
-  const auto& c = rp.config;
-  std::string s = "bwplan report " + o.model;
-  if (rp.target.instance) s += fmt::format(" --instance {} --nodes {}", rp.target.instance->id, o.target.nodes);
-  else s += " --gpu " + rp.target.gpu.id;
-  s += fmt::format(" --gpus {} --mbs {} --seq {} --grad-accum {} --ac {}", c.world_size, c.micro_batch, c.seq_len, c.grad_accum,
-                   c.ac_enabled ? "full" : "none");
-  if (c.ac_enabled && c.ac_every != 1) s += fmt::format(" --ac-every {}", c.ac_every);
-  s += fmt::format(" --master {} --sharding {} --optimizer-impl {} --loss {}", to_string(c.master), to_string(c.shard),
-                   to_string(c.optimizer), to_string(c.loss));
-  s += fmt::format(" --headroom {:g} --top {} --global-batch-tokens {} --sweep-max-mbs {} -o {}", o.headroom, o.top,
-                   o.global_batch_tokens, o.sweep_max_mbs, o.output);
-  return s;
-}
-
 }  // namespace
 
 runner register_report(CLI::App& app, context& ctx) {
@@ -53,7 +37,7 @@ runner register_report(CLI::App& app, context& ctx) {
       ->capture_default_str();
 
   return [o, &ctx]() -> int {
-    if (o->headroom < 0 || o->headroom >= 1) throw invalid_request(fmt::format("--headroom: must be in [0, 1), got {:g}", o->headroom));
+    if (!(o->headroom >= 0 && o->headroom < 1)) throw invalid_request(fmt::format("--headroom: must be in [0, 1), got {:g}", o->headroom));
     if (o->top < 1) throw invalid_request("--top: must be >= 1, got " + std::to_string(o->top));
     if (o->sweep_max_mbs < 1 || o->sweep_max_mbs > 65536)
       throw invalid_request("--sweep-max-mbs: must be in 1..65536, got " + std::to_string(o->sweep_max_mbs));
@@ -64,24 +48,23 @@ runner register_report(CLI::App& app, context& ctx) {
     const training_config& c = d.plan.config;
     d.memory = estimate_memory(m, c, t.gpu);
     d.throughput = estimate_throughput(m, c, t.gpu, t.instance_ptr());
-    d.sweep = checkpointing_sweep(m, t, c, o->sweep_max_mbs);
+    d.sweep = checkpointing_sweep(cat, m, d.plan, o->sweep_max_mbs);
 
-    d.request.nodes = o->target.nodes;
+    // the search recommend runs (every sharding, TP, checkpointing, loss; the --numerics balanced formats)
+    d.request = full_search(t.gpu, t.instance ? d.plan.p.target.nodes : c.world_size,
+                            formats_for_tier(numerics_tier::balanced, t.gpu));
     d.request.seq_lens = {c.seq_len};
     d.request.global_batch_tokens = o->global_batch_tokens;
     d.request.headroom = o->headroom;
     d.request.master = c.master;
     d.request.optimizer = c.optimizer;
-    d.request.formats.clear();  // the formats recommend tries by default (--numerics balanced)
-    for (compute_format f : {compute_format::bf16, compute_format::mxfp8, compute_format::fp8})
-      if (supports(t.gpu, f)) d.request.formats.push_back(f);
     progress_bar bar(ctx.err, "searching plans", plan_search_size(d.request, d.request.nodes * (t.instance ? t.instance->gpus_per_node : 1), detail::ep_candidates(m, d.request.nodes * (t.instance ? t.instance->gpus_per_node : 1)).size()),
                      is_terminal(ctx.err));
     d.request.progress = [&bar](std::int64_t done, std::int64_t) { bar.update(done); };
     d.plans = search_plans(m, t.gpu, t.instance_ptr(), d.request, static_cast<std::size_t>(o->top));
     d.request.progress = nullptr;
     bar.finish();
-    d.command_line = command_line(*o, d.plan);
+    d.command_line = report_command_line(d.plan.p, o->headroom, o->top, o->global_batch_tokens, o->sweep_max_mbs, o->output);
 
     const std::string html = render_report_html(d);
     if (o->output == "-") {

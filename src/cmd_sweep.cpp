@@ -24,8 +24,8 @@ runner register_sweep(CLI::App& app, context& ctx) {
   auto* sub = app.add_subcommand("sweep", "memory and tokens/s over a grid of settings (--vary), for plotting");
   add_plan_options(sub, o);
   sub->add_option("--vary", o->vary,
-                  "KEY=VALUES to vary (repeatable): mbs=1..64, mbs=1..64:x2, seq=2048,4096, ac=none,full,2, "
-                  "sharding, loss, master, optimizer-impl, grad-accum, nodes, ac-every")
+                  "KEY=VALUES to vary (repeatable): mbs=1..64, mbs=1..64:x2, seq=2048,4096, ac=none,full,every-2,selective-op, "
+                  "precision=bf16,fp8, tp=1,2, cp, ep, instance=A,B, sharding, loss, master, optimizer-impl, grad-accum, nodes, ac-every")
       ->required();
   sub->add_option("--format", o->format, "csv | json | markdown")->capture_default_str()
       ->check(CLI::IsMember({"csv", "json", "markdown"}));
@@ -36,7 +36,7 @@ runner register_sweep(CLI::App& app, context& ctx) {
     const hardware_catalog cat = ctx.catalog();
     const resolved_plan rp = resolve_plan(ctx, cat, *o);
     progress_bar bar(ctx.err, "sweep", sweep_size(axes), is_terminal(ctx.err));
-    const auto points = run_sweep(rp.model, rp.target, rp.config, axes,
+    const auto points = run_sweep(cat, rp.model, rp, axes,
                                   [&bar](std::int64_t done, std::int64_t) { bar.update(done); });
     bar.finish();
     spdlog::debug("sweep: {} points", points.size());
@@ -46,10 +46,10 @@ runner register_sweep(CLI::App& app, context& ctx) {
       std::vector<md_column> cols;
       for (const auto& c : sweep_columns()) cols.push_back({c, md_align::right});
       std::vector<std::vector<std::string>> rows;
-      for (const auto& p : points) rows.push_back(sweep_row(rp.model, rp.target, p));
+      for (const auto& p : points) rows.push_back(sweep_row(rp.model, p));
       ctx.out << markdown_table(cols, rows);
     } else {
-      ctx.out << sweep_csv(rp.model, rp.target, points);
+      ctx.out << sweep_csv(rp.model, points);
     }
     return success;
   };

@@ -72,8 +72,7 @@ runner register_validate(CLI::App& app, context& ctx) {
       else if (recipe == "fsdp2") { c.shard = sharding::full; c.master = master_weights::fp32; }
       else if (recipe == "bf16") { c.shard = sharding::none; c.master = master_weights::bf16; }
       else throw config_error(where, "/recipe", "unknown recipe '" + recipe + "'");
-      c.ac_enabled = ac != "none";
-      c.ac_every = ac == "half" ? 2 : 1;
+      c.ac = ac == "none" ? checkpointing::none() : checkpointing::full(ac == "half" ? 2 : 1);
       if (r.value("optim", "fused") == "foreach") c.optimizer = optimizer_impl::foreach;
       const std::string model_name = field("model").get<std::string>();
       const model_spec m = io::load_model(models / (model_name + ".json"), model_name);

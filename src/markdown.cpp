@@ -65,21 +65,6 @@ std::string markdown_table(const std::vector<md_column>& columns, const std::vec
 }
 
 namespace {
-std::string ac_text(const training_config& c) {
-  if (!c.ac_enabled) return "none";
-  return c.ac_every == 1 ? "full" : fmt::format("every {}", c.ac_every);
-}
-std::string shard_text(const training_config& c) {
-  std::string s;
-  switch (c.shard) {
-    case sharding::full: s = "FSDP"; break;
-    case sharding::hybrid: s = fmt::format("HSDP/{}", c.shard_size()); break;
-    case sharding::grad_op: s = "ZeRO-2"; break;
-    default: s = c.world_size > 1 ? "DDP" : "none";
-  }
-  if (c.ep > 1) s += ", EP " + std::to_string(c.ep);
-  return s;
-}
 std::string grouped(double v) {
   const std::string digits = fmt::format("{:.0f}", std::abs(v));
   std::string s = v <= -0.5 ? "-" : "";
@@ -133,19 +118,30 @@ std::string plans_markdown(const model_spec& m, const std::string& where, const 
   if (r.ranked.empty()) {
     s += "**No configuration fits.**\n";
   } else {
+    // every setting in which the plans differ gets a column (differing_columns)
+    std::vector<training_config> cfgs;
+    for (const auto& p : r.ranked) cfgs.push_back(p.config);
+    const std::vector<bool> show = differing_columns(cfgs);
+    const auto R = md_align::right;
+    std::vector<md_column> cols{{"#", R}};
+    const auto proto = setting_columns(cfgs.front());
+    for (std::size_t k = 0; k < proto.size(); ++k)
+      if (show[k]) cols.push_back({std::string(proto[k].header), R});
+    for (const char* h : {"peak GiB", "tokens/s", "MFU", "step s"}) cols.push_back({h, R});
     std::vector<std::vector<std::string>> rows;
     int i = 1;
     for (const auto& p : r.ranked) {
-      const auto& c = p.config;
-      rows.push_back({std::to_string(i++), std::to_string(c.micro_batch), std::to_string(c.seq_len), std::to_string(c.grad_accum),
-                      ac_text(c), shard_text(c), to_string(c.loss), fmt::format("{:.2f}", p.memory.device_peak().in(gib)),
-                      grouped(p.throughput.tokens_per_s), fmt::format("{:.1f}%", 100 * p.throughput.mfu),
-                      fmt::format("{:.3f}", p.throughput.step.raw())});
+      std::vector<std::string> row{std::to_string(i++)};
+      const auto vals = setting_columns(p.config);
+      for (std::size_t k = 0; k < vals.size(); ++k)
+        if (show[k]) row.push_back(vals[k].value);
+      row.push_back(fmt::format("{:.2f}", p.memory.device_peak().in(gib)));
+      row.push_back(grouped(p.throughput.tokens_per_s));
+      row.push_back(fmt::format("{:.1f}%", 100 * p.throughput.mfu));
+      row.push_back(fmt::format("{:.3f}", p.throughput.step.raw()));
+      rows.push_back(std::move(row));
     }
-    const auto R = md_align::right;
-    s += markdown_table({{"#", R}, {"mbs", R}, {"seq", R}, {"accum", R}, {"AC"}, {"sharding"}, {"loss"},
-                         {"peak GiB", R}, {"tokens/s", R}, {"MFU", R}, {"step s", R}},
-                        rows);
+    s += markdown_table(cols, rows);
     if (!explanation.empty()) s += "\n**Why #1:** " + md_escape(explanation) + "\n";
   }
   s += fmt::format("\n<sub>bwplan {}</sub>\n", version_string);

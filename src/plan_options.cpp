@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// Configuration flags shared by the subcommands that evaluate one plan.
+// The plan flags shared by the subcommands that evaluate one plan, and their resolution into a bwplan::plan.
 #include "cli.hpp"
 
 #include <fmt/format.h>
@@ -16,46 +16,66 @@ void add_plan_options(CLI::App* sub, const std::shared_ptr<plan_options>& o) {
       ->check(CLI::ExistingFile);
   sub->add_option("--gpu", o->target.gpu, "GPU id from the catalog (h100, h200, b200, b300, ...)");
   sub->add_option("--instance", o->target.instance, "instance type (e.g. ml.p6-b200.48xlarge); default when no --gpu");
-  sub->add_option("--nodes", o->target.nodes, "instances (with --instance)");
+  sub->add_option("--nodes", o->target.nodes, "instances (with --instance; with --gpu: GPUs = nodes unless --gpus)");
   sub->add_option("--gpus", o->gpus, "world size: GPUs in the job (default: all GPUs of the instances, or 1)");
   sub->add_option("--mbs,--micro-batch-size", o->mbs, "micro-batch size per GPU (sequences)");
   sub->add_option("--seq,--seq-len", o->seq, "sequence length (tokens)");
   sub->add_option("--grad-accum", o->grad_accum, "gradient accumulation steps (micro-batches per optimizer step)");
-  sub->add_option("--ac", o->ac, "activation checkpointing: none | full | selective-op (torchtitan per-op) | selective-attn (Megatron)")
-      ->check(CLI::IsMember({"none", "full", "selective-op", "selective-attn"}));
-  sub->add_option("--ac-every", o->ac_every, "with --ac full: recompute every K-th block (1 = all)");
+  sub->add_option("--ac", o->ac,
+                  "activation checkpointing: none | full | every-K (every K-th block) | selective-op (torchtitan per-op) | "
+                  "selective-attn (Megatron)")
+      ->option_text("none|full|every-K|selective-op|selective-attn");
+  sub->add_option("--ac-every", o->ac_every, "with --ac full: recompute every K-th block (1 = all; same as --ac every-K)");
   sub->add_option("--master", o->master, "master weights: fp32 | bf16")
-      ->transform(CLI::CheckedTransformer(std::map<std::string, master_weights>{{"fp32", master_weights::fp32}, {"bf16", master_weights::bf16}}, CLI::ignore_case));
+      ->transform(CLI::CheckedTransformer(std::map<std::string, master_weights>{{"fp32", master_weights::fp32}, {"bf16", master_weights::bf16}}, CLI::ignore_case))
+      ->option_text("fp32|bf16");
   sub->add_option("--sharding", o->shard,
                   "none (one GPU / DDP) | full (FSDP2 full shard) | hybrid (shard within --shard-group, replicate across) | "
                   "grad-op (ZeRO-2-like); default full for >1 GPU")
       ->transform(CLI::CheckedTransformer(std::map<std::string, sharding>{{"none", sharding::none}, {"full", sharding::full},
                                                                           {"hybrid", sharding::hybrid}, {"grad-op", sharding::grad_op}},
                                           CLI::ignore_case))
-      ->each([o](const std::string&) { o->shard_given = true; });
+      ->option_text("none|full|hybrid|grad-op");
   sub->add_option("--shard-group", o->shard_group, "with --sharding hybrid: GPUs per shard group (default: one node / tp)");
   sub->add_option("--tp", o->tp, "tensor-parallel degree (within a node, with sequence parallel)");
   sub->add_option("--cp", o->cp, "context-parallel degree (ring attention; model states sharded over FSDP x CP)");
+  sub->add_option("--ep", o->ep, "expert parallelism (MoE models): routed experts split over ep GPUs (divides experts and GPUs)");
+  sub->add_option("--pp", o->pp, "pipeline-parallel degree (not modelled by this release: only 1)");
   sub->add_option("--optimizer-impl", o->optimizer, "AdamW implementation: fused | foreach")
-      ->transform(CLI::CheckedTransformer(std::map<std::string, optimizer_impl>{{"fused", optimizer_impl::fused}, {"foreach", optimizer_impl::foreach}}, CLI::ignore_case));
+      ->transform(CLI::CheckedTransformer(std::map<std::string, optimizer_impl>{{"fused", optimizer_impl::fused}, {"foreach", optimizer_impl::foreach}}, CLI::ignore_case))
+      ->option_text("fused|foreach");
   sub->add_option("--loss", o->loss, "loss: standard (fp32 logits) | chunked (fused linear cross-entropy)")
-      ->transform(CLI::CheckedTransformer(std::map<std::string, loss_impl>{{"standard", loss_impl::standard}, {"chunked", loss_impl::chunked}}, CLI::ignore_case));
-  sub->add_option("--precision", o->precision, "linear-layer GEMM format: bf16 | fp8 | fp8-rowwise | mxfp8 | nvfp4")
-      ->check(CLI::IsMember({"bf16", "fp8", "fp8-rowwise", "mxfp8", "nvfp4"}));
+      ->transform(CLI::CheckedTransformer(std::map<std::string, loss_impl>{{"standard", loss_impl::standard}, {"chunked", loss_impl::chunked}}, CLI::ignore_case))
+      ->option_text("standard|chunked");
+  sub->add_option("--precision", o->precision, "linear-layer GEMM format: " + precision_names(" | "))
+      ->option_text("bf16|fp8|fp8-rowwise|mxfp8|nvfp4");
   sub->add_option("--bf16-layers", o->bf16_layers,
                   "blocks kept bf16 with a low-precision format: last:N, first:N, first:N,last:M, a fraction (trailing), or none "
                   "(default: none; nvfp4: 0.15 as torchtitan)");
   sub->add_flag("--fp8-all-gather", o->fp8_all_gather, "FSDP2 all-gathers FP8 weights (with --precision fp8)");
-  sub->add_option("--ep", o->ep, "expert parallelism (MoE models): routed experts split over ep GPUs (divides experts and GPUs)");
 }
+
+std::string plan_flag(std::string_view field) {
+  static const std::map<std::string_view, std::string_view> flags{
+      {"micro_batch_size", "--mbs"},     {"seq_len", "--seq"},         {"grad_accum", "--grad-accum"},
+      {"gpus", "--gpus"},                {"nodes", "--nodes"},         {"gpus_per_node", "--instance"},
+      {"activation_checkpointing", "--ac"}, {"fp8_all_gather", "--fp8-all-gather"}, {"tp", "--tp"},
+      {"cp", "--cp"},                    {"ep", "--ep"},               {"pp", "--pp"},
+      {"shard_group", "--shard-group"},  {"sharding", "--sharding"},   {"precision", "--precision"},
+      {"bf16_layers", "--bf16-layers"},  {"headroom", "--headroom"},   {"global_batch_tokens", "--global-batch-tokens"},
+      {"master_weights", "--master"},    {"loss", "--loss"},           {"optimizer_impl", "--optimizer-impl"}};
+  const auto it = flags.find(field);
+  return std::string(it == flags.end() ? field : it->second);
+}
+
+invalid_request flag_error(const plan_violation& v) { return invalid_request(plan_flag(v.field) + ": " + v.message); }
 
 void require_support(const hardware_catalog& cat, const gpu_spec& gpu, compute_format f) {
   if (supports(gpu, f)) return;
   std::string ok;
   for (const auto& g : cat.gpus())
     if (supports(g, f)) ok += (ok.empty() ? "" : ", ") + g.id;
-  const char* why = f == compute_format::mxfp8 || f == compute_format::nvfp4 ? "needs Blackwell tensor cores"
-                                                                              : "needs Hopper or newer tensor cores";
+  const char* why = info(f).blackwell_only ? "needs Blackwell tensor cores" : "needs Hopper or newer tensor cores";
   throw invalid_request(fmt::format("--precision {} is not supported on {} ({}): {}; GPUs that support it: {}", to_string(f),
                                     gpu.id, gpu.architecture, why, ok.empty() ? "none in the catalog" : ok));
 }
@@ -70,135 +90,126 @@ bool given(const plan_options& o, const char* flag) {
 
 }  // namespace
 
-void apply_plan(plan_options& o, const plan_spec& p) {
+resolved_plan resolve_plan(const context& ctx, const hardware_catalog& cat, const plan_options& o) {
   namespace fs = std::filesystem;
-  if (!given(o, "MODEL") && o.model.empty() && p.model) {
-    o.model = *p.model;
-    // A path in a plan is relative to the plan file's folder; a preset name stays as it is.
-    const fs::path rel = fs::path(p.file).parent_path() / *p.model;
-    if (!p.file.empty() && fs::path(*p.model).is_relative() && fs::exists(rel)) o.model = rel.string();
-  }
-  if (!given(o, "--instance") && !given(o, "--gpu")) {
-    if (p.instance) o.target.instance = *p.instance;
-    if (p.gpu) o.target.gpu = *p.gpu;
-  }
-  if (!given(o, "--nodes") && p.nodes) o.target.nodes = static_cast<int>(*p.nodes);
-  if (!given(o, "--gpus") && p.gpus) o.gpus = static_cast<int>(*p.gpus);
-  if (!given(o, "--mbs") && p.micro_batch) o.mbs = *p.micro_batch;
-  if (!given(o, "--seq") && p.seq_len) o.seq = *p.seq_len;
-  if (given(o, "--grad-accum")) o.grad_accum_given = true;
-  else if (p.grad_accum) { o.grad_accum = *p.grad_accum; o.grad_accum_given = true; }
-  if (!given(o, "--ac") && p.ac) o.ac = *p.ac;
-  if (!given(o, "--ac-every") && p.ac_every) o.ac_every = static_cast<int>(*p.ac_every);
-  if (!given(o, "--master") && p.master) o.master = *p.master;
-  if (!given(o, "--sharding") && p.shard) { o.shard = *p.shard; o.shard_given = true; }
-  if (!given(o, "--optimizer-impl") && p.optimizer) o.optimizer = *p.optimizer;
-  if (!given(o, "--loss") && p.loss) o.loss = *p.loss;
-  if (!given(o, "--precision") && p.precision) o.precision = *p.precision;
-  if (!given(o, "--shard-group") && p.shard_group) o.shard_group = static_cast<int>(*p.shard_group);
-  if (!given(o, "--tp") && p.tp) o.tp = *p.tp;
-  if (!given(o, "--cp") && p.cp) o.cp = *p.cp;
-  if (!given(o, "--ep") && p.ep) o.ep = *p.ep;
-  if (!given(o, "--pp") && p.pp) o.pp = *p.pp;
-  if (!given(o, "--global-batch-size") && p.global_batch) o.global_batch = *p.global_batch;
-}
-
-void apply_plan_file(plan_options& o) {
-  if (o.plan_file.empty() || o.plan) return;
-  o.plan = io::load_plan(o.plan_file);
-  apply_plan(o, *o.plan);
-}
-
-void check_ranges(const plan_options& o) {
-  using L = plan_limits;
-  auto range = [](const char* flag, std::int64_t v, std::int64_t lo, std::int64_t hi) {
-    if (v < lo || v > hi)
-      throw invalid_request(fmt::format("{}: out of range: must be between {} and {}, got {}", flag, lo, hi, v));
+  std::optional<plan_document> doc;
+  if (!o.plan_file.empty()) doc = io::load_plan(o.plan_file);
+  plan p = doc ? doc->value : plan{};
+  training_config& c = p.training;
+  // A setting comes from its flag when the flag was given or the file does not set it (the flag's default).
+  auto from_flag = [&](const char* flag, const char* key) { return given(o, flag) || !doc || !doc->has(key); };
+  // Where a broken rule came from: the flag, or the plan file's member.
+  auto fail = [&](const plan_violation& v) {
+    const std::string key = v.pointer.size() > 1 ? v.pointer.substr(1) : v.field;
+    const bool in_file = doc && (doc->has(key) || (key == "activation_checkpointing" && doc->has("ac_every")));
+    if (in_file && !given(o, plan_flag(v.field).c_str())) {
+      if (auto l = doc->where(v.pointer)) throw config_error(doc->file, v.pointer, v.message, l->line, l->column, l->byte);
+      throw config_error(doc->file, v.pointer, v.message);
+    }
+    throw flag_error(v);
   };
-  range("--nodes", o.target.nodes, 1, L::max_nodes);
-  if (o.gpus != 0) range("--gpus", o.gpus, 1, L::max_gpus);
-  range("--mbs", o.mbs, 1, L::max_micro_batch);
-  range("--seq", o.seq, 1, L::max_seq_len);
-  range("--grad-accum", o.grad_accum, 1, L::max_grad_accum);
-  range("--ac-every", o.ac_every, 1, L::max_ac_every);
-  if (o.global_batch != 0) range("global_batch_size", o.global_batch, 1, L::max_global_batch);
-  for (auto [name, v] : {std::pair{"tp", o.tp}, std::pair{"cp", o.cp}, std::pair{"ep", o.ep}, std::pair{"pp", o.pp}})
-    range(name, v, 1, L::max_degree);
-}
 
-training_config build_config(const plan_options& o, const resolved_target& t) {
-  if (o.target.nodes < 1) throw invalid_request("--nodes: must be >= 1, got " + std::to_string(o.target.nodes));
-  if (o.gpus < 0) throw invalid_request("--gpus: world size must be >= 1, got " + std::to_string(o.gpus));
-  check_ranges(o);
-  training_config c;
-  c.micro_batch = o.mbs;
-  c.seq_len = o.seq;
-  c.grad_accum = o.grad_accum;
-  c.gpus_per_node = t.instance ? t.instance->gpus_per_node : std::max(1, o.gpus);
-  c.world_size = o.gpus > 0 ? o.gpus : (t.instance ? t.instance->gpus_per_node * o.target.nodes : 1);
-  if (t.instance && c.world_size > t.instance->gpus_per_node * o.target.nodes)
-    throw invalid_request(fmt::format("--gpus {} exceeds the {} GPUs of {} x {}", c.world_size,
-                                      t.instance->gpus_per_node * o.target.nodes, o.target.nodes, t.instance->id));
-  c.ac_enabled = o.ac == "full";
-  c.selective = o.ac == "selective-op" ? selective_ac::op : o.ac == "selective-attn" ? selective_ac::attn : selective_ac::none;
-  c.format = parse_format(o.precision).value_or(compute_format::bf16);
-  if (!o.bf16_layers.empty()) c.bf16_layers = parse_bf16_blocks(o.bf16_layers);
-  c.fp8_all_gather = o.fp8_all_gather;
-  c.ac_every = o.ac_every;
-  c.master = o.master;
-  c.shard = o.shard_given ? o.shard : (c.world_size > 1 ? sharding::full : sharding::none);
-  c.optimizer = o.optimizer;
-  c.loss = o.loss;
-  c.shard_group = o.shard_group;  // tp, cp, ep: set by resolve_plan (bwplan check reports bad degrees as BWP005)
-  if (o.shard_group < 0) throw invalid_request("--shard-group: must be >= 1, got " + std::to_string(o.shard_group));
-  validate(c);
-  if (static_cast<double>(c.micro_batch) * static_cast<double>(c.seq_len) * static_cast<double>(c.grad_accum) *
-          static_cast<double>(c.world_size) > 0x1p60)
-    throw invalid_request("--mbs x --seq x --grad-accum x --gpus: out of range: more than 2^60 tokens per optimizer step");
-  if (o.ac_every != 1 && !c.ac_enabled) throw invalid_request("--ac-every needs --ac full");
-  return c;
-}
+  // ---- model
+  if (given(o, "MODEL") || !doc) p.model = o.model;
+  else if (doc && fs::path(p.model).is_relative()) {
+    // A path in a plan is relative to the plan file's folder; a preset name stays as it is.
+    const fs::path rel = fs::path(doc->file).parent_path() / p.model;
+    if (fs::exists(rel)) p.model = rel.string();
+  }
+  if (p.model.empty()) throw invalid_request("MODEL: a model is required (a preset, a config.json path, or --plan FILE)");
 
-resolved_plan resolve_plan(const context& ctx, const hardware_catalog& cat, const plan_options& opts) {
-  plan_options o = opts;
-  apply_plan_file(o);
-  if (o.model.empty()) throw invalid_request("MODEL: a model is required (a preset, a config.json path, or --plan FILE)");
-  resolved_plan rp{ctx.model(o.model), resolve_target(cat, o.target, "ml.p6-b200.48xlarge"), {}};
-  rp.config = build_config(o, rp.target);
-  training_config& c = rp.config;
-  // What this release can evaluate: the one table of io/plan.hpp (bwplan check reports the same as BWP009).
-  const precision_info* prec = find_precision(o.precision);
-  if (prec == nullptr || !prec->modelled) {
-    std::string ok;
-    for (const auto& p : precisions())
-      if (p.modelled) ok += (ok.empty() ? "" : ", ") + std::string(p.name);
-    throw invalid_request("precision '" + o.precision + "' is not modelled by this release (modelled: " + ok + ")");
+  // ---- target
+  if (given(o, "--instance") || given(o, "--gpu") || !doc) {
+    p.target.instance = o.target.instance;
+    p.target.gpu = o.target.gpu;
   }
-  require_support(cat, rp.target.gpu, c.format);
-  for (auto [name, v] : {std::pair{"tp", o.tp}, std::pair{"cp", o.cp}, std::pair{"ep", o.ep}, std::pair{"pp", o.pp}})
-    if (v > modelled_degree(name) && !(std::string_view(name) == "ep" && rp.model.is_moe()))
-      throw invalid_request(fmt::format("{}={}: this release models data, tensor and context parallelism (and expert parallelism for MoE models) only; set {} to 1", name, v, name));
-  c.tp = static_cast<int>(o.tp);
-  c.cp = static_cast<int>(o.cp);
-  c.ep = static_cast<int>(o.ep);
-  validate(c);
-  if (rp.model.heads % c.tp != 0 || rp.model.kv_heads % c.tp != 0)
-    throw invalid_request(fmt::format("--tp {} does not divide the {} attention heads and {} KV heads of {}", c.tp, rp.model.heads,
-                                      rp.model.kv_heads, rp.model.name));
-  if (rp.model.positions > 0 && c.seq_len > rp.model.positions)
-    throw invalid_request(fmt::format("--seq {} exceeds the {} learned position embeddings of {} (n_positions)", c.seq_len,
-                                      rp.model.positions, rp.model.name));
-  if (rp.model.is_moe()) detail::validate_moe(rp.model, c);  // expert parallelism (issue 7): experts / ep
-  if (o.global_batch > 0) {
-    const std::int64_t per = c.micro_batch * c.dp();
-    if (o.global_batch % per != 0)
-      throw invalid_request(fmt::format("global_batch_size {} is not divisible by micro-batch {} x data-parallel size {} = {}",
-                                        o.global_batch, c.micro_batch, c.world_size, per));
-    if (o.grad_accum_given && per * c.grad_accum != o.global_batch)
-      throw invalid_request(fmt::format("global_batch_size {} != micro-batch {} x data-parallel size {} x grad_accum {}",
-                                        o.global_batch, c.micro_batch, c.world_size, c.grad_accum));
-    c.grad_accum = o.global_batch / per;
+  if (given(o, "--gpus") && o.gpus < 1)
+    throw invalid_request(fmt::format("--gpus: world size must be >= 1, got {}", o.gpus));
+  if (from_flag("--nodes", "nodes")) p.target.nodes = o.target.nodes;
+  if (from_flag("--gpus", "gpus")) p.target.gpus = o.gpus;
+  if (given(o, "--instance") && o.target.instance.empty()) throw invalid_request("--instance: must not be empty");
+  if (given(o, "--gpu") && o.target.gpu.empty()) throw invalid_request("--gpu: must not be empty");
+  resolved_target t = resolve_target(cat, {p.target.gpu, p.target.instance, p.target.nodes}, "ml.p6-b200.48xlarge");
+  if (t.instance) p.target.instance = t.instance->id;
+  else p.target.gpu = t.gpu.id;
+  if (!t.instance && p.target.gpus == 0 && p.target.nodes > 1) p.target.gpus = p.target.nodes;  // --gpu b200 --nodes 2
+  if (!t.instance) p.target.nodes = 1;
+  for (const auto& v : resolve_world(p, t.instance ? t.instance->gpus_per_node : 0)) fail(v);
+
+  // ---- training settings
+  if (from_flag("--mbs", "micro_batch_size")) c.micro_batch = o.mbs;
+  if (from_flag("--seq", "seq_len")) c.seq_len = o.seq;
+  const bool accum_given = given(o, "--grad-accum") || (doc && doc->has("grad_accum"));
+  if (from_flag("--grad-accum", "grad_accum")) c.grad_accum = o.grad_accum;
+  if (given(o, "--ac") || given(o, "--ac-every") || !doc || !(doc->has("activation_checkpointing") || doc->has("ac_every"))) {
+    std::string name = o.ac;
+    if (!given(o, "--ac") && doc && given(o, "--ac-every")) name = to_string(c.ac);  // --ac-every over a file's "full"
+    const auto a = parse_checkpointing(name);
+    if (!a) throw invalid_request("--ac: unknown value '" + o.ac + "' (none, full, every-K, selective-op, selective-attn)");
+    c.ac = *a;
+    if (given(o, "--ac-every")) {
+      if (c.ac.mode != ac_mode::full) throw invalid_request("--ac-every: needs --ac full");
+      if (o.ac_every < 1 || o.ac_every > plan_limits::max_ac_every)
+        throw invalid_request(fmt::format("--ac-every: must be between 1 and {}, got {}", plan_limits::max_ac_every, o.ac_every));
+      c.ac.every = o.ac_every;
+    }
   }
+  if (from_flag("--master", "master_weights")) c.master = o.master;
+  if (from_flag("--optimizer-impl", "optimizer_impl")) c.optimizer = o.optimizer;
+  if (from_flag("--loss", "loss")) c.loss = o.loss;
+  if (from_flag("--precision", "precision")) {
+    const auto f = parse_format(o.precision);
+    if (!f) throw invalid_request("--precision: unknown format '" + o.precision + "' (" + precision_names() + ")");
+    c.format = *f;
+  }
+  if (from_flag("--bf16-layers", "bf16_layers")) {
+    c.bf16_layers.reset();
+    if (!o.bf16_layers.empty()) {
+      try { c.bf16_layers = parse_bf16_blocks(o.bf16_layers); }
+      catch (const plan_error& e) { throw flag_error(e.violation()); }
+    }
+  }
+  if (from_flag("--fp8-all-gather", "fp8_all_gather")) c.fp8_all_gather = o.fp8_all_gather;
+  if (given(o, "--sharding")) c.shard = o.shard;
+  else if (!doc || !doc->has("sharding")) c.shard = default_sharding(c.world_size);
+  if (from_flag("--shard-group", "shard_group")) c.shard_group = o.shard_group;
+  if (given(o, "--shard-group") && o.shard_group < 1)
+    throw invalid_request(fmt::format("--shard-group: must be >= 1, got {}", o.shard_group));
+  for (auto [flag, key, src, dst] : {std::tuple{"--tp", "tp", o.tp, &c.tp}, std::tuple{"--cp", "cp", o.cp, &c.cp},
+                                     std::tuple{"--ep", "ep", o.ep, &c.ep}, std::tuple{"--pp", "pp", o.pp, &c.pp}}) {
+    if (!from_flag(flag, key)) continue;
+    if (src < 1 || src > plan_limits::max_degree)
+      throw invalid_request(fmt::format("{}: out of range: must be between 1 and {}, got {}", flag, plan_limits::max_degree, src));
+    *dst = static_cast<int>(src);
+  }
+  // ranges of the integer flags (a plan file's were checked by its reader)
+  auto range = [](const char* flag, std::int64_t v, std::int64_t lo, std::int64_t hi) {
+    if (v < lo || v > hi) throw invalid_request(fmt::format("{}: out of range: must be between {} and {}, got {}", flag, lo, hi, v));
+  };
+  using L = plan_limits;
+  range("--mbs", c.micro_batch, 1, L::max_micro_batch);
+  range("--seq", c.seq_len, 1, L::max_seq_len);
+  range("--grad-accum", c.grad_accum, 1, L::max_grad_accum);
+
+  // ---- model, precision support, accumulation from the global batch, and every rule
+  resolved_plan rp{p, {}, t, {}};
+  try {
+    rp.model = ctx.model(p.model);
+  } catch (const invalid_request& e) {
+    if (doc && !given(o, "MODEL")) throw config_error(doc->file, "/model", e.what());
+    throw;
+  }
+  try {
+    require_support(cat, t.gpu, c.format);
+  } catch (const invalid_request& e) {
+    if (doc && doc->has("precision") && !given(o, "--precision")) throw config_error(doc->file, "/precision", e.what());
+    throw;
+  }
+  plan& rpp = rp.p;
+  if (rpp.global_batch && !accum_given)
+    for (const auto& v : apply_global_batch(rpp)) fail(v);
+  for (const auto& v : plan_violations(rp.model, rpp)) fail(v);
+  rp.config = rpp.training;
   return rp;
 }
 

@@ -143,20 +143,42 @@ std::string y_axis(double x0, double x1, double y0, double y1, double vmax, doub
   return s;
 }
 
+/// The settings a chart holds fixed, named so its points cannot be mistaken for another plan's.
+std::string fixed_settings(const training_config& c) {
+  std::string s = std::string("precision ") + to_string(c.format) + ", " + shard_label(c) + ", master " + to_string(c.master) +
+                  ", loss " + to_string(c.loss) + ", accumulation " + std::to_string(c.grad_accum);
+  if (c.tp > 1) s += ", TP " + std::to_string(c.tp);
+  if (c.cp > 1) s += ", CP " + std::to_string(c.cp);
+  if (c.ep > 1) s += ", EP " + std::to_string(c.ep);
+  return s;
+}
+
 bool within(const sweep_point& p, double headroom) {
   return p.memory.device_peak() <= (1.0 - headroom) * p.memory.capacity;
 }
 
 }  // namespace
 
-std::vector<sweep_series> checkpointing_sweep(const model_spec& m, const resolved_target& t, const training_config& base,
+std::string report_command_line(const plan& p, double headroom, int top, std::int64_t global_batch_tokens,
+                                std::int64_t sweep_max_mbs, const std::string& output) {
+  std::string s = "bwplan report";
+  for (const auto& a : to_cli_args(p)) s += " " + shell_quote(a);
+  s += fmt::format(" --headroom {} --top {} --global-batch-tokens {} --sweep-max-mbs {} -o {}", bwplan::detail::shortest(headroom), top,
+                   global_batch_tokens, sweep_max_mbs, shell_quote(output));
+  return s;
+}
+
+std::vector<sweep_series> checkpointing_sweep(const hardware_catalog& cat, const model_spec& m, const resolved_plan& base,
                                               std::int64_t max_mbs) {
   std::vector<sweep_series> out;
   sweep_axis mbs{"mbs", {}};
   for (std::int64_t b = 1; b <= std::max<std::int64_t>(1, max_mbs); b *= 2) mbs.values.push_back(std::to_string(b));
-  for (const char* ac : {"none", "full", "2", "4"}) {
-    const auto pts = run_sweep(m, t, base, {{"ac", {ac}}, mbs});
-    out.push_back({"AC " + ac_label(pts.front().config), pts});
+  std::vector<std::string> modes{"none", "full", "every-2", "every-4", "selective-op"};
+  const std::string own = to_string(base.config.ac);  // the plan's own mode is always a series
+  if (std::find(modes.begin(), modes.end(), own) == modes.end()) modes.push_back(own);
+  for (const auto& ac : modes) {
+    const auto pts = run_sweep(cat, m, base, {{"ac", {ac}}, mbs});
+    out.push_back({"AC " + to_string(pts.front().config.ac), pts});
   }
   return out;
 }
@@ -434,10 +456,10 @@ footer { margin-top: 32px; color: #555; font-size: 0.88em; border-top: 1px solid
         fmt::format("{}–{}", d.sweep.front().points.front().config.micro_batch, d.sweep.front().points.back().config.micro_batch);
     h += "<h2>Micro-batch size and activation checkpointing</h2>\n";
     h += "<figure>\n" + sweep_chart_svg(d.sweep, me.capacity, d.headroom, c.world_size, "memory");
-    h += fmt::format("<figcaption>Peak device memory per GPU for micro-batch sizes {} at sequence length {}, with the "
-                     "other settings as above. Hollow markers do not fit within the {:.0f}% headroom; the ringed marker is "
+    h += fmt::format("<figcaption>Peak device memory per GPU for micro-batch sizes {} at sequence length {}, every other "
+                     "setting as the plan above ({}). Hollow markers do not fit within the {:.0f}% headroom; the ringed marker is "
                      "where each checkpointing mode stops fitting.</figcaption>\n</figure>\n",
-                     mbs_range, c.seq_len, 100 * d.headroom);
+                     mbs_range, c.seq_len, esc(fixed_settings(c)), 100 * d.headroom);
     h += "<figure>\n" + sweep_chart_svg(d.sweep, me.capacity, d.headroom, c.world_size, "throughput");
     h += "<figcaption>Estimated tokens per second of the whole job for the same points. Lines join the points that fit; "
          "hollow markers are configurations that would run out of memory.</figcaption>\n</figure>\n";
@@ -471,20 +493,25 @@ footer { margin-top: 32px; color: #555; font-size: 0.88em; border-top: 1px solid
   if (d.plans.ranked.empty()) {
     h += "<p><b>No configuration fits.</b> Try more nodes, a larger GPU or a shorter sequence.</p>\n";
   } else {
-    h += "<table>\n<tr><th class=\"n\">#</th><th class=\"n\">mbs</th><th class=\"n\">seq</th><th class=\"n\">accum</th>"
-         "<th>checkpointing</th><th>sharding</th><th>loss</th><th class=\"n\">device peak GiB</th><th class=\"n\">free</th>"
-         "<th class=\"n\">tokens/s</th><th class=\"n\">MFU</th><th class=\"n\">step s</th></tr>\n";
+    std::vector<training_config> cfgs;
+    for (const auto& p : d.plans.ranked) cfgs.push_back(p.config);
+    const std::vector<bool> show = differing_columns(cfgs);
+    h += "<table>\n<tr><th class=\"n\">#</th>";
+    const auto proto = setting_columns(cfgs.front());
+    for (std::size_t k = 0; k < proto.size(); ++k)
+      if (show[k]) h += "<th>" + esc(std::string(proto[k].header)) + "</th>";
+    h += "<th class=\"n\">device peak GiB</th><th class=\"n\">free</th><th class=\"n\">tokens/s</th><th class=\"n\">MFU</th>"
+         "<th class=\"n\">step s</th></tr>\n";
     int i = 1;
     for (const auto& p : d.plans.ranked) {
-      const auto& pc2 = p.config;
-      h += fmt::format(
-          "<tr><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td>{}</td><td>{}</td>"
-          "<td>{}</td><td class=\"n\">{:.1f}</td><td class=\"n\">{:.1f}%</td><td class=\"n\">{}</td><td class=\"n\">{:.1f}%</td>"
-          "<td class=\"n\">{:.3f}</td></tr>\n",
-          i++, pc2.micro_batch, pc2.seq_len, pc2.grad_accum, ac_label(pc2),
-          shard_label(pc2), to_string(pc2.loss),
-          p.memory.device_peak().in(gib), 100 * p.memory.headroom(), group_digits(p.throughput.tokens_per_s),
-          100 * p.throughput.mfu, p.throughput.step.raw());
+      h += fmt::format("<tr><td class=\"n\">{}</td>", i++);
+      const auto cols = setting_columns(p.config);
+      for (std::size_t k = 0; k < cols.size(); ++k)
+        if (show[k]) h += "<td>" + esc(cols[k].value) + "</td>";
+      h += fmt::format("<td class=\"n\">{:.1f}</td><td class=\"n\">{:.1f}%</td><td class=\"n\">{}</td><td class=\"n\">{:.1f}%</td>"
+                       "<td class=\"n\">{:.3f}</td></tr>\n",
+                       p.memory.device_peak().in(gib), 100 * p.memory.headroom(), group_digits(p.throughput.tokens_per_s),
+                       100 * p.throughput.mfu, p.throughput.step.raw());
     }
     h += "</table>\n";
   }
@@ -504,11 +531,11 @@ footer { margin-top: 32px; color: #555; font-size: 0.88em; border-top: 1px solid
     row("instance", fmt::format("{}: {} GPUs per node, EFA {:.0f} GB/s, {} node{}", t.instance->id, t.instance->gpus_per_node,
                                 t.instance->efa_per_node.raw() / 1e9, c.world_size / std::max(1, c.gpus_per_node),
                                 c.world_size / std::max(1, c.gpus_per_node) == 1 ? "" : "s"));
-  row("world size", fmt::format("{} GPUs", c.world_size));
+  row("world size", fmt::format("{} GPUs (data-parallel {}, TP {}, CP {}, EP {})", c.world_size, c.dp(), c.tp, c.cp, c.ep));
   row("micro-batch × sequence", fmt::format("{} × {} tokens, gradient accumulation {} ({} tokens per optimizer step)",
                                             c.micro_batch, c.seq_len, c.grad_accum,
                                             group_digits(static_cast<double>(c.micro_batch * c.seq_len * c.grad_accum * c.dp()))));
-  row("activation checkpointing", ac_label(c));
+  row("activation checkpointing", to_string(c.ac));
   row("sharding", c.shard == sharding::full ? std::string("FSDP2 full shard") : c.shard == sharding::none ? std::string(c.world_size > 1 ? "none (DDP)" : "none") : shard_label(c));
   row("precision", fmt::format("{} compute, {} master weights", to_string(c.format), to_string(c.master)));
   row("optimizer", fmt::format("AdamW ({})", to_string(c.optimizer)));

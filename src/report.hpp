@@ -28,9 +28,11 @@ struct report_data {
   std::string command_line;         ///< how to reproduce the report
 };
 
-/// Checkpointing modes of the sweep chart: none, every block, every 2nd and every 4th block.
-[[nodiscard]] std::vector<sweep_series> checkpointing_sweep(const model_spec& m, const resolved_target& t,
-                                                            const training_config& base, std::int64_t max_mbs);
+/// Checkpointing modes of the sweep chart: none, every block, every 2nd and every 4th block, per-op selective
+/// (and the plan's own mode when it is another), each over micro-batch sizes 1, 2, 4, … `max_mbs`, every other
+/// setting as `base`.
+[[nodiscard]] std::vector<sweep_series> checkpointing_sweep(const hardware_catalog& cat, const model_spec& m,
+                                                            const resolved_plan& base, std::int64_t max_mbs);
 
 /// The largest moment of each phase as stacked memory bars (SVG): one bar per phase (forward,
 /// backward, optimizer step) against the capacity line and the headroom line, with a legend.
@@ -41,6 +43,11 @@ struct report_data {
 /// ringed and listed as where it stops fitting.
 [[nodiscard]] std::string sweep_chart_svg(const std::vector<sweep_series>& series, bytes capacity, double headroom,
                                           int world_size, const std::string& metric);
+
+/// The command line that reproduces a report of plan `p`: `bwplan report` + to_cli_args(p) (every plan setting,
+/// shell-quoted) + the report's own flags.
+[[nodiscard]] std::string report_command_line(const plan& p, double headroom, int top, std::int64_t global_batch_tokens,
+                                              std::int64_t sweep_max_mbs, const std::string& output);
 
 /// The whole report: one HTML document with inline CSS and SVG, no scripts and no external resources.
 [[nodiscard]] std::string render_report_html(const report_data& d);

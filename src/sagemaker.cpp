@@ -2,7 +2,8 @@
 // SageMaker AI payloads from a plan. Every mapping is listed in docs/sagemaker.md.
 #include "sagemaker.hpp"
 
-#include "cli.hpp"
+#include <bwplan/plan.hpp>
+#include <bwplan/quantity.hpp>
 
 #include <fmt/format.h>
 
@@ -287,7 +288,7 @@ std::string timestamped_name(std::string_view base, std::chrono::system_clock::t
 
 std::int64_t parse_duration(std::string_view text, std::string_view flag) {
   // one duration grammar for the whole CLI; a bare number is seconds here (MaxRuntimeInSeconds)
-  return static_cast<std::int64_t>(std::ceil(cli::parse_duration(std::string(text), std::string(flag), 1.0)));
+  return static_cast<std::int64_t>(std::ceil(bwplan::parse_duration(std::string(text), std::string(flag), 1.0)));
 }
 
 job_request build_request(const plan_view& plan, const job_settings& s, std::chrono::system_clock::time_point now) {
@@ -377,10 +378,11 @@ job_request build_request(const plan_view& plan, const job_settings& s, std::chr
   hp["per_device_train_batch_size"] = c.micro_batch;
   hp["gradient_accumulation_steps"] = c.grad_accum;
   hp["max_seq_length"] = c.seq_len;
-  hp["bf16"] = c.format == compute_format::bf16;
+  hp["bf16"] = true;  // bf16 compute (autocast / FSDP2 MixedPrecisionPolicy); the GEMM format is "precision"
+  hp["precision"] = to_string(c.format);
   hp["master_weights"] = to_string(c.master);
-  hp["gradient_checkpointing"] = c.ac_enabled;
-  hp["activation_checkpointing_every"] = c.ac_enabled ? c.ac_every : 0;
+  hp["gradient_checkpointing"] = c.ac.mode != ac_mode::none;
+  hp["activation_checkpointing"] = to_string(c.ac);
   hp["sharding"] = to_string(c.shard);
   if (c.shard == sharding::full) {
     hp["fsdp"] = "full_shard auto_wrap";
@@ -494,7 +496,7 @@ job_request build_request(const plan_view& plan, const job_settings& s, std::chr
   tags.push_back({{"Key", "bwplan:version"}, {"Value", version_string}});
   tags.push_back({{"Key", "bwplan:plan"},
                   {"Value", tag_safe(fmt::format("{} mbs={} seq={} accum={} ac={} shard={} world={}", plan.model.name, c.micro_batch,
-                                                 c.seq_len, c.grad_accum, c.ac_enabled ? fmt::format("every-{}", c.ac_every) : "none",
+                                                 c.seq_len, c.grad_accum, to_string(c.ac),
                                                  to_string(c.shard), c.world_size))}});
   q["Tags"] = tags;
   q["CheckpointConfig"] = {{"S3Uri", checkpoint}, {"LocalPath", "/opt/ml/checkpoints"}};

@@ -5,6 +5,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cctype>
+#include <cstdint>
 #include <set>
 
 namespace bwplan::cli {
@@ -13,7 +15,7 @@ namespace {
 
 constexpr std::int64_t max_points = 100000;
 
-const std::vector<std::string> integer_keys = {"mbs", "seq", "grad-accum", "nodes", "ac-every"};
+const std::vector<std::string> integer_keys = {"mbs", "seq", "grad-accum", "nodes", "ac-every", "tp", "cp", "ep"};
 
 bool is_integer_key(const std::string& k) {
   return std::find(integer_keys.begin(), integer_keys.end(), k) != integer_keys.end();
@@ -28,7 +30,7 @@ std::int64_t parse_int(const std::string& spec, const std::string& text) {
     pos = 0;
   }
   if (text.empty() || pos != text.size())
-    throw invalid_request("--vary " + spec + ": '" + text + "' is not an integer");
+    throw invalid_request("--vary " + spec + ": '" + text + "' is not an integer (at most " + std::to_string(INT64_MAX) + ")");
   return v;
 }
 
@@ -65,44 +67,46 @@ void expand_integers(const std::string& spec, const std::string& item, std::vect
     throw invalid_request(fmt::format("--vary {}: the {} must be >= {}, got {}", spec, geometric ? "factor" : "step",
                                       geometric ? 2 : 1, step));
   if (geometric && lo < 1) throw invalid_request(fmt::format("--vary {}: a geometric range must start at >= 1", spec));
-  for (std::int64_t v = lo; v <= hi; v = geometric ? v * step : v + step) {
+  for (std::int64_t v = lo;;) {
     out.push_back(std::to_string(v));
     if (static_cast<std::int64_t>(out.size()) > max_points)
       throw invalid_request(fmt::format("--vary {}: more than {} values", spec, max_points));
+    // the next value, without signed overflow
+    if (geometric ? v > hi / step : v > hi - step) break;
+    v = geometric ? v * step : v + step;
+    if (v > hi) break;
   }
 }
 
-void check_member(const std::string& spec, const std::string& v, std::initializer_list<const char*> allowed) {
+void check_member(const std::string& spec, const std::string& v, const std::vector<std::string>& allowed) {
   std::string list;
-  for (const char* a : allowed) {
+  for (const auto& a : allowed) {
     if (v == a) return;
-    list += (list.empty() ? "" : ", ") + std::string(a);
+    list += (list.empty() ? "" : ", ") + a;
   }
-  throw invalid_request("--vary " + spec + ": '" + v + "' is not one of " + list);
+  std::string msg = "--vary " + spec + ": '" + v + "' is not one of " + list;
+  throw invalid_request(msg);
 }
 
-void apply(training_config& c, int gpus_per_node, bool has_instance, const std::string& key, const std::string& v) {
+/// Sets `key` to `v` on plan `p` (values were checked by parse_vary).
+void apply(plan& p, const std::string& key, const std::string& v) {
+  training_config& c = p.training;
   if (key == "mbs") c.micro_batch = std::stoll(v);
   else if (key == "seq") c.seq_len = std::stoll(v);
-  else if (key == "grad-accum") c.grad_accum = std::stoll(v);
-  else if (key == "nodes") {
-    if (!has_instance) throw invalid_request("--vary nodes needs an --instance (a bare --gpu has no nodes)");
-    const std::int64_t n = std::stoll(v);
-    if (n < 1 || n > 100000) throw invalid_request("--vary nodes: must be in 1..100000, got " + v);
-    c.world_size = static_cast<int>(n) * gpus_per_node;
-  } else if (key == "ac-every") {
-    c.ac_enabled = true;
-    const std::int64_t k = std::stoll(v);
-    if (k < 1 || k > 1'000'000) throw invalid_request("--vary ac-every: must be >= 1, got " + v);
-    c.ac_every = static_cast<int>(k);
-  } else if (key == "ac") {
-    if (v == "none" || v == "0") { c.ac_enabled = false; c.ac_every = 1; }
-    else if (v == "full") { c.ac_enabled = true; c.ac_every = 1; }
-    else { c.ac_enabled = true; c.ac_every = static_cast<int>(std::stoll(v)); }
-  } else if (key == "sharding") c.shard = v == "full" ? sharding::full : v == "hybrid" ? sharding::hybrid : v == "grad-op" ? sharding::grad_op : sharding::none;
+  else if (key == "grad-accum") { c.grad_accum = std::stoll(v); p.global_batch.reset(); }
+  else if (key == "nodes") p.target.nodes = static_cast<int>(std::min<std::int64_t>(std::stoll(v), plan_limits::max_nodes + 1));
+  else if (key == "instance") { p.target.instance = v; p.target.gpu.clear(); }
+  else if (key == "ac-every") c.ac = checkpointing::full(static_cast<int>(std::min<std::int64_t>(std::stoll(v), plan_limits::max_ac_every + 1)));
+  else if (key == "ac") c.ac = *parse_checkpointing(v);
+  else if (key == "sharding") c.shard = v == "full" ? sharding::full : v == "hybrid" ? sharding::hybrid : v == "grad-op" ? sharding::grad_op : sharding::none;
   else if (key == "loss") c.loss = v == "chunked" ? loss_impl::chunked : loss_impl::standard;
   else if (key == "master") c.master = v == "bf16" ? master_weights::bf16 : master_weights::fp32;
   else if (key == "optimizer-impl") c.optimizer = v == "foreach" ? optimizer_impl::foreach : optimizer_impl::fused;
+  else if (key == "precision") c.format = *parse_format(v);
+  else if (key == "tp" || key == "cp" || key == "ep") {
+    const int d = static_cast<int>(std::min<std::int64_t>(std::stoll(v), plan_limits::max_degree + 1));
+    (key == "tp" ? c.tp : key == "cp" ? c.cp : c.ep) = d;
+  }
 }
 
 std::string csv_cell(const std::string& s) {
@@ -115,8 +119,9 @@ std::string csv_cell(const std::string& s) {
 }  // namespace
 
 const std::vector<std::string>& sweep_keys() {
-  static const std::vector<std::string> keys = {"mbs",      "seq",     "grad-accum", "nodes",  "ac",
-                                                "ac-every", "sharding", "loss",      "master", "optimizer-impl"};
+  static const std::vector<std::string> keys = {"mbs",      "seq",      "grad-accum", "nodes",  "ac",
+                                                "ac-every", "sharding", "loss",       "master", "optimizer-impl",
+                                                "precision", "tp",      "cp",         "ep",     "instance"};
   return keys;
 }
 
@@ -139,24 +144,31 @@ sweep_axis parse_vary(const std::string& spec) {
   }
   const std::string values = spec.substr(eq + 1);
   if (values.empty()) throw invalid_request("--vary " + spec + ": no values");
+  std::vector<std::string> formats;
+  for (const auto& p : precisions()) formats.emplace_back(p.name);
   for (const std::string& item : split(values, ',')) {
     if (item.empty()) throw invalid_request("--vary " + spec + ": empty value");
     if (is_integer_key(a.key)) expand_integers(spec, item, a.values);
     else if (a.key == "ac") {
-      if (item == "none" || item == "full") a.values.push_back(item);
-      else if (item.find("..") != std::string::npos) {
+      if (parse_checkpointing(item)) a.values.push_back(to_string(*parse_checkpointing(item)));
+      else if (!item.empty() && (std::isalpha(static_cast<unsigned char>(item[0])) != 0))
+        throw invalid_request("--vary " + spec + ": '" + item + "' is not one of none, full, every-K, selective-op, selective-attn or a block interval K");
+      else {
         std::vector<std::string> ks;
         expand_integers(spec, item, ks);
-        a.values.insert(a.values.end(), ks.begin(), ks.end());
-      } else {
-        const std::int64_t k = parse_int(spec, item);
-        if (k < 0) throw invalid_request("--vary " + spec + ": a checkpoint interval must be >= 0, got " + item);
-        a.values.push_back(k == 0 ? "none" : std::to_string(k));
+        for (const auto& k : ks) {
+          const std::int64_t n = std::stoll(k);
+          if (n < 0 || n > plan_limits::max_ac_every)
+            throw invalid_request("--vary " + spec + ": a checkpoint interval must be between 0 and " +
+                                  std::to_string(plan_limits::max_ac_every) + ", got " + k);
+          a.values.push_back(to_string(n == 0 ? checkpointing::none() : checkpointing::full(static_cast<int>(n))));
+        }
       }
     } else if (a.key == "sharding") check_member(spec, item, {"none", "full", "hybrid", "grad-op"});
     else if (a.key == "loss") check_member(spec, item, {"standard", "chunked"});
     else if (a.key == "master") check_member(spec, item, {"fp32", "bf16"});
     else if (a.key == "optimizer-impl") check_member(spec, item, {"fused", "foreach"});
+    else if (a.key == "precision") check_member(spec, item, formats);
     if (!is_integer_key(a.key) && a.key != "ac") a.values.push_back(item);
   }
   return a;
@@ -171,7 +183,7 @@ std::int64_t sweep_size(const std::vector<sweep_axis>& axes) {
   return n;
 }
 
-std::vector<sweep_point> run_sweep(const model_spec& m, const resolved_target& t, const training_config& base,
+std::vector<sweep_point> run_sweep(const hardware_catalog& cat, const model_spec& m, const resolved_plan& base,
                                    const std::vector<sweep_axis>& axes,
                                    const std::function<void(std::int64_t, std::int64_t)>& on_point) {
   std::set<std::string> seen;
@@ -181,6 +193,8 @@ std::vector<sweep_point> run_sweep(const model_spec& m, const resolved_target& t
   }
   if (seen.count("ac") && seen.count("ac-every"))
     throw invalid_request("--vary ac and --vary ac-every overlap; use --vary ac=none,1,2,4");
+  if ((seen.count("nodes") || seen.count("instance")) && !base.target.instance && !seen.count("instance"))
+    throw invalid_request("--vary nodes needs an --instance (a bare --gpu has no nodes)");
   const std::int64_t total = sweep_size(axes);
   if (total > max_points)
     throw invalid_request(fmt::format("--vary: {} points is more than the {} a sweep may have", total, max_points));
@@ -188,11 +202,38 @@ std::vector<sweep_point> run_sweep(const model_spec& m, const resolved_target& t
   points.reserve(static_cast<std::size_t>(total));
   std::vector<std::size_t> idx(axes.size(), 0);
   for (std::int64_t done = 0; done < total; ++done) {
-    training_config c = base;
-    for (std::size_t i = 0; i < axes.size(); ++i)
-      apply(c, base.gpus_per_node, t.instance.has_value(), axes[i].key, axes[i].values[idx[i]]);
-    validate(c);
-    points.push_back({c, estimate_memory(m, c, t.gpu), estimate_throughput(m, c, t.gpu, t.instance_ptr())});
+    sweep_point pt;
+    pt.p = base.p;
+    std::string where;
+    for (std::size_t i = 0; i < axes.size(); ++i) {
+      apply(pt.p, axes[i].key, axes[i].values[idx[i]]);
+      where += (i ? " " : "") + axes[i].key + "=" + axes[i].values[idx[i]];
+    }
+    auto bad = [&](const std::string& what) { return invalid_request("--vary: the point " + where + ": " + what); };
+    // the same resolution and rules as any plan
+    pt.target = base.target;
+    if (seen.count("instance")) {
+      try {
+        pt.target.instance = cat.instance(pt.p.target.instance);
+      } catch (const error& e) { throw bad(e.what()); }
+      pt.target.gpu = cat.gpu(pt.target.instance->gpu);
+      pt.p.target.instance = pt.target.instance->id;
+    }
+    for (const auto& v : resolve_world(pt.p, pt.target.instance ? pt.target.instance->gpus_per_node : 0))
+      throw bad(flag_error(v).what());
+    if (seen.count("nodes") || seen.count("instance")) {
+      if (base.p.training.shard == default_sharding(base.p.training.world_size) && !seen.count("sharding"))
+        pt.p.training.shard = default_sharding(pt.p.training.world_size);
+    }
+    if (!supports(pt.target.gpu, pt.p.training.format))
+      throw bad(std::string("--precision ") + to_string(pt.p.training.format) + " is not supported on " + pt.target.gpu.id);
+    if (pt.p.global_batch)
+      for (const auto& v : apply_global_batch(pt.p)) throw bad(flag_error(v).what());
+    for (const auto& v : plan_violations(m, pt.p)) throw bad(flag_error(v).what());
+    pt.config = pt.p.training;
+    pt.memory = estimate_memory(m, pt.config, pt.target.gpu);
+    pt.throughput = estimate_throughput(m, pt.config, pt.target.gpu, pt.target.instance_ptr());
+    points.push_back(std::move(pt));
     if (on_point) on_point(done + 1, total);
     for (std::size_t i = axes.size(); i-- > 0;) {  // odometer: the last axis fastest
       if (++idx[i] < axes[i].values.size()) break;
@@ -202,35 +243,36 @@ std::vector<sweep_point> run_sweep(const model_spec& m, const resolved_target& t
   return points;
 }
 
-std::string ac_label(const training_config& c) {
-  if (!c.ac_enabled) return "none";
-  return c.ac_every == 1 ? "full" : fmt::format("every {}", c.ac_every);
-}
-
 const std::vector<std::string>& sweep_columns() {
   static const std::vector<std::string> cols = {
-      "model",          "gpu",          "instance",          "world_size",      "mbs",
-      "seq",            "grad_accum",   "ac",                "ac_every",        "sharding",
-      "master",         "optimizer",    "loss",              "peak_phase",      "peak_allocated_gib",
-      "peak_reserved_gib", "device_peak_gib", "capacity_gib", "headroom",       "fits",
-      "tokens_per_s",   "tokens_per_s_per_gpu", "step_s",    "mfu"};
+      "model",       "gpu",          "instance",   "nodes",          "world_size",       "mbs",
+      "seq",         "grad_accum",   "dp",         "global_batch_tokens", "ac",          "sharding",
+      "tp",          "cp",           "ep",         "precision",      "master",           "optimizer",
+      "loss",        "peak_phase",   "peak_allocated_gib", "peak_reserved_gib", "device_peak_gib", "capacity_gib",
+      "headroom",    "fits",         "tokens_per_s", "tokens_per_s_per_gpu", "step_s",      "mfu"};
   return cols;
 }
 
-std::vector<std::string> sweep_row(const model_spec& m, const resolved_target& t, const sweep_point& p) {
+std::vector<std::string> sweep_row(const model_spec& m, const sweep_point& p) {
   const auto& c = p.config;
   const auto& me = p.memory;
   const auto& te = p.throughput;
   return {m.name,
-          t.gpu.id,
-          t.instance ? t.instance->id : "",
+          p.target.gpu.id,
+          p.target.instance ? p.target.instance->id : "",
+          std::to_string(p.p.target.nodes),
           std::to_string(c.world_size),
           std::to_string(c.micro_batch),
           std::to_string(c.seq_len),
           std::to_string(c.grad_accum),
-          c.ac_enabled ? "full" : "none",
-          std::to_string(c.ac_enabled ? c.ac_every : 0),
+          std::to_string(c.dp()),
+          std::to_string(global_batch_tokens(c)),
+          to_string(c.ac),
           to_string(c.shard),
+          std::to_string(c.tp),
+          std::to_string(c.cp),
+          std::to_string(c.ep),
+          to_string(c.format),
           to_string(c.master),
           to_string(c.optimizer),
           to_string(c.loss),
@@ -247,14 +289,14 @@ std::vector<std::string> sweep_row(const model_spec& m, const resolved_target& t
           fmt::format("{:.4f}", te.mfu)};
 }
 
-std::string sweep_csv(const model_spec& m, const resolved_target& t, const std::vector<sweep_point>& points) {
+std::string sweep_csv(const model_spec& m, const std::vector<sweep_point>& points) {
   std::string out;
   auto line = [&](const std::vector<std::string>& cells) {
     for (std::size_t i = 0; i < cells.size(); ++i) out += (i ? "," : "") + csv_cell(cells[i]);
     out += "\n";
   };
   line(sweep_columns());
-  for (const auto& p : points) line(sweep_row(m, t, p));
+  for (const auto& p : points) line(sweep_row(m, p));
   return out;
 }
 
@@ -270,13 +312,21 @@ nlohmann::ordered_json sweep_json(const model_spec& m, const resolved_target& t,
     const auto& c = p.config;
     const auto& me = p.memory;
     const auto& te = p.throughput;
-    j["points"].push_back({{"world_size", c.world_size},
+    j["points"].push_back({{"gpu", p.target.gpu.id},
+                           {"instance", p.target.instance ? p.target.instance->id : ""},
+                           {"nodes", p.p.target.nodes},
+                           {"world_size", c.world_size},
                            {"mbs", c.micro_batch},
                            {"seq", c.seq_len},
                            {"grad_accum", c.grad_accum},
-                           {"ac", c.ac_enabled ? "full" : "none"},
-                           {"ac_every", c.ac_enabled ? c.ac_every : 0},
+                           {"dp", c.dp()},
+                           {"global_batch_tokens", global_batch_tokens(c)},
+                           {"ac", to_string(c.ac)},
                            {"sharding", to_string(c.shard)},
+                           {"tp", c.tp},
+                           {"cp", c.cp},
+                           {"ep", c.ep},
+                           {"precision", to_string(c.format)},
                            {"master", to_string(c.master)},
                            {"optimizer", to_string(c.optimizer)},
                            {"loss", to_string(c.loss)},

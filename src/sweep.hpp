@@ -17,45 +17,48 @@ struct sweep_axis {
   std::vector<std::string> values;
 };
 
-/// Keys `--vary` accepts: mbs, seq, grad-accum, nodes, ac, ac-every, sharding, loss, master, optimizer-impl.
+/// Keys `--vary` accepts: mbs, seq, grad-accum, nodes, ac, ac-every, sharding, loss, master, optimizer-impl,
+/// precision, tp, cp, ep, instance.
 [[nodiscard]] const std::vector<std::string>& sweep_keys();
 
 /// Parses one `--vary` spec: `KEY=V1,V2,...`, where an integer key also takes ranges: `A..B` (every
 /// integer), `A..B:S` (step S) and `A..B:xF` (multiply by F: `1..64:x2` is 1, 2, 4, ..., 64).
-/// `ac` takes `none`, `full` or a block interval K (checkpoint every K-th block; 0 = none).
-/// Throws invalid_request (message starting with `--vary`) on a malformed spec or unknown key.
+/// `ac` takes the checkpointing names (none, full, every-K, selective-op, selective-attn) or a block interval K
+/// (every K-th block; 0 = none). Throws invalid_request (message starting with `--vary`) on a malformed spec or
+/// unknown key.
 [[nodiscard]] sweep_axis parse_vary(const std::string& spec);
 
-/// One evaluated point of a sweep.
+/// One evaluated point of a sweep: the whole plan, where it runs, and its estimates.
 struct sweep_point {
-  training_config config;
+  plan p;                   ///< the plan of this point (resolved: world size, accumulation)
+  resolved_target target;   ///< its hardware (the instance may vary)
+  training_config config;   ///< = p.training
   memory_estimate memory;
   throughput_estimate throughput;
 };
 
-/// Number of points the cartesian product of `axes` holds.
+/// Number of points the cartesian product of `axes` holds (stops counting past the sweep limit).
 [[nodiscard]] std::int64_t sweep_size(const std::vector<sweep_axis>& axes);
 
 /// Evaluates the cartesian product of `axes` over `base` (the first axis outermost, the last varying
-/// fastest). `gpus_per_node` scales `nodes`. `on_point(done, total)` is called after each point.
-/// Throws invalid_request when the product exceeds 100000 points, a key repeats, or a point is invalid.
-[[nodiscard]] std::vector<sweep_point> run_sweep(const model_spec& m, const resolved_target& t,
-                                                 const training_config& base, const std::vector<sweep_axis>& axes,
+/// fastest). Each point is a whole plan checked by the same rules and limits as a plan file
+/// (plan_violations); `nodes` and `instance` re-resolve the world size. `on_point(done, total)` is called
+/// after each point. Throws invalid_request when the product exceeds 100000 points, a key repeats, or a point
+/// is invalid (naming the point).
+[[nodiscard]] std::vector<sweep_point> run_sweep(const hardware_catalog& cat, const model_spec& m, const resolved_plan& base,
+                                                 const std::vector<sweep_axis>& axes,
                                                  const std::function<void(std::int64_t, std::int64_t)>& on_point = {});
 
 /// Column names of sweep_csv and of each point in sweep_json.
 [[nodiscard]] const std::vector<std::string>& sweep_columns();
 /// The cells of one point, as written to CSV (fixed decimals: GiB 4, headroom 4, tokens/s 1, step 6, MFU 4).
-[[nodiscard]] std::vector<std::string> sweep_row(const model_spec& m, const resolved_target& t, const sweep_point& p);
+[[nodiscard]] std::vector<std::string> sweep_row(const model_spec& m, const sweep_point& p);
 /// CSV (RFC 4180, header row first) of `points`.
-[[nodiscard]] std::string sweep_csv(const model_spec& m, const resolved_target& t, const std::vector<sweep_point>& points);
+[[nodiscard]] std::string sweep_csv(const model_spec& m, const std::vector<sweep_point>& points);
 /// JSON document: model, hardware, the axes and one flat object per point (the keys of sweep_columns()
-/// after model, gpu and instance; numbers unrounded).
+/// after model; numbers unrounded).
 [[nodiscard]] nlohmann::ordered_json sweep_json(const model_spec& m, const resolved_target& t,
                                                 const std::vector<sweep_axis>& axes,
                                                 const std::vector<sweep_point>& points);
-
-/// "none", "full" or "every K": the checkpointing of `c`.
-[[nodiscard]] std::string ac_label(const training_config& c);
 
 }  // namespace bwplan::cli

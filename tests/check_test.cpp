@@ -327,7 +327,7 @@ TEST_CASE("check --format junit validates against a JUnit schema and parses with
   REQUIRE(r.code == 2);
   const std::string xsd = (fs::path(BWPLAN_SOURCE_DIR) / "tests" / "data" / "junit.xsd").string();
   CHECK(std::system(("xmllint --noout --schema '" + xsd + "' '" + xml + "' 2>" + xml + ".log").c_str()) == 0);
-  // 3 evaluated plans x 9 rules + 1 unusable plan; failures: BWP001 of the 70B plan; errors: the broken plan
+  // 3 evaluated plans x 10 rules + 1 unusable plan; failures: BWP001 of the 70B plan; errors: the broken plan
   const std::string py =
       "import sys, xml.etree.ElementTree as ET\n"
       "root = ET.parse(sys.argv[1]).getroot()\n"
@@ -335,7 +335,7 @@ TEST_CASE("check --format junit validates against a JUnit schema and parses with
       "fails = [c.get('name') for c in cases if c.find('failure') is not None]\n"
       "errs = [c for c in cases if c.find('error') is not None]\n"
       "assert root.tag == 'testsuites', root.tag\n"
-      "assert len(cases) == int(root.get('tests')) == 28, len(cases)\n"
+      "assert len(cases) == int(root.get('tests')) == 31, len(cases)\n"
       "assert fails == ['BWP001 does-not-fit'], fails\n"
       "assert len(errs) == 1 == int(root.get('errors'))\n"
       "assert int(root.get('failures')) == 1\n"
@@ -426,11 +426,12 @@ TEST_CASE("recommend --emit plan writes a plan that check passes and estimate re
   const auto file = temp_path("emitted.json");
   const auto r = run_cli({"recommend", "Llama-3.1-8B", "--instance", "ml.p5en.48xlarge", "--emit", "plan", "-o", file});
   REQUIRE(r.code == 0);
-  const plan_spec p = io::load_plan(file);
+  const plan_document d = io::load_plan(file);
+  const plan& p = d.value;
   CHECK(p.model == "Llama-3.1-8B");
-  CHECK(p.instance == "ml.p5en.48xlarge");
-  CHECK(p.precision == "fp8");  // --numerics balanced on Hopper: bf16 or fp8, and fp8 wins for 8B
-  REQUIRE(p.micro_batch);
+  CHECK(p.target.instance == "ml.p5en.48xlarge");
+  CHECK(p.training.format == compute_format::fp8);  // --numerics balanced on Hopper: bf16 or fp8, and fp8 wins for 8B
+  REQUIRE(d.has("micro_batch_size"));
   REQUIRE(p.global_batch);
   CHECK(*p.global_batch * 4096 >= 4'194'304);
   const auto c = run_cli({"check", file});

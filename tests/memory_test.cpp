@@ -69,7 +69,7 @@ TEST_CASE("memory: full checkpointing keeps only block inputs", "[memory]") {
   c.seq_len = 4096;
   c.master = master_weights::bf16;
   const auto none = estimate_memory(m, c, test_gpu());
-  c.ac_enabled = true;
+  c.ac = checkpointing::full();
   const auto full = estimate_memory(m, c, test_gpu());
   // bf16: one saved block input is 2·h bytes per token; un-checkpointed block saves far more
   const auto t = detail::activation_bytes_per_token(m, false);
@@ -109,7 +109,7 @@ TEST_CASE("memory: invalid configurations throw", "[memory]") {
   c.micro_batch = 0;
   CHECK_THROWS_AS(estimate_memory(m, c, test_gpu()), invalid_request);
   c.micro_batch = 1;
-  c.ac_every = 0;
+  c.ac = checkpointing::full(0);
   CHECK_THROWS_AS(estimate_memory(m, c, test_gpu()), invalid_request);
 }
 

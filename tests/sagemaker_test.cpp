@@ -280,8 +280,7 @@ TEST_CASE("sagemaker: the request carries the plan", "[sagemaker]") {
   c.grad_accum = 16;
   c.world_size = 16;
   c.gpus_per_node = 8;
-  c.ac_enabled = true;
-  c.ac_every = 2;
+  c.ac = checkpointing::full(2);
   c.shard = sharding::full;
   const throughput_estimate te = estimate_throughput(m, c, gpu, &inst);
   sagemaker::job_settings s;

@@ -118,7 +118,7 @@ TEST_CASE("sharding modes: memory and communication order across two nodes", "[s
   c.seq_len = 4096;
   c.world_size = 16;
   c.gpus_per_node = 8;
-  c.ac_enabled = true;
+  c.ac = checkpointing::full();
   c.grad_accum = 8;  // HSDP pays off with accumulation: FSDP crosses EFA every micro-batch, HSDP once per step
   auto peak = [&](sharding s) {
     training_config x = c;
@@ -160,7 +160,7 @@ TEST_CASE("tensor and context parallel divide memory and add their communication
   c.world_size = 32;
   c.gpus_per_node = 8;
   c.shard = sharding::full;
-  c.ac_enabled = true;
+  c.ac = checkpointing::full();
   const auto base_m = estimate_memory(m, c, g);
   const auto base_t = estimate_throughput(m, c, g, &i);
   training_config t = c;

@@ -5,9 +5,9 @@
 // The rules of `bwplan check`: each has a stable ID, a severity and a message that says how to fix it.
 
 #include <bwplan/hardware.hpp>
-#include <bwplan/io/plan.hpp>
 #include <bwplan/memory.hpp>
 #include <bwplan/model.hpp>
+#include <bwplan/plan.hpp>
 #include <bwplan/planner.hpp>
 #include <bwplan/throughput.hpp>
 #include <bwplan/training.hpp>
@@ -48,7 +48,10 @@ struct rule_info {
       {"BWP006", "precision-unsupported-on-gpu", severity::error, "the GPU has no tensor-core support for the precision"},
       {"BWP007", "mfu-far-below-best", severity::warning, "MFU is far under the best plan the planner finds"},
       {"BWP008", "step-time-too-long", severity::warning, "gradient accumulation makes one optimizer step exceed the bound"},
-      {"BWP009", "not-modelled", severity::error, "the plan asks for a precision or parallelism this release cannot evaluate"},
+      {"BWP009", "not-modelled", severity::error, "the plan asks for a parallelism this release cannot evaluate (pipeline parallelism)"},
+      {"BWP010", "settings-conflict", severity::error,
+       "settings that cannot go together (FP8 all-gather without fp8 and full sharding, a shard group without hybrid "
+       "sharding, a checkpoint interval without full checkpointing)"},
   };
   return r;
 }
@@ -75,14 +78,8 @@ struct check_input {
   model_spec model;
   gpu_spec gpu;
   const instance_spec* instance = nullptr;  ///< null for a bare GPU
-  int nodes = 1;
-  training_config config;                   ///< grad_accum: the plan's, or 1 (check_plan derives it from global_batch)
-  std::string precision = "bf16";           ///< a precision_info::name
-  std::int64_t tp = 1, cp = 1, ep = 1, pp = 1;
-  std::optional<std::int64_t> global_batch; ///< sequences per optimizer step
-  bool grad_accum_given = false;            ///< the plan set grad_accum explicitly
-  double headroom = 0.05;                   ///< share of capacity to keep free
-  check_settings settings;
+  plan p;                                   ///< world size resolved (resolve_world); grad_accum: the plan's, or 1
+  bool grad_accum_given = false;            ///< the plan set grad_accum explicitly (else it follows from the global batch)
 };
 
 /// What check_plan found and the numbers it used.
@@ -117,10 +114,24 @@ inline std::string grouped(double v) {
 /// The settings of a configuration as plan keys, e.g. `micro_batch_size 4, activation_checkpointing full, …`.
 inline std::string plan_settings(const training_config& c) {
   std::string s = "micro_batch_size " + std::to_string(c.micro_batch) + ", grad_accum " + std::to_string(c.grad_accum) +
-                  ", activation_checkpointing " + (c.ac_enabled ? std::string("full") : std::string(to_string(c.selective)));
-  if (c.ac_enabled) s += ", ac_every " + std::to_string(c.ac_every);
-  s += std::string(", sharding ") + to_string(c.shard) + ", loss " + to_string(c.loss);
+                  ", activation_checkpointing " + to_string(c.ac) + ", precision " + to_string(c.format) +
+                  ", sharding " + to_string(c.shard);
+  if (c.shard == sharding::hybrid) s += ", shard_group " + std::to_string(c.shard_size());
+  if (c.tp > 1) s += ", tp " + std::to_string(c.tp);
+  if (c.cp > 1) s += ", cp " + std::to_string(c.cp);
+  if (c.ep > 1) s += ", ep " + std::to_string(c.ep);
+  s += std::string(", loss ") + to_string(c.loss);
   return s;
+}
+
+/// The rule a broken legality rule (plan_violations) belongs to, by field.
+inline std::string_view rule_for(const plan_violation& v) {
+  const std::string& f = v.field;
+  if (f == "global_batch_size") return "BWP003";
+  if (f == "seq_len") return "BWP004";
+  if (f == "pp" && v.message.find("not modelled") != std::string::npos) return "BWP009";
+  if (f == "tp" || f == "cp" || f == "ep" || f == "pp" || f == "gpus" || f == "nodes" || f == "gpus_per_node") return "BWP005";
+  return "BWP010";
 }
 
 }  // namespace detail
@@ -134,21 +145,24 @@ inline std::string plan_settings(const training_config& c) {
 
 /// Applies every rule of check_rules() to `in`.
 ///
-/// Structural rules first (BWP003 batch arithmetic, BWP004 context, BWP005 degrees against heads
-/// (tp), KV heads (tp), layers (pp), sequence (2·cp, load-balanced ring attention) and GPUs (tp·cp·pp),
-/// BWP006 precision on the GPU, BWP009 what the release models); when the plan is evaluable, the memory
-/// and throughput estimates (estimate_memory, estimate_throughput) and a search_plans run with the same
-/// model, hardware, sequence length, tokens per step, master weights, optimizer and headroom for
-/// BWP001, BWP002, BWP007 and BWP008. Disabled rules (settings.disable) are skipped. Never throws for a
-/// plan that does not work: that is what the findings are for.
+/// Structural rules first: BWP003 batch arithmetic, then the plan's legality rules (plan_violations: BWP005
+/// parallel degrees against heads, KV heads, experts, layers, sequence and GPUs; BWP009 pipeline parallelism;
+/// BWP010 conflicting settings; BWP004 learned positions), BWP004 the model's context, BWP006 precision on the
+/// GPU. When the plan is evaluable, the memory and throughput estimates (estimate_memory, estimate_throughput)
+/// and the search `recommend` runs (full_search: every sharding, tp, checkpointing, loss and every precision
+/// the GPU supports) with the same model, hardware, sequence length, tokens per step, master weights, optimizer
+/// and headroom for BWP001, BWP002, BWP007 and BWP008. Disabled rules (check.disable) are skipped. Never throws
+/// for a plan that does not work: that is what the findings are for.
 [[nodiscard]] inline check_result check_plan(const check_input& in) {
   using detail::fmt_double;
   using detail::gib_str;
   check_result res;
-  training_config c = in.config;
+  plan p = in.p;
+  training_config& c = p.training;
   const model_spec& m = in.model;
+  const check_settings& settings = in.p.check;
   auto disabled = [&](std::string_view id) {
-    return std::find(in.settings.disable.begin(), in.settings.disable.end(), id) != in.settings.disable.end();
+    return std::find(settings.disable.begin(), settings.disable.end(), id) != settings.disable.end();
   };
   auto fire = [&](std::string_view id, std::string msg, std::string fix, std::vector<std::string> ptrs) {
     if (disabled(id)) return;
@@ -159,91 +173,11 @@ inline std::string plan_settings(const training_config& c) {
   for (const auto& r : check_rules())
     if (disabled(r.id)) res.skipped.emplace_back(r.id);
 
-  // ---- BWP005: parallel layout
-  const std::int64_t model_par = in.tp * in.cp * in.pp;
-  std::vector<std::string> layout;
-  std::vector<std::string> layout_ptrs;
-  if (m.heads % in.tp != 0) {
-    layout.push_back("tp=" + std::to_string(in.tp) + " does not divide num_attention_heads=" + std::to_string(m.heads));
-    layout_ptrs.push_back("/tp");
-  }
-  if (m.kv_heads % in.tp != 0) {
-    layout.push_back("tp=" + std::to_string(in.tp) + " does not divide num_key_value_heads=" + std::to_string(m.kv_heads));
-    layout_ptrs.push_back("/tp");
-  }
-  if (m.layers % in.pp != 0) {
-    layout.push_back("pp=" + std::to_string(in.pp) + " does not divide num_hidden_layers=" + std::to_string(m.layers));
-    layout_ptrs.push_back("/pp");
-  }
-  if (in.cp > 1 && c.seq_len % (2 * in.cp) != 0) {
-    layout.push_back("seq_len=" + std::to_string(c.seq_len) + " is not a multiple of 2*cp=" + std::to_string(2 * in.cp) +
-                     " (load-balanced ring attention splits each sequence into 2*cp chunks)");
-    layout_ptrs.push_back("/cp");
-  }
-  if (in.ep > 1 && !m.is_moe()) {
-    layout.push_back("ep=" + std::to_string(in.ep) + " but " + m.name + " is a dense model (no experts to shard)");
-    layout_ptrs.push_back("/ep");
-  } else if (in.ep > 1 && (m.experts % in.ep != 0 || c.world_size % in.ep != 0)) {
-    layout.push_back("ep=" + std::to_string(in.ep) + " does not divide the " + std::to_string(m.experts) + " experts and the " +
-                     std::to_string(c.world_size) + " GPUs");
-    layout_ptrs.insert(layout_ptrs.end(), {"/ep", "/gpus", "/nodes"});
-  }
-  if (c.world_size % model_par != 0) {
-    layout.push_back("tp*cp*pp=" + std::to_string(model_par) + " does not divide the " + std::to_string(c.world_size) + " GPUs");
-    layout_ptrs.insert(layout_ptrs.end(), {"/tp", "/cp", "/pp", "/gpus", "/nodes"});
-  }
-  if (!layout.empty()) {
-    std::string msg;
-    for (std::size_t i = 0; i < layout.size(); ++i) msg += (i ? "; " : "") + layout[i];
-    fire("BWP005", msg,
-         "choose degrees that divide the model's heads and layers and the GPU count (e.g. tp in {1, 2, 4, 8} dividing " +
-             std::to_string(m.kv_heads) + " KV heads)",
-         layout_ptrs);
-    evaluable = false;
-  }
-
-  // ---- BWP006 / BWP009: precision
-  const precision_info* prec = find_precision(in.precision);
-  if (prec == nullptr) {
-    fire("BWP009", "precision '" + in.precision + "' is unknown to this release", "use \"precision\": \"bf16\"", {"/precision"});
-    evaluable = false;
-  } else {
-    if (!supported_on(*prec, in.gpu)) {
-      std::string have;
-      for (const auto& p : precisions())
-        if (supported_on(p, in.gpu)) have += (have.empty() ? "" : ", ") + std::string(p.name);
-      fire("BWP006",
-           "precision '" + in.precision + "' has no tensor-core support on " + in.gpu.id + " (" + in.gpu.architecture +
-               (prec->blackwell_only ? "; block-scaled formats need Blackwell" : "") + ")",
-           "use one of " + have + " on " + in.gpu.id + ", or a GPU that supports " + in.precision +
-               " (e.g. an ml.p6-b200.48xlarge instance)",
-           {"/precision", "/gpu", "/instance"});
-      evaluable = false;
-    } else if (!prec->modelled) {
-      fire("BWP009", "precision '" + in.precision + "' is not modelled by this bwplan release, so the plan cannot be checked",
-           "check the plan with \"precision\": \"bf16\" for now (memory and throughput for " + in.precision +
-               " come with a later release)",
-           {"/precision"});
-      evaluable = false;
-    }
-  }
-  std::vector<std::string> unmodelled;
-  for (auto [name, v] : {std::pair{"tp", in.tp}, std::pair{"cp", in.cp}, std::pair{"ep", in.ep}, std::pair{"pp", in.pp}})
-    if (v > modelled_degree(name) && !(std::string_view(name) == "ep" && m.is_moe())) unmodelled.push_back(std::string(name) + "=" + std::to_string(v));
-  if (!unmodelled.empty()) {
-    std::string list;
-    for (std::size_t i = 0; i < unmodelled.size(); ++i) list += (i ? ", " : "") + unmodelled[i];
-    std::vector<std::string> ptrs;
-    for (const auto& u : unmodelled) ptrs.push_back("/" + u.substr(0, u.find('=')));
-    fire("BWP009", list + ": this release models data, tensor and context parallelism only, so the plan cannot be checked",
-         "set ep and pp to 1 to check the plan", ptrs);
-    evaluable = false;
-  }
-
-  // ---- BWP003: batch arithmetic
-  const std::int64_t dp = c.world_size % model_par == 0 ? c.world_size / model_par : 0;
-  if (dp > 0 && in.global_batch) {
-    const std::int64_t g = *in.global_batch;
+  // ---- BWP003: batch arithmetic (the accumulation follows from the global batch unless the plan sets both)
+  const std::int64_t model_par = std::int64_t{c.tp} * c.cp * c.pp;
+  const std::int64_t dp = model_par > 0 && c.world_size % model_par == 0 ? c.world_size / model_par : 0;
+  if (dp > 0 && p.global_batch) {
+    const std::int64_t g = *p.global_batch;
     const std::int64_t per = c.micro_batch * dp;
     if (in.grad_accum_given) {
       if (per * c.grad_accum != g)
@@ -268,6 +202,53 @@ inline std::string plan_settings(const training_config& c) {
       c.grad_accum = grad_accum_for(g, c.micro_batch, dp);
     }
   }
+  p.global_batch.reset();  // reported above
+
+  // ---- the plan's legality rules (plan.hpp), each under its rule ID
+  std::vector<std::string> layout, layout_ptrs;
+  for (const plan_violation& v : plan_violations(m, p)) {
+    const std::string_view id = detail::rule_for(v);
+    if (id == "BWP005") {
+      layout.push_back(v.field + ": " + v.message);
+      layout_ptrs.push_back(v.pointer);
+      if (v.field == "gpus" || v.field == "ep") layout_ptrs.insert(layout_ptrs.end(), {"/gpus", "/nodes"});
+      continue;
+    }
+    if (id == "BWP004") {
+      fire(id, v.message, "use a shorter seq_len", {v.pointer});
+    } else if (id == "BWP009") {
+      fire(id, "pp=" + std::to_string(c.pp) + ": this release does not model pipeline parallelism, so the plan cannot be checked",
+           "set pp to 1 to check the plan", {v.pointer});
+    } else if (id == "BWP010") {
+      fire(id, v.field + ": " + v.message, "change one of the settings (docs/ci.md#bwp010)", {v.pointer});
+    } else {
+      fire(id, v.field + ": " + v.message, "fix " + v.field, {v.pointer});
+    }
+    if (id != "BWP004") evaluable = false;
+  }
+  if (!layout.empty()) {
+    std::string msg;
+    for (std::size_t i = 0; i < layout.size(); ++i) msg += (i ? "; " : "") + layout[i];
+    fire("BWP005", msg,
+         "choose degrees that divide the model's heads and layers and the GPU count (e.g. tp in {1, 2, 4, 8} dividing " +
+             std::to_string(m.kv_heads) + " KV heads)",
+         layout_ptrs);
+    evaluable = false;
+  }
+
+  // ---- BWP006: precision on the GPU
+  if (!supports(in.gpu, c.format)) {
+    std::string have;
+    for (const auto& x : precisions())
+      if (supports(in.gpu, x.format)) have += (have.empty() ? "" : ", ") + std::string(x.name);
+    fire("BWP006",
+         std::string("precision '") + to_string(c.format) + "' has no tensor-core support on " + in.gpu.id + " (" +
+             in.gpu.architecture + (info(c.format).blackwell_only ? "; block-scaled formats need Blackwell" : "") + ")",
+         "use one of " + have + " on " + in.gpu.id + ", or a GPU that supports " + to_string(c.format) +
+             " (e.g. an ml.p6-b200.48xlarge instance)",
+         {"/precision", "/gpu", "/instance"});
+    evaluable = false;
+  }
 
   // ---- BWP004: context
   if (c.seq_len > m.max_context)
@@ -279,38 +260,24 @@ inline std::string plan_settings(const training_config& c) {
          {"/seq_len"});
 
   res.config = c;
-  if (!evaluable) {
+  if (!evaluable || (m.positions > 0 && c.seq_len > m.positions)) {
     for (const char* id : {"BWP001", "BWP002", "BWP007", "BWP008"})
       if (!disabled(id)) res.skipped.emplace_back(id);
     return res;
   }
 
   // ---- evaluation
-  c.tp = static_cast<int>(in.tp);
-  c.cp = static_cast<int>(in.cp);
-  if (m.is_moe()) c.ep = static_cast<int>(in.ep);  // layout checked above (BWP005)
-  try {
-    validate(c);
-  } catch (const invalid_request& e) {
-    fire("BWP005", e.what(), "choose tp within a node and tp x cp dividing the GPU count and cp the sequence", {"/tp", "/cp"});
-    for (const char* id : {"BWP001", "BWP002", "BWP007", "BWP008"})
-      if (!disabled(id)) res.skipped.emplace_back(id);
-    res.config = c;
-    return res;
-  }
-  res.config = c;
   const memory_estimate me = estimate_memory(m, c, in.gpu);
   const throughput_estimate te = estimate_throughput(m, c, in.gpu, in.instance);
   res.memory = me;
   res.throughput = te;
-  plan_request req;
-  req.nodes = in.instance ? in.nodes : c.world_size;  // a bare GPU counts one per "node" in search_plans
+  plan_request req = full_search(in.gpu, in.instance ? p.target.nodes : c.world_size);  // a bare GPU: one per "node"
   req.seq_lens = {c.seq_len};
   // in floating point: the product of the plan's largest values exceeds int64 (clamped far above any real job)
   req.global_batch_tokens = static_cast<std::int64_t>(std::min(
       0x1p60, static_cast<double>(c.micro_batch) * static_cast<double>(c.seq_len) * static_cast<double>(c.grad_accum) *
                   static_cast<double>(c.dp())));
-  req.headroom = in.headroom;
+  req.headroom = p.headroom;
   req.master = c.master;
   req.optimizer = c.optimizer;
   const plan_result best = search_plans(m, in.gpu, in.instance, req, 1);
@@ -331,12 +298,12 @@ inline std::string plan_settings(const training_config& c) {
              gib_str(missing) + ") missing",
          "reduce micro_batch_size, enable activation_checkpointing, use sharding full or loss chunked, or add nodes" + best_hint,
          {"/micro_batch_size", "/activation_checkpointing", "/model"});
-  } else if (me.headroom() < in.headroom) {
-    const bytes want = (1.0 - in.headroom) * cap;
+  } else if (me.headroom() < p.headroom) {
+    const bytes want = (1.0 - p.headroom) * cap;
     const bytes over = me.device_peak() - want;
     fire("BWP002",
          "fits, but peak " + gib_str(me.device_peak()) + " leaves " + fmt_double("%.1f%%", 100 * me.headroom()) + " of " +
-             gib_str(cap) + " free, under the " + fmt_double("%.1f%%", 100 * in.headroom) + " headroom; " +
+             gib_str(cap) + " free, under the " + fmt_double("%.1f%%", 100 * p.headroom) + " headroom; " +
              detail::grouped(std::ceil(over.raw())) + " bytes over",
          "free " + gib_str(over) + " (smaller micro_batch_size, activation checkpointing, chunked loss) or lower \"headroom\"" +
              best_hint,
@@ -344,21 +311,21 @@ inline std::string plan_settings(const training_config& c) {
   }
 
   // ---- BWP007: MFU against the best plan
-  if (me.fits && res.best && te.mfu < in.settings.min_mfu_ratio * res.best->throughput.mfu)
+  if (me.fits && res.best && te.mfu < settings.min_mfu_ratio * res.best->throughput.mfu)
     fire("BWP007",
-         "MFU " + fmt_double("%.1f%%", 100 * te.mfu) + " is under " + fmt_double("%.0f%%", 100 * in.settings.min_mfu_ratio) +
+         "MFU " + fmt_double("%.1f%%", 100 * te.mfu) + " is under " + fmt_double("%.0f%%", 100 * settings.min_mfu_ratio) +
              " of the best plan's " + fmt_double("%.1f%%", 100 * res.best->throughput.mfu) + " (" +
              fmt_double("%.0f", te.tokens_per_s) + " vs " + fmt_double("%.0f", res.best->throughput.tokens_per_s) + " tokens/s)",
          "use the best plan's settings: " + detail::plan_settings(res.best->config) + " (peak " +
              gib_str(res.best->memory.device_peak()) + ")",
-         {"/micro_batch_size", "/activation_checkpointing", "/sharding"});
+         {"/micro_batch_size", "/activation_checkpointing", "/sharding", "/precision"});
 
   // ---- BWP008: step time
-  if (c.grad_accum > 1 && te.step.raw() > in.settings.max_step_time_s) {
-    const auto fit_ga = static_cast<std::int64_t>(std::floor(in.settings.max_step_time_s / te.step.raw() * static_cast<double>(c.grad_accum)));
+  if (c.grad_accum > 1 && te.step.raw() > settings.max_step_time_s) {
+    const auto fit_ga = static_cast<std::int64_t>(std::floor(settings.max_step_time_s / te.step.raw() * static_cast<double>(c.grad_accum)));
     fire("BWP008",
          "one optimizer step takes " + fmt_double("%.1f s", te.step.raw()) + " with grad_accum " + std::to_string(c.grad_accum) +
-             ", over the " + fmt_double("%.1f s", in.settings.max_step_time_s) + " bound",
+             ", over the " + fmt_double("%.1f s", settings.max_step_time_s) + " bound",
          "lower global_batch_size (grad_accum <= " + std::to_string(std::max<std::int64_t>(1, fit_ga)) +
              " keeps the step under the bound), add nodes, or raise \"check\": {\"max_step_time_s\"}",
          {"/grad_accum", "/global_batch_size"});

@@ -62,4 +62,25 @@ class invalid_request : public error {
   using error::error;
 };
 
+/// One broken legality rule of a plan: which field, where it sits in a plan file, and what is wrong.
+/// `field` is the plan-file key (`micro_batch_size`, `tp`, ...); `message` never names a command-line flag,
+/// so the CLI can put its flag in front and `bwplan check` can put the file position there.
+struct plan_violation {
+  std::string field;    ///< plan key, e.g. "micro_batch_size"
+  std::string pointer;  ///< JSON pointer into a plan file, e.g. "/micro_batch_size"
+  std::string message;  ///< what is wrong, with the numbers, e.g. "must be >= 1, got 0"
+};
+
+/// A plan breaks a legality rule (see bwplan::violations). what() reads `field: message`; violation()
+/// carries the structured form for callers that render it their own way (a CLI flag, a check finding).
+class plan_error : public invalid_request {
+ public:
+  explicit plan_error(plan_violation v) : invalid_request(v.field + ": " + v.message), v_(std::move(v)) {}
+  /// The violated rule.
+  [[nodiscard]] const plan_violation& violation() const noexcept { return v_; }
+
+ private:
+  plan_violation v_;
+};
+
 }  // namespace bwplan

@@ -108,12 +108,14 @@ class hardware_catalog {
     for (const auto& g : gpus_) names.push_back(g.id);
     throw invalid_request(unknown("GPU", name, names));
   }
-  /// The instance called `name` ("ml." prefix optional). Throws invalid_request when unknown.
+  /// The instance called `name` (exactly, or with "ml." prefixed). Throws invalid_request when unknown.
   [[nodiscard]] const instance_spec& instance(std::string_view name) const {
-    std::string key = lower(std::string(name));
-    if (key.rfind("ml.", 0) != 0) key = "ml." + key;
+    // the exact id first (an instance added with --hardware need not start with "ml."), then with "ml." added
+    const std::string key = lower(std::string(name));
     for (const auto& i : instances_)
       if (lower(i.id) == key) return i;
+    for (const auto& i : instances_)
+      if (lower(i.id) == "ml." + key) return i;
     std::vector<std::string> names;
     for (const auto& i : instances_) names.push_back(i.id);
     throw invalid_request(unknown("instance", name, names));

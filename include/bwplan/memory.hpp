@@ -202,8 +202,8 @@ struct activation_terms {
   auto saved = [&](std::int64_t i) {
     if (c.checkpointed(i)) return ck;
     const auto& a = quantized(i) ? act_lp : act_hp;
-    if (c.selective == selective_ac::op) return a.selective_op * T;
-    if (c.selective == selective_ac::attn) return (a.block_saved - a.lse) * T;
+    if (c.ac.mode == ac_mode::selective_op) return a.selective_op * T;
+    if (c.ac.mode == ac_mode::selective_attn) return (a.block_saved - a.lse) * T;
     return a.block_saved * T;
   };
   auto keeps_amp = [&](std::int64_t i) { return !c.checkpointed(i) ? amp_block : 0.0; };

@@ -17,14 +17,21 @@ namespace bwplan::detail {
 
 // ---- MoE / MLA helpers (issue 7). Dense models take none of these branches: their numbers are unchanged.
 
-/// Throws invalid_request when expert parallelism does not fit the model: ep > 1 needs a MoE model whose
-/// routed experts ep divides.
+/// The expert-parallel rules of a plan: ep > 1 needs a MoE model whose routed experts ep divides. Empty when
+/// ep is 1 or fits.
+[[nodiscard]] inline std::vector<plan_violation> moe_violations(const model_spec& m, const training_config& c) {
+  if (c.ep == 1) return {};
+  if (!m.is_moe()) return {{"ep", "/ep", "expert parallelism needs a MoE model, " + m.name + " has no experts"}};
+  if (c.ep < 1 || m.experts % c.ep != 0)
+    return {{"ep", "/ep", "expert parallelism " + std::to_string(c.ep) + " does not divide the " + std::to_string(m.experts) +
+                              " experts of " + m.name}};
+  return {};
+}
+
+/// Throws plan_error with the first of moe_violations(m, c).
 inline void validate_moe(const model_spec& m, const training_config& c) {
-  if (c.ep == 1) return;
-  if (!m.is_moe()) throw invalid_request("--ep: expert parallelism needs a MoE model, " + m.name + " has no experts");
-  if (m.experts % c.ep != 0)
-    throw invalid_request("--ep: expert parallelism " + std::to_string(c.ep) + " does not divide the " +
-                          std::to_string(m.experts) + " experts of " + m.name);
+  auto v = moe_violations(m, c);
+  if (!v.empty()) throw plan_error(std::move(v.front()));
 }
 
 /// Parameters one GPU holds before data-parallel sharding: the routed experts divided by `ep`.

@@ -5,6 +5,7 @@
 #include <bwplan/hardware.hpp>
 #include <bwplan/memory.hpp>
 #include <bwplan/model.hpp>
+#include <bwplan/plan.hpp>
 #include <bwplan/precision.hpp>
 #include <bwplan/throughput.hpp>
 #include <bwplan/training.hpp>
@@ -12,6 +13,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <vector>
 
 namespace bwplan {
@@ -23,7 +25,8 @@ struct plan_request {
   std::int64_t global_batch_tokens = 4'194'304;    ///< target tokens per optimizer step (whole job)
   std::int64_t max_micro_batch = 256;              ///< largest micro-batch size tried
   double headroom = 0.05;                          ///< share of capacity kept free at the peak
-  std::vector<int> ac_every{0, 1, 2, 4, -1};       ///< checkpointing choices: 0 = none, K = every K-th block, -1 = per-op selective
+  std::vector<checkpointing> checkpointings{checkpointing::none(), checkpointing::full(), checkpointing::full(2),
+                                            checkpointing::full(4), checkpointing::selective_op()};  ///< checkpointing tried
   std::vector<compute_format> formats{compute_format::bf16};  ///< GEMM formats tried (each must be supported by the GPU)
   std::vector<sharding> shardings{sharding::none, sharding::full};  ///< hybrid is tried only across nodes (one node: = full)
   std::vector<int> tps{1};                         ///< tensor-parallel degrees tried (those dividing heads and a node)
@@ -39,7 +42,7 @@ struct plan_request {
 /// degrees tried, 1 for dense models; see detail::ep_candidates).
 [[nodiscard]] inline std::int64_t plan_search_size(const plan_request& req, int world, std::size_t eps = 1) {
   std::int64_t n = 0;
-  const auto per_mbs = static_cast<std::int64_t>(req.shardings.size() * req.tps.size() * req.ac_every.size() * req.losses.size() *
+  const auto per_mbs = static_cast<std::int64_t>(req.shardings.size() * req.tps.size() * req.checkpointings.size() * req.losses.size() *
                                                  eps * std::max<std::size_t>(1, req.formats.size()));
   for (std::int64_t seq : req.seq_lens) {
     if (seq < 1) continue;
@@ -74,15 +77,15 @@ struct plan_result {
 [[nodiscard]] inline plan_result search_plans(const model_spec& m, const gpu_spec& gpu, const instance_spec* inst,
                                               const plan_request& req, std::size_t top, bool best_per_seq = false,
                                               const runtime_overheads& rt = {}, const throughput_calibration& k = {}) {
-  if (req.nodes < 1) throw invalid_request("--nodes: must be >= 1, got " + std::to_string(req.nodes));
-  if (req.global_batch_tokens < 1) throw invalid_request("--global-batch-tokens: must be >= 1");
-  if (req.seq_lens.empty()) throw invalid_request("--seq: no sequence length to try");
-  if (req.headroom < 0 || req.headroom >= 1) throw invalid_request("--headroom: must be in [0, 1)");
-  if (req.formats.empty()) throw invalid_request("--precisions: no format to try");
+  auto fail = [](const char* field, std::string msg) { return plan_error({field, std::string("/") + field, std::move(msg)}); };
+  if (req.nodes < 1) throw fail("nodes", "must be >= 1, got " + std::to_string(req.nodes));
+  if (req.global_batch_tokens < 1) throw fail("global_batch_tokens", "must be >= 1");
+  if (req.seq_lens.empty()) throw fail("seq_len", "no sequence length to try");
+  if (!(req.headroom >= 0 && req.headroom < 1)) throw fail("headroom", "must be in [0, 1)");
+  if (req.formats.empty()) throw fail("precision", "no format to try");
   for (compute_format f : req.formats)
     if (!supports(gpu, f))
-      throw invalid_request(std::string("--precisions: ") + to_string(f) + " is not supported on " + gpu.id + " (" +
-                            gpu.architecture + ")");
+      throw fail("precision", std::string(to_string(f)) + " is not supported on " + gpu.id + " (" + gpu.architecture + ")");
   std::vector<plan_candidate> per_format(req.formats.size());
   std::vector<bool> have_format(req.formats.size(), false);
   const int per_node = inst ? inst->gpus_per_node : 1;
@@ -96,7 +99,7 @@ struct plan_result {
     return a.throughput.tokens_per_s > b.throughput.tokens_per_s;
   };
   for (std::int64_t seq : req.seq_lens) {
-    if (seq < 1) throw invalid_request("--seq: must be >= 1, got " + std::to_string(seq));
+    if (seq < 1) throw fail("seq_len", "must be >= 1, got " + std::to_string(seq));
     if (m.positions > 0 && seq > m.positions) continue;  // learned positions (gpt2) cap the sequence
     plan_candidate best_seq{};
     bool have_seq = false;
@@ -107,7 +110,7 @@ struct plan_result {
        for (int tp : req.tps) {
         if (tp < 1 || tp > per_node || world % tp != 0 || m.heads % tp != 0 || m.kv_heads % tp != 0) continue;
         if (sh == sharding::hybrid && req.nodes < 2) continue;
-        for (int ac : req.ac_every) {
+        for (const checkpointing& ac : req.checkpointings) {
           for (loss_impl loss : req.losses) {
            for (std::size_t fi = 0; fi < req.formats.size(); ++fi) {
           for (int ep : eps) {
@@ -124,9 +127,7 @@ struct plan_result {
             c.master = req.master;
             c.optimizer = req.optimizer;
             c.loss = loss;
-            c.ac_enabled = ac > 0;
-            c.ac_every = ac > 0 ? ac : 1;
-            c.selective = ac < 0 ? selective_ac::op : selective_ac::none;
+            c.ac = ac;
             const std::int64_t step_tokens = tokens / tp;  // data-parallel degree world / tp
             c.grad_accum = std::max<std::int64_t>(1, (req.global_batch_tokens + step_tokens - 1) / step_tokens);
             ++res.evaluated;
@@ -158,6 +159,121 @@ struct plan_result {
   for (std::size_t fi = 0; fi < req.formats.size(); ++fi)
     if (have_format[fi]) res.best_per_format.push_back(per_format[fi]);
   return res;
+}
+
+/// The search space `recommend` explores on `gpu` with `nodes` instances: every sharding mode (hybrid only
+/// across nodes), tp 1/2/4/8, the checkpointing modes of plan_request, both losses, and `formats` (default:
+/// every format `gpu` supports). `bwplan check` compares a plan with the best of this same search.
+[[nodiscard]] inline plan_request full_search(const gpu_spec& gpu, int nodes, std::vector<compute_format> formats = {}) {
+  plan_request req;
+  req.nodes = nodes;
+  req.shardings = {sharding::none, sharding::full, sharding::hybrid, sharding::grad_op};
+  req.tps = {1, 2, 4, 8};
+  if (formats.empty())
+    for (const auto& p : precisions())
+      if (supports(gpu, p.format)) formats.push_back(p.format);
+  req.formats = std::move(formats);
+  return req;
+}
+
+/// What a fleet search ranks node counts and instance types by.
+enum class fleet_objective {
+  throughput,  ///< most tokens/s
+  cost,        ///< fewest USD per token
+  time,        ///< shortest time for the token budget (= most tokens/s)
+};
+[[nodiscard]] constexpr const char* to_string(fleet_objective o) noexcept {
+  return o == fleet_objective::throughput ? "throughput" : o == fleet_objective::cost ? "cost" : "time";
+}
+
+/// A search over instance types × node counts (recommend --nodes auto, several --instance, --tokens).
+struct fleet_request {
+  std::vector<const instance_spec*> instances;  ///< instance types to compare (not owned)
+  std::vector<int> node_counts{1};              ///< node counts tried for each
+  fleet_objective objective = fleet_objective::throughput;
+  double tokens = 0;                            ///< token budget (0: none), tokens
+  double budget_usd = -1;                       ///< largest cost of the budget, USD (< 0: none)
+  double deadline_s = 0;                        ///< longest time for the budget, seconds (0: none)
+  double price_per_hour = -1;                   ///< USD per instance-hour overriding the catalog (< 0: catalog)
+  plan_request search;                          ///< the per-(instance, nodes) search; formats filtered per GPU
+};
+
+/// The best plan of one instance type at one node count.
+struct fleet_row {
+  const instance_spec* instance = nullptr;
+  int nodes = 0;
+  int world = 0;                       ///< GPUs
+  double price_per_hour = 0;           ///< USD per instance-hour used
+  std::optional<plan_candidate> best;  ///< absent: nothing fits
+  std::int64_t evaluated = 0;
+  double scaling = 0;                  ///< per-GPU tokens/s relative to the smallest fitting node count of the instance
+  training_cost cost;                  ///< with a token budget
+  double usd_per_billion_tokens = 0;
+  bool within = true;                  ///< meets the budget and the deadline
+};
+
+/// Outcome of search_fleet.
+struct fleet_result {
+  std::vector<fleet_row> rows;  ///< instance-major, node counts ascending
+  std::optional<std::size_t> pick;  ///< index of the best row by the objective among fitting rows within constraints
+};
+
+/// Node counts 1, 2, 4, … up to `max_nodes` (and `max_nodes` itself). Throws plan_error outside 1..4096.
+[[nodiscard]] inline std::vector<int> auto_node_counts(int max_nodes) {
+  if (max_nodes < 1 || max_nodes > plan_limits::max_nodes)
+    throw plan_error({"nodes", "/nodes", "largest node count must be between 1 and 4096, got " + std::to_string(max_nodes)});
+  std::vector<int> n;
+  for (int i = 1; i <= max_nodes; i *= 2) n.push_back(i);
+  if (n.back() != max_nodes) n.push_back(max_nodes);
+  return n;
+}
+
+/// Runs search_plans for every instance type and node count of `req` (each with the formats its GPU supports)
+/// and picks the best row by the objective: throughput and time by tokens/s, cost by USD per token; rows over
+/// the budget or past the deadline are kept but not picked. `gpu_of` maps an instance to its GPU.
+[[nodiscard]] inline fleet_result search_fleet(const model_spec& m, const fleet_request& req,
+                                               const std::function<const gpu_spec&(const instance_spec&)>& gpu_of,
+                                               const runtime_overheads& rt = {}, const throughput_calibration& k = {}) {
+  fleet_result out;
+  for (const instance_spec* inst : req.instances) {
+    const gpu_spec& gpu = gpu_of(*inst);
+    plan_request rq = req.search;
+    rq.formats.clear();
+    for (compute_format f : req.search.formats)
+      if (supports(gpu, f)) rq.formats.push_back(f);
+    if (rq.formats.empty()) rq.formats.push_back(compute_format::bf16);
+    double base_per_gpu = 0;
+    for (int n : req.node_counts) {
+      rq.nodes = n;
+      const plan_result r = search_plans(m, gpu, inst, rq, 1, false, rt, k);
+      fleet_row row;
+      row.instance = inst;
+      row.nodes = n;
+      row.world = n * inst->gpus_per_node;
+      row.price_per_hour = req.price_per_hour >= 0 ? req.price_per_hour : inst->price_per_hour_usd;
+      row.evaluated = r.evaluated;
+      if (!r.ranked.empty()) {
+        row.best = r.ranked.front();
+        const auto& te = row.best->throughput;
+        if (base_per_gpu <= 0) base_per_gpu = te.tokens_per_s_per_gpu;
+        row.scaling = te.tokens_per_s_per_gpu / base_per_gpu;
+        row.usd_per_billion_tokens = n * row.price_per_hour / 3600 / te.tokens_per_s * 1e9;
+        if (req.tokens > 0) row.cost = cost_to_train(te, req.tokens, n, row.price_per_hour);
+        if (req.deadline_s > 0 && row.cost.seconds > req.deadline_s) row.within = false;
+        if (req.budget_usd >= 0 && row.cost.usd > req.budget_usd) row.within = false;
+      }
+      out.rows.push_back(std::move(row));
+    }
+  }
+  auto better = [&](const fleet_row& a, const fleet_row& b) {
+    if (req.objective == fleet_objective::cost) return a.usd_per_billion_tokens < b.usd_per_billion_tokens;
+    return a.best->throughput.tokens_per_s > b.best->throughput.tokens_per_s;
+  };
+  for (std::size_t i = 0; i < out.rows.size(); ++i) {
+    const auto& r = out.rows[i];
+    if (r.best && r.within && (!out.pick || better(r, out.rows[*out.pick]))) out.pick = i;
+  }
+  return out;
 }
 
 }  // namespace bwplan

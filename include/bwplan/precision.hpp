@@ -2,12 +2,17 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
 
+#include <bwplan/error.hpp>
 #include <bwplan/hardware.hpp>
 
+#include <array>
+#include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace bwplan {
 
@@ -19,6 +24,38 @@ enum class compute_format {
   mxfp8,        ///< OCP MXFP8: E4M3 elements, one E8M0 scale per 32 consecutive elements
   nvfp4,        ///< NVFP4: E2M1 elements, one E4M3 scale per 16 elements + one fp32 scale per tensor
 };
+
+/// The lowest `--numerics` tier whose search includes a format (NVIDIA/AWS Blackwell guidance,
+/// docs/precision.md#recommendation): conservative = bf16 and MXFP8, balanced adds FP8, aggressive adds NVFP4.
+/// FP8 rowwise is tried only when asked for by name.
+enum class numerics_tier { conservative, balanced, aggressive, by_name_only };
+
+/// The one precision table: every format a plan may name, its spelling, the catalog rate it runs at, which
+/// GPUs have it and which recommend tier tries it.
+struct precision_info {
+  compute_format format;
+  std::string_view name;         ///< plan and CLI spelling, e.g. "mxfp8"
+  std::string_view catalog_key;  ///< key of gpu_spec::dense_flops giving its tensor-core rate ("bf16", "fp8", "fp4")
+  bool blackwell_only;           ///< block-scaled formats (MX, NV) need Blackwell's tensor cores (TE docs, SM10.x)
+  numerics_tier tier;            ///< lowest recommend --numerics tier that tries it
+};
+
+/// All formats, in the order of compute_format.
+[[nodiscard]] inline const std::array<precision_info, 5>& precisions() noexcept {
+  static constexpr std::array<precision_info, 5> p{{
+      {compute_format::bf16, "bf16", "bf16", false, numerics_tier::conservative},
+      {compute_format::fp8, "fp8", "fp8", false, numerics_tier::balanced},  // per-tensor scaled (torchao tensorwise)
+      {compute_format::fp8_rowwise, "fp8-rowwise", "fp8", false, numerics_tier::by_name_only},  // one scale per row
+      {compute_format::mxfp8, "mxfp8", "fp8", true, numerics_tier::conservative},  // OCP MX, 32-element E8M0 blocks
+      {compute_format::nvfp4, "nvfp4", "fp4", true, numerics_tier::aggressive},    // 16-element E4M3 blocks
+  }};
+  return p;
+}
+
+/// The table entry of `f`.
+[[nodiscard]] inline const precision_info& info(compute_format f) noexcept {
+  return precisions()[static_cast<std::size_t>(f)];
+}
 
 /// CLI/JSON name of a format.
 [[nodiscard]] constexpr const char* to_string(compute_format f) noexcept {
@@ -32,11 +69,24 @@ enum class compute_format {
   return "bf16";
 }
 
+/// The entry called `name`, or nullptr.
+[[nodiscard]] inline const precision_info* find_precision(std::string_view name) noexcept {
+  for (const auto& p : precisions())
+    if (p.name == name) return &p;
+  return nullptr;
+}
+
 /// Parses a format name ("bf16", "fp8", "fp8-rowwise", "mxfp8", "nvfp4").
 [[nodiscard]] inline std::optional<compute_format> parse_format(std::string_view s) noexcept {
-  for (auto f : {compute_format::bf16, compute_format::fp8, compute_format::fp8_rowwise, compute_format::mxfp8, compute_format::nvfp4})
-    if (s == to_string(f)) return f;
+  if (const precision_info* p = find_precision(s)) return p->format;
   return std::nullopt;
+}
+
+/// The format names, comma-separated ("bf16, fp8, fp8-rowwise, mxfp8, nvfp4").
+[[nodiscard]] inline std::string precision_names(std::string_view sep = ", ") {
+  std::string out;
+  for (const auto& p : precisions()) out += (out.empty() ? "" : std::string(sep)) + std::string(p.name);
+  return out;
 }
 
 /// Storage cost of one element of a tensor of `inner` elements per row in format `f`, in bytes, scales included.
@@ -100,17 +150,24 @@ struct format_traits {
   return t;
 }
 
-/// Whether `gpu` runs format `f` on tensor cores: FP8 needs Hopper or newer (an "fp8" rate in the catalog);
-/// MXFP8 and NVFP4 need Blackwell (NVFP4 also an "fp4" rate). Sources: TE docs (MXFP8/NVFP4 on SM10.x).
+/// Whether `gpu` runs format `f` on tensor cores: the catalog lists a rate under the format's key (FP8 needs
+/// Hopper or newer) and, for the block-scaled formats (MXFP8, NVFP4), the GPU is a Blackwell. Sources: TE docs
+/// (MXFP8/NVFP4 on SM10.x). @sa precisions()
 [[nodiscard]] inline bool supports(const gpu_spec& gpu, compute_format f) noexcept {
-  switch (f) {
-    case compute_format::bf16: return gpu.peak("bf16").has_value();
-    case compute_format::fp8:
-    case compute_format::fp8_rowwise: return gpu.peak("fp8").has_value();
-    case compute_format::mxfp8: return gpu.architecture == "blackwell" && gpu.peak("fp8").has_value();
-    case compute_format::nvfp4: return gpu.architecture == "blackwell" && gpu.peak("fp4").has_value();
+  const precision_info& p = info(f);
+  if (!gpu.peak(p.catalog_key)) return false;
+  return !p.blackwell_only || gpu.architecture == "blackwell";
+}
+
+/// Formats a `--numerics` tier tries on `gpu`, in table order (docs/precision.md#recommendation).
+[[nodiscard]] inline std::vector<compute_format> formats_for_tier(numerics_tier tier, const gpu_spec& gpu) {
+  std::vector<compute_format> out;
+  // bf16 first, then the formats in the order the tiers add them (the order recommend explains them in)
+  for (compute_format f : {compute_format::bf16, compute_format::mxfp8, compute_format::fp8, compute_format::nvfp4}) {
+    const precision_info& p = info(f);
+    if (p.tier <= tier && supports(gpu, f)) out.push_back(f);
   }
-  return false;
+  return out;
 }
 
 /// Which blocks stay bf16 when the format is not bf16 (embedding and LM head always do).
@@ -134,24 +191,27 @@ struct bf16_blocks {
   }
 };
 
-/// Parses `--bf16-layers`: "none", "last:N", "first:N", "first:N,last:M" or a fraction "0.15" (trailing).
-/// Throws invalid_request on anything else.
+/// Parses the plan's `bf16_layers`: "none", "last:N", "first:N", "first:N,last:M" or a fraction "0.15" of
+/// trailing blocks. Counts are limited to 2^20 blocks. Throws plan_error (field "bf16_layers") on anything else,
+/// NaN included.
 [[nodiscard]] inline bf16_blocks parse_bf16_blocks(const std::string& s) {
+  auto bad = [&](const std::string& why) { return plan_error({"bf16_layers", "/bf16_layers", why}); };
   bf16_blocks b;
   if (s == "none" || s.empty()) return b;
   auto number = [&](const std::string& v) -> std::int64_t {
     std::size_t pos = 0;
     long long n = -1;
     try { n = std::stoll(v, &pos); } catch (...) { pos = 0; }
-    if (pos != v.size() || n < 0) throw invalid_request("--bf16-layers: expected a count >= 0 in '" + s + "'");
+    if (pos != v.size() || v.empty() || n < 0 || n > (1 << 20))
+      throw bad("expected a block count between 0 and 1048576 in '" + s + "'");
     return n;
   };
   if (s.find(':') == std::string::npos) {
     std::size_t pos = 0;
     double f = -1;
     try { f = std::stod(s, &pos); } catch (...) { pos = 0; }
-    if (pos != s.size() || f < 0 || f > 1)
-      throw invalid_request("--bf16-layers: expected last:N, first:N, first:N,last:M or a fraction in [0, 1], got '" + s + "'");
+    if (pos != s.size() || !(f >= 0 && f <= 1))  // written so that NaN fails
+      throw bad("expected last:N, first:N, first:N,last:M or a fraction in [0, 1], got '" + s + "'");
     b.fraction = f;
     return b;
   }
@@ -160,15 +220,35 @@ struct bf16_blocks {
     const std::size_t comma = s.find(',', start);
     const std::string part = s.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
     const std::size_t colon = part.find(':');
-    if (colon == std::string::npos) throw invalid_request("--bf16-layers: bad part '" + part + "' in '" + s + "'");
+    if (colon == std::string::npos) throw bad("bad part '" + part + "' in '" + s + "'");
     const std::string key = part.substr(0, colon);
     if (key == "first") b.first = number(part.substr(colon + 1));
     else if (key == "last") b.last = number(part.substr(colon + 1));
-    else throw invalid_request("--bf16-layers: expected first: or last:, got '" + part + "'");
+    else throw bad("expected first: or last:, got '" + part + "'");
     if (comma == std::string::npos) break;
     start = comma + 1;
   }
   return b;
+}
+
+/// The one printer of bf16_blocks, the inverse of parse_bf16_blocks: "none", "first:N", "last:N",
+/// "first:N,last:M" or the fraction (shortest form that reads back to the same double).
+[[nodiscard]] inline std::string to_string(const bf16_blocks& b) {
+  if (b.fraction >= 0) {
+    std::string out;
+    for (int prec = 1; prec <= 17; ++prec) {
+      char buf[40];
+      std::snprintf(buf, sizeof buf, "%.*g", prec, b.fraction);
+      out = buf;
+      if (std::stod(out) == b.fraction) break;
+    }
+    return b.first > 0 ? "first:" + std::to_string(b.first) + "," + out : out;
+  }
+  if (b.first == 0 && b.last == 0) return "none";
+  std::string out;
+  if (b.first > 0) out = "first:" + std::to_string(b.first);
+  if (b.last > 0) out += (out.empty() ? "" : ",") + std::string("last:") + std::to_string(b.last);
+  return out;
 }
 
 }  // namespace bwplan

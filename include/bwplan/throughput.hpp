@@ -100,6 +100,11 @@ struct communication_breakdown {
   seconds data_parallel;     ///< FSDP all-gathers and reduce-scatters, HSDP/DDP all-reduces
   seconds tensor_parallel;   ///< sequence-parallel all-gathers and reduce-scatters of activations
   seconds context_parallel;  ///< ring-attention K/V exchange
+  seconds expert_parallel;   ///< MoE dispatch and combine all-to-all
+  /// Sum of the parts (= throughput_estimate::communication, resp. exposed_communication).
+  [[nodiscard]] constexpr seconds total() const noexcept {
+    return data_parallel + tensor_parallel + context_parallel + expert_parallel;
+  }
 };
 
 /// FLOPs of one training step and their split.
@@ -230,14 +235,14 @@ struct throughput_estimate {
   double recompute_hp = nck * block_gemm * (L - nq) / std::max(1.0, L);
   double recompute_lp = nck * block_gemm * nq / std::max(1.0, L);
   double recompute_attn = nck * attn_fwd;
-  if (c.selective == selective_ac::op) { recompute_hp = (L - nq) * sac_hp; recompute_lp = nq * sac_lp; }
-  if (c.selective == selective_ac::attn) recompute_attn = L * attn_fwd;
+  if (c.ac.mode == ac_mode::selective_op) { recompute_hp = (L - nq) * sac_hp; recompute_lp = nq * sac_lp; }
+  if (c.ac.mode == ac_mode::selective_attn) recompute_attn = L * attn_fwd;
   const double t_gemm = (3 * (L - nq) * block_gemm + recompute_hp) / hp_rate + (3 * nq * block_gemm + recompute_lp) / lp_rate +
                         3 * head_gemm / (peak * k.gemm_max);
   const double t_attn = (L * attn_fwd * 3.5 + recompute_attn) / (peak * k.attention);
   const double rs = amp ? 4 : 2;
   const double block_bytes = T * (h * rs * 10 + f * 2 * 10 + (q + 2 * kv) * 2 * 6);
-  const double n_recompute_blocks = c.selective == selective_ac::none ? nck : 0.5 * L;
+  const double n_recompute_blocks = (c.ac.mode == ac_mode::selective_op || c.ac.mode == ac_mode::selective_attn) ? 0.5 * L : nck;
   const double loss_bytes = c.loss == loss_impl::standard ? T * V * 20 : T * V * 8;
   const double cast_bytes = c.master == master_weights::fp32 ? (fsdp ? 2 : 1) * 6 * P / n : 0;
   // quantization casts (memory-bound). Activation casts are fused into the producing kernel (TE's fused
@@ -309,17 +314,16 @@ struct throughput_estimate {
     const double kvb = 2 * 2 * b * s * kv / c.tp;
     const comm_group cg = group(c.cp, c.tp);
     const double per = coll(collective_kind::all_gather, kvb, cg);
-    const double passes = 3.0 * L + nck + (c.selective == selective_ac::attn ? L : 0);
+    const double passes = 3.0 * L + nck + (c.ac.mode == ac_mode::selective_attn ? L : 0);
     cp_comm = ga * passes * per;
     cp_exposed = std::max(0.0, cp_comm - ga * t_attn);
   }
   double t_comm = dp_comm + tp_comm + cp_comm;
   double t_exposed = dp_exposed + tp_comm + cp_exposed;
-  {  // expert-parallel all-to-all: on the critical path of every MoE block (not overlapped)
-    const double a2a = ga * moe_all_to_all_s(m, c, gpu, inst, k);
-    t_comm += a2a;
-    t_exposed += a2a;
-  }
+  // expert-parallel all-to-all: on the critical path of every MoE block (not overlapped)
+  const double a2a = ga * moe_all_to_all_s(m, c, gpu, inst, k);
+  t_comm += a2a;
+  t_exposed += a2a;
 
   throughput_estimate e;
   const double fwd_flops = forward_flops_per_token(m, c.seq_len) * T;
@@ -332,8 +336,8 @@ struct throughput_estimate {
   e.communication = seconds::base(t_comm);
   e.exposed_communication = seconds::base(t_exposed);
   e.step = e.compute + e.exposed_communication;
-  e.comm = {seconds::base(dp_comm), seconds::base(tp_comm), seconds::base(cp_comm)};
-  e.exposed = {seconds::base(dp_exposed), seconds::base(tp_comm), seconds::base(cp_exposed)};
+  e.comm = {seconds::base(dp_comm), seconds::base(tp_comm), seconds::base(cp_comm), seconds::base(a2a)};
+  e.exposed = {seconds::base(dp_exposed), seconds::base(tp_comm), seconds::base(cp_exposed), seconds::base(a2a)};
   const double tokens = T * ga * c.world_size;  // = micro-batch tokens × accumulation × data-parallel degree
   e.tokens_per_step = tokens;
   e.tokens_per_s = tokens / e.step.raw();

@@ -9,6 +9,8 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
+#include <vector>
 
 namespace bwplan {
 
@@ -26,12 +28,67 @@ enum class sharding {
   grad_op,  ///< SHARD_GRAD_OP / ZeRO-2: states and gradients sharded, gathered bf16 weights kept from forward to backward
 };
 
-/// Selective activation checkpointing policies (applied to every block; exclusive with full checkpointing).
-enum class selective_ac {
-  none,
-  op,    ///< torchtitan per-op SAC: outputs of every other matmul and of attention are saved, the rest recomputed
-  attn,  ///< Megatron-LM selective recompute: the core attention is recomputed, everything else saved
+/// What activation checkpointing recomputes: one value, so full and selective cannot contradict each other.
+enum class ac_mode {
+  none,            ///< every block saves what autograd needs
+  full,            ///< whole blocks recomputed in backward: every block, or every K-th (checkpointing::every)
+  selective_op,    ///< torchtitan per-op SAC: outputs of every other matmul and of attention saved, the rest recomputed
+  selective_attn,  ///< Megatron-LM selective recompute: the core attention is recomputed, everything else saved
 };
+
+/// Activation checkpointing of a plan: `none`, `full`, `every-K`, `selective-op` or `selective-attn`.
+///
+/// `full` with `every` = K recomputes blocks 0, K, 2K, … (torchtitan `ac_freq`; K = 1 is every block).
+/// Sources: torchtitan `torchtitan/models/llama3/infra/parallelize.py` (`_apply_ac_to_transformer_block`,
+/// `_op_sac_save_list`), Korthikanti et al. 2022 (arXiv:2205.05198) for Megatron's selective recompute.
+struct checkpointing {
+  ac_mode mode = ac_mode::none;
+  int every = 1;  ///< with ac_mode::full: recompute every K-th block (1 = all); 1 for the other modes
+
+  [[nodiscard]] static constexpr checkpointing none() noexcept { return {}; }
+  [[nodiscard]] static constexpr checkpointing full(int k = 1) noexcept { return {ac_mode::full, k}; }
+  [[nodiscard]] static constexpr checkpointing selective_op() noexcept { return {ac_mode::selective_op, 1}; }
+  [[nodiscard]] static constexpr checkpointing selective_attn() noexcept { return {ac_mode::selective_attn, 1}; }
+  /// Whether whole blocks are recomputed (full or every-K).
+  [[nodiscard]] constexpr bool recomputes_blocks() const noexcept { return mode == ac_mode::full; }
+  [[nodiscard]] constexpr bool operator==(const checkpointing&) const noexcept = default;
+};
+
+/// The one printer: "none", "full", "every-K", "selective-op", "selective-attn".
+[[nodiscard]] inline std::string to_string(const checkpointing& a) {
+  switch (a.mode) {
+    case ac_mode::none: return "none";
+    case ac_mode::full: return a.every == 1 ? "full" : "every-" + std::to_string(a.every);
+    case ac_mode::selective_op: return "selective-op";
+    case ac_mode::selective_attn: return "selective-attn";
+  }
+  return "none";
+}
+
+/// The names parse_checkpointing accepts (every-K stands for every-2, every-3, …).
+[[nodiscard]] inline const std::vector<std::string>& checkpointing_names() {
+  static const std::vector<std::string> n{"none", "full", "every-K", "selective-op", "selective-attn"};
+  return n;
+}
+
+/// The one parser: the names of to_string(checkpointing), plus "every-1" (= "full"). nullopt for anything
+/// else, including K < 1 or K above 2^30.
+[[nodiscard]] inline std::optional<checkpointing> parse_checkpointing(std::string_view s) noexcept {
+  if (s == "none") return checkpointing::none();
+  if (s == "full") return checkpointing::full();
+  if (s == "selective-op") return checkpointing::selective_op();
+  if (s == "selective-attn") return checkpointing::selective_attn();
+  constexpr std::string_view prefix = "every-";
+  if (s.size() > prefix.size() && s.substr(0, prefix.size()) == prefix && s.size() - prefix.size() <= 10) {
+    std::int64_t k = 0;
+    for (char ch : s.substr(prefix.size())) {
+      if (ch < '0' || ch > '9') return std::nullopt;
+      k = k * 10 + (ch - '0');
+    }
+    if (k >= 1 && k <= (std::int64_t{1} << 30)) return checkpointing::full(static_cast<int>(k));
+  }
+  return std::nullopt;
+}
 
 /// AdamW implementation in `torch.optim.AdamW`.
 enum class optimizer_impl {
@@ -52,11 +109,9 @@ struct training_config {
   std::int64_t grad_accum = 1;      ///< micro-batches per optimizer step (gradient accumulation)
   int world_size = 1;               ///< GPUs in the job (data-parallel size)
   int gpus_per_node = 8;            ///< GPUs per node, for intra- vs inter-node communication
-  bool ac_enabled = false;          ///< activation checkpointing of blocks
-  int ac_every = 1;                 ///< with checkpointing: blocks 0, K, 2K, … are recomputed (1 = every block)
+  checkpointing ac;                 ///< activation checkpointing (none, full, every-K, selective-op, selective-attn)
   master_weights master = master_weights::fp32;
   sharding shard = sharding::none;
-  selective_ac selective = selective_ac::none;  ///< selective checkpointing (with ac_enabled false)
   compute_format format = compute_format::bf16;  ///< format of the linear-layer GEMMs
   std::optional<bf16_blocks> bf16_layers;        ///< blocks kept bf16 (default: none; NVFP4: last 15 %, as torchtitan)
   bool fp8_all_gather = false;                    ///< FSDP2 all-gathers FP8 weights (fp8 tensorwise only)
@@ -67,6 +122,7 @@ struct training_config {
   int shard_group = 0;  ///< hybrid sharding: GPUs per shard group (0 = gpus_per_node / tp, i.e. one node)
   int tp = 1;           ///< tensor-parallel degree (within a node, with sequence parallel)
   int cp = 1;           ///< context-parallel degree (ring attention over the sequence)
+  int pp = 1;           ///< pipeline-parallel degree (not modelled by this release: a plan with pp > 1 is refused)
 
   /// Data-parallel replicas × context-parallel ranks: the FSDP mesh, world_size / tp.
   [[nodiscard]] constexpr int fsdp_mesh() const noexcept { return tp > 0 ? world_size / tp : world_size; }
@@ -87,7 +143,9 @@ struct training_config {
   /// Tokens each GPU processes per micro-batch.
   [[nodiscard]] constexpr std::int64_t tokens_per_micro_batch() const noexcept { return micro_batch * seq_len; }
   /// Whether block `i` (0-based) is recomputed in backward.
-  [[nodiscard]] constexpr bool checkpointed(std::int64_t i) const noexcept { return ac_enabled && i % ac_every == 0; }
+  [[nodiscard]] constexpr bool checkpointed(std::int64_t i) const noexcept {
+    return ac.recomputes_blocks() && i % ac.every == 0;
+  }
   /// Blocks kept bf16, after the per-format default.
   [[nodiscard]] bf16_blocks bf16_kept() const noexcept {
     if (bf16_layers) return *bf16_layers;
@@ -101,61 +159,80 @@ struct training_config {
   }
   /// Number of recomputed blocks among `layers`.
   [[nodiscard]] constexpr std::int64_t checkpointed_blocks(std::int64_t layers) const noexcept {
-    return ac_enabled ? (layers + ac_every - 1) / ac_every : 0;
+    return ac.recomputes_blocks() ? (layers + ac.every - 1) / ac.every : 0;
   }
 };
 
-/// Throws invalid_request when a field is out of range (micro-batch, sequence length, world size,
-/// gradient accumulation or checkpoint interval below 1).
+/// Every legality rule of a training configuration on its own (no model, no hardware), in one list.
+///
+/// Returns the broken rules in a fixed order, each with its plan field, JSON pointer and message (which
+/// names no command-line flag). Rules: micro-batch, sequence, accumulation, world size, GPUs per node,
+/// checkpoint interval and parallel degrees ≥ 1; FP8 all-gather only with fp8 tensorwise and full
+/// sharding; ep divides the GPUs left after tp; tp stays within a node; tp·cp·pp divides the world size;
+/// 2·cp divides the sequence (torchtitan's load-balanced ring attention, `context_parallel` in
+/// torch/distributed/tensor/experimental/_attention.py); a hybrid shard group divides the FSDP mesh and is set only with hybrid sharding;
+/// MoE capacity factor ≥ 1. `first_only` stops at the first (the planner's hot loop only needs a yes/no).
+/// Model-dependent rules (heads, experts, positions) are bwplan::plan_violations in plan.hpp.
+[[nodiscard]] inline std::vector<plan_violation> violations(const training_config& c, bool first_only = false) {
+  std::vector<plan_violation> out;
+  // Messages are built only when a rule is broken: the planner calls this for every candidate.
+  auto need = [&](bool ok, const char* field, auto&& message) {
+    if (ok || (first_only && !out.empty())) return;
+    out.push_back({field, std::string("/") + field, message()});
+  };
+  auto s = [](auto v) { return std::to_string(v); };
+  need(c.micro_batch >= 1, "micro_batch_size", [&] { return "micro-batch size must be >= 1, got " + s(c.micro_batch); });
+  need(c.seq_len >= 1, "seq_len", [&] { return "sequence length must be >= 1, got " + s(c.seq_len); });
+  need(c.grad_accum >= 1, "grad_accum", [&] { return "gradient accumulation must be >= 1, got " + s(c.grad_accum); });
+  need(c.world_size >= 1, "gpus", [&] { return "world size must be >= 1, got " + s(c.world_size); });
+  need(c.gpus_per_node >= 1, "gpus_per_node", [&] { return "GPUs per node must be >= 1, got " + s(c.gpus_per_node); });
+  need(c.ac.every >= 1 && (c.ac.every == 1 || c.ac.mode == ac_mode::full), "activation_checkpointing",
+       [&] { return "a checkpoint interval needs full checkpointing and must be >= 1, got " + to_string(c.ac); });
+  need(!c.fp8_all_gather || (c.format == compute_format::fp8 && c.shard == sharding::full), "fp8_all_gather",
+       [&] { return std::string("FP8 all-gather needs precision fp8 and sharding full"); });
+  need(c.tp >= 1, "tp", [&] { return "tensor-parallel degree must be >= 1, got " + s(c.tp); });
+  need(c.cp >= 1, "cp", [&] { return "context-parallel degree must be >= 1, got " + s(c.cp); });
+  need(c.ep >= 1, "ep", [&] { return "expert-parallel degree must be >= 1, got " + s(c.ep); });
+  need(c.pp >= 1, "pp", [&] { return "pipeline-parallel degree must be >= 1, got " + s(c.pp); });
+  if (!out.empty()) return out;  // the rules below divide by these
+  need(c.moe_capacity_factor >= 1, "moe_capacity_factor", [&] { return std::string("MoE capacity factor must be >= 1"); });
+  need(c.world_size % c.ep == 0, "ep", [&] {
+    return "expert parallelism " + s(c.ep) + " does not divide the world size " + s(c.world_size);
+  });
+  need((c.world_size / c.tp) % c.ep == 0, "ep", [&] {
+    return "expert parallelism " + s(c.ep) + " must divide the GPUs left after tensor parallelism (" + s(c.world_size) +
+           " / tp " + s(c.tp) + "): experts are split over ep x tp GPUs";
+  });
+  need(c.tp <= c.gpus_per_node || c.world_size < c.gpus_per_node, "tp", [&] {
+    return "tensor parallelism " + s(c.tp) + " must stay within a node of " + s(c.gpus_per_node) + " GPUs";
+  });
+  need(c.world_size % (c.tp * c.cp * c.pp) == 0, "gpus", [&] {
+    return "tp x cp x pp = " + s(c.tp * c.cp * c.pp) + " does not divide the world size " + s(c.world_size);
+  });
+  need(c.cp == 1 || c.seq_len % (2 * c.cp) == 0, "cp", [&] {
+    return "sequence length " + s(c.seq_len) + " is not a multiple of 2 x cp = " + s(2 * c.cp) +
+           " (load-balanced ring attention splits each sequence into 2 x cp chunks)";
+  });
+  need(c.shard_group >= 0, "shard_group", [&] { return "shard group must be >= 1, got " + s(c.shard_group); });
+  need(c.shard_group == 0 || c.shard == sharding::hybrid, "shard_group",
+       [&] { return std::string("a shard group needs sharding hybrid"); });
+  need(c.shard != sharding::hybrid || c.shard_size() < 1 || c.fsdp_mesh() % c.shard_size() == 0, "shard_group", [&] {
+    return "shard group " + s(c.shard_size()) + " does not divide the FSDP mesh of " + s(c.fsdp_mesh()) +
+           " GPUs (world size / tp)";
+  });
+  return out;
+}
+
+/// Throws plan_error with the first broken rule of violations(c).
 inline void validate(const training_config& c) {
-  // Messages are built only when a check fails: validate runs twice per candidate in the planner's hot loop.
-#define BWPLAN_NEED(ok, msg) \
-  do {                       \
-    if (!(ok)) throw invalid_request(msg); \
-  } while (0)
-  BWPLAN_NEED(c.micro_batch >= 1, "--mbs: micro-batch size must be >= 1, got " + std::to_string(c.micro_batch));
-  BWPLAN_NEED(c.seq_len >= 1, "--seq: sequence length must be >= 1, got " + std::to_string(c.seq_len));
-  BWPLAN_NEED(c.grad_accum >= 1, "gradient accumulation must be >= 1, got " + std::to_string(c.grad_accum));
-  BWPLAN_NEED(c.world_size >= 1, "--gpus: world size must be >= 1, got " + std::to_string(c.world_size));
-  BWPLAN_NEED(c.gpus_per_node >= 1, "GPUs per node must be >= 1, got " + std::to_string(c.gpus_per_node));
-  BWPLAN_NEED(c.ac_every >= 1, "--ac-every: must be >= 1, got " + std::to_string(c.ac_every));
-  BWPLAN_NEED(!(c.ac_enabled && c.selective != selective_ac::none), "--ac: full and selective checkpointing are exclusive");
-  BWPLAN_NEED(!c.fp8_all_gather || (c.format == compute_format::fp8 && c.shard == sharding::full),
-              "--fp8-all-gather needs --precision fp8 and --sharding full");
-  BWPLAN_NEED(c.tp >= 1 && c.cp >= 1 && c.ep >= 1, "--tp/--cp/--ep: parallel degrees must be >= 1");
-  BWPLAN_NEED(c.world_size % c.ep == 0,
-              "--ep: expert parallelism must divide the world size " + std::to_string(c.world_size) + ", got " + std::to_string(c.ep));
-  BWPLAN_NEED(c.moe_capacity_factor >= 1, "MoE capacity factor must be >= 1");
-  BWPLAN_NEED(c.tp < 1 || (c.world_size / c.tp) % c.ep == 0,
-              "--ep " + std::to_string(c.ep) + " must divide the GPUs left after tensor parallelism (" +
-                  std::to_string(c.world_size) + " / tp " + std::to_string(c.tp) + "): experts are split over ep x tp GPUs");
-  BWPLAN_NEED(c.tp <= c.gpus_per_node || c.world_size < c.gpus_per_node,
-              "--tp " + std::to_string(c.tp) + ": tensor parallelism stays within a node of " + std::to_string(c.gpus_per_node) + " GPUs");
-  BWPLAN_NEED(c.world_size % (c.tp * c.cp) == 0, "--tp x --cp = " + std::to_string(c.tp * c.cp) +
-                                                     " does not divide the world size " + std::to_string(c.world_size));
-  BWPLAN_NEED(c.seq_len % c.cp == 0, "--cp " + std::to_string(c.cp) + " does not divide the sequence length " + std::to_string(c.seq_len));
-  BWPLAN_NEED(c.shard_group >= 0, "--shard-group: must be >= 1");
-  if (c.shard == sharding::hybrid) {
-    BWPLAN_NEED(c.fsdp_mesh() % c.shard_size() == 0, "--shard-group " + std::to_string(c.shard_size()) +
-                                                         " does not divide the FSDP mesh of " + std::to_string(c.fsdp_mesh()) +
-                                                         " GPUs (world size / tp)");
-  }
-  BWPLAN_NEED(c.shard_group == 0 || c.shard == sharding::hybrid, "--shard-group needs --sharding hybrid");
-#undef BWPLAN_NEED
+  auto v = violations(c, true);
+  if (!v.empty()) throw plan_error(std::move(v.front()));
 }
 
 /// Name of an enum value as used on the command line and in JSON.
 [[nodiscard]] constexpr const char* to_string(master_weights m) noexcept { return m == master_weights::fp32 ? "fp32" : "bf16"; }
 [[nodiscard]] constexpr const char* to_string(sharding s) noexcept {
   return s == sharding::none ? "none" : s == sharding::full ? "full" : s == sharding::hybrid ? "hybrid" : "grad-op";
-}
-[[nodiscard]] constexpr const char* to_string(selective_ac s) noexcept {
-  return s == selective_ac::none ? "none" : s == selective_ac::op ? "selective-op" : "selective-attn";
-}
-/// Activation checkpointing as one name: "none", "full", "every-K", "selective-op", "selective-attn".
-[[nodiscard]] inline std::string ac_name(const training_config& c) {
-  if (c.ac_enabled) return c.ac_every == 1 ? "full" : "every-" + std::to_string(c.ac_every);
-  return to_string(c.selective);
 }
 [[nodiscard]] constexpr const char* to_string(optimizer_impl o) noexcept { return o == optimizer_impl::fused ? "fused" : "foreach"; }
 [[nodiscard]] constexpr const char* to_string(loss_impl l) noexcept { return l == loss_impl::standard ? "standard" : "chunked"; }

@@ -33,8 +33,7 @@ void BM_evaluate_candidate(benchmark::State& state) {
   training_config c;
   c.world_size = 8;
   c.shard = sharding::full;
-  c.ac_enabled = true;
-  c.ac_every = 2;
+  c.ac = checkpointing::full(2);
   std::int64_t mbs = 1;
   for (auto _ : state) {
     c.micro_batch = mbs;

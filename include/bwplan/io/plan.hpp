@@ -2,16 +2,19 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
 
-// The plan file: one training configuration kept in a repository (docs/plan.schema.json, docs/ci.md).
+// The plan file: one plan (bwplan/plan.hpp) kept in a repository (docs/plan.schema.json, docs/ci.md). The one
+// reader (plan_from_json) and the one writer (plan_to_json) of the format.
 
 #include <bwplan/error.hpp>
 #include <bwplan/hardware.hpp>
 #include <bwplan/io/json.hpp>
 #include <bwplan/io/locate.hpp>
+#include <bwplan/plan.hpp>
 #include <bwplan/training.hpp>
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <filesystem>
@@ -22,98 +25,18 @@
 
 namespace bwplan {
 
-/// A numeric compute format a plan may ask for, and what the release can do with it. The one table that
-/// says which formats exist, which catalog rate each uses, which GPUs have it and whether the memory and
-/// throughput models cover it; the precision work (FP8, MXFP8, NVFP4) flips `modelled` here.
-struct precision_info {
-  std::string_view name;         ///< plan and CLI spelling, e.g. "mxfp8"
-  std::string_view catalog_key;  ///< key of gpu_spec::dense_flops giving its tensor-core rate ("fp8", "fp4")
-  bool blackwell_only;           ///< block-scaled formats (MX, NV) need Blackwell's tensor cores
-  bool modelled;                 ///< estimate_memory / estimate_throughput model it in this release
-};
+/// A plan as read from a file: the plan, which top-level keys the file set (the others hold the defaults of
+/// bwplan::plan), and the file's text to locate members for messages and annotations.
+struct plan_document {
+  plan value;
+  std::string file;               ///< where it was read from ("" for a document built in memory)
+  std::string text;               ///< the file's text
+  std::vector<std::string> keys;  ///< top-level keys present, in file order
 
-/// All formats a plan may name (see precision_info).
-[[nodiscard]] inline const std::vector<precision_info>& precisions() {
-  static const std::vector<precision_info> p{
-      {"bf16", "bf16", false, true},
-      {"fp8", "fp8", false, true},          // per-tensor scaled FP8 (Transformer Engine delayed/current scaling)
-      {"fp8-rowwise", "fp8", false, true},  // FP8 with one scale per row (torchao rowwise)
-      {"mxfp8", "fp8", true, true},         // OCP MX FP8, 32-element blocks with E8M0 scales
-      {"nvfp4", "fp4", true, true},         // NVFP4, 16-element blocks with E4M3 scales
-  };
-  return p;
-}
-
-/// The entry of precisions() called `name`, or nullptr.
-[[nodiscard]] inline const precision_info* find_precision(std::string_view name) {
-  for (const auto& p : precisions())
-    if (p.name == name) return &p;
-  return nullptr;
-}
-
-/// Whether `gpu` has tensor-core support for `p`: the catalog lists a rate for its format and, for the
-/// block-scaled formats, the GPU is a Blackwell.
-[[nodiscard]] inline bool supported_on(const precision_info& p, const gpu_spec& gpu) {
-  if (!gpu.peak(p.catalog_key)) return false;
-  return !p.blackwell_only || gpu.architecture == "blackwell";
-}
-
-/// Largest parallel degree the release models for each dimension (tensor, context, expert, pipeline).
-/// Degrees up to `plan_limits::max_degree` are accepted in a plan; those above the modelled one are
-/// reported (rule BWP010) instead of evaluated.
-inline constexpr int modelled_parallel_degree = 1;
-/// Largest degree evaluated for dimension `dim` ("tp", "cp", "ep", "pp"): tensor and context parallelism are
-/// modelled (docs/scaling.md); expert and pipeline parallelism are not yet (modelled_parallel_degree).
-[[nodiscard]] constexpr std::int64_t modelled_degree(std::string_view dim) noexcept {
-  return dim == "tp" || dim == "cp" ? std::int64_t{1} << 20 : modelled_parallel_degree;
-}
-
-/// Ranges of the numbers in a plan (and of the same flags on the command line). Beyond them a value is
-/// an error, not a plan: they are far above any real job and keep the integer arithmetic exact.
-struct plan_limits {
-  static constexpr std::int64_t max_nodes = 4096;
-  static constexpr std::int64_t max_gpus = 1 << 20;
-  static constexpr std::int64_t max_micro_batch = 1 << 16;
-  static constexpr std::int64_t max_seq_len = 1 << 24;
-  static constexpr std::int64_t max_global_batch = std::int64_t{1} << 32;  // sequences
-  static constexpr std::int64_t max_grad_accum = 1 << 20;
-  static constexpr std::int64_t max_ac_every = 100'000;
-  static constexpr std::int64_t max_degree = 1024;
-};
-
-/// Thresholds of `bwplan check` a plan may set in its "check" object.
-struct check_settings {
-  double min_mfu_ratio = 0.5;     ///< BWP007 fires when MFU < ratio × the best searched plan's MFU
-  double max_step_time_s = 300;   ///< BWP008 fires when one optimizer step takes longer (with accumulation)
-  std::vector<std::string> disable;  ///< rule IDs not to apply to this plan
-};
-
-/// One plan file. Every setting is optional: what is absent takes the CLI default (or a flag's value).
-struct plan_spec {
-  std::string file;  ///< where it was read from ("" for a plan built in memory)
-  std::string text;  ///< the file's text, to locate members for messages and annotations
-  std::optional<std::string> name;
-  std::optional<std::string> model;     ///< preset id or config.json path (relative to the plan file's folder)
-  std::optional<std::string> instance;  ///< SageMaker instance type
-  std::optional<std::string> gpu;       ///< catalog GPU id (a bare GPU, or a check against the instance's)
-  std::optional<std::int64_t> nodes;
-  std::optional<std::int64_t> gpus;     ///< world size
-  std::optional<std::string> precision; ///< precision_info::name
-  std::optional<master_weights> master;
-  std::optional<std::int64_t> micro_batch;
-  std::optional<std::int64_t> seq_len;
-  std::optional<std::int64_t> global_batch;  ///< sequences per optimizer step, whole job
-  std::optional<std::int64_t> grad_accum;
-  std::optional<std::string> ac;  ///< none | full | selective-op | selective-attn
-  std::optional<std::int64_t> ac_every;
-  std::optional<sharding> shard;
-  std::optional<std::int64_t> tp, cp, ep, pp;
-  std::optional<std::int64_t> shard_group;  ///< hybrid sharding group size
-  std::optional<optimizer_impl> optimizer;
-  std::optional<loss_impl> loss;
-  std::optional<double> headroom;       ///< share of capacity to keep free (BWP002 threshold)
-  check_settings check;
-
+  /// Whether the file set top-level key `key` (e.g. "sharding").
+  [[nodiscard]] bool has(std::string_view key) const {
+    return std::find(keys.begin(), keys.end(), key) != keys.end();
+  }
   /// Line, column and byte of the member at `pointer` (e.g. "/micro_batch_size"), if it is in the text.
   [[nodiscard]] std::optional<io::text_location> where(std::string_view pointer) const {
     if (text.empty()) return std::nullopt;
@@ -127,9 +50,9 @@ namespace io {
 [[nodiscard]] inline const std::vector<std::string>& plan_keys() {
   static const std::vector<std::string> k{
       "$schema", "schema_version", "name", "model", "instance", "gpu", "nodes", "gpus", "precision",
-      "master_weights", "micro_batch_size", "seq_len", "global_batch_size", "grad_accum",
-      "activation_checkpointing", "ac_every", "sharding", "shard_group", "tp", "cp", "ep", "pp", "optimizer",
-      "optimizer_impl", "loss", "headroom", "check"};
+      "bf16_layers", "fp8_all_gather", "master_weights", "micro_batch_size", "seq_len", "global_batch_size",
+      "grad_accum", "activation_checkpointing", "ac_every", "sharding", "shard_group", "tp", "cp", "ep", "pp",
+      "optimizer", "optimizer_impl", "loss", "headroom", "check"};
   return k;
 }
 
@@ -197,21 +120,26 @@ T plan_enum(const nlohmann::json& v, const std::string& file, const std::string&
 
 }  // namespace detail
 
-/// Builds a plan_spec from a parsed plan document (`file` names it in errors).
+/// Builds a plan_document from a parsed plan (`file` names it in errors). Absent keys keep bwplan::plan's
+/// defaults; `sharding` absent stays unresolved (the reader of the document applies default_sharding).
 ///
 /// Throws config_error with the JSON pointer of the member for: a non-object document, an unknown key
 /// (with the closest known one), a wrong type, an unknown enum value, a number out of the plan_limits range,
-/// an unknown "precision", "schema_version" other than 1, or a plan without "model".
-[[nodiscard]] inline plan_spec plan_from_json(const nlohmann::json& j, const std::string& file) {
+/// "schema_version" other than 1, `ac_every` with a checkpointing other than full, or a plan without "model".
+[[nodiscard]] inline plan_document plan_from_json(const nlohmann::json& j, const std::string& file) {
   using namespace detail;
   if (!j.is_object()) throw config_error(file, "", std::string("a plan must be a JSON object, got ") + j.type_name());
-  plan_spec p;
-  p.file = file;
+  plan_document d;
+  d.file = file;
+  plan& p = d.value;
+  training_config& c = p.training;
   using L = plan_limits;
+  std::optional<std::int64_t> ac_every;
   for (auto it = j.begin(); it != j.end(); ++it) {
     const std::string& k = it.key();
     const nlohmann::json& v = it.value();
     const std::string ptr = "/" + pointer_escape(k);
+    d.keys.push_back(k);
     if (k == "$schema") { (void)plan_string(v, file, ptr); }
     else if (k == "schema_version") {
       if (plan_int(v, file, ptr, 1, 1000) != 1)
@@ -219,63 +147,135 @@ T plan_enum(const nlohmann::json& v, const std::string& file, const std::string&
     }
     else if (k == "name") p.name = plan_string(v, file, ptr);
     else if (k == "model") p.model = plan_string(v, file, ptr);
-    else if (k == "instance") p.instance = plan_string(v, file, ptr);
-    else if (k == "gpu") p.gpu = plan_string(v, file, ptr);
-    else if (k == "nodes") p.nodes = plan_int(v, file, ptr, 1, L::max_nodes);
-    else if (k == "gpus") p.gpus = plan_int(v, file, ptr, 1, L::max_gpus);
+    else if (k == "instance") p.target.instance = plan_string(v, file, ptr);
+    else if (k == "gpu") p.target.gpu = plan_string(v, file, ptr);
+    else if (k == "nodes") p.target.nodes = static_cast<int>(plan_int(v, file, ptr, 1, L::max_nodes));
+    else if (k == "gpus") p.target.gpus = static_cast<int>(plan_int(v, file, ptr, 1, L::max_gpus));
     else if (k == "precision") {
       std::vector<std::string> names;
-      for (const auto& x : precisions()) names.emplace_back(x.name);
-      p.precision = plan_enum<std::string>(v, file, ptr, names, names);
+      std::vector<compute_format> values;
+      for (const auto& x : precisions()) { names.emplace_back(x.name); values.push_back(x.format); }
+      c.format = plan_enum<compute_format>(v, file, ptr, names, values);
+    }
+    else if (k == "bf16_layers") {
+      try { c.bf16_layers = parse_bf16_blocks(plan_string(v, file, ptr)); }
+      catch (const plan_error& e) { throw config_error(file, ptr, e.violation().message); }
+    }
+    else if (k == "fp8_all_gather") {
+      if (!v.is_boolean()) throw config_error(file, ptr, std::string("expected true or false, got ") + v.type_name());
+      c.fp8_all_gather = v.get<bool>();
     }
     else if (k == "master_weights")
-      p.master = plan_enum<master_weights>(v, file, ptr, {"fp32", "bf16"}, {master_weights::fp32, master_weights::bf16});
-    else if (k == "micro_batch_size") p.micro_batch = plan_int(v, file, ptr, 1, L::max_micro_batch);
-    else if (k == "seq_len") p.seq_len = plan_int(v, file, ptr, 1, L::max_seq_len);
+      c.master = plan_enum<master_weights>(v, file, ptr, {"fp32", "bf16"}, {master_weights::fp32, master_weights::bf16});
+    else if (k == "micro_batch_size") c.micro_batch = plan_int(v, file, ptr, 1, L::max_micro_batch);
+    else if (k == "seq_len") c.seq_len = plan_int(v, file, ptr, 1, L::max_seq_len);
     else if (k == "global_batch_size") p.global_batch = plan_int(v, file, ptr, 1, L::max_global_batch);
-    else if (k == "grad_accum") p.grad_accum = plan_int(v, file, ptr, 1, L::max_grad_accum);
-    else if (k == "activation_checkpointing")
-      p.ac = plan_enum<std::string>(v, file, ptr, {"none", "full", "selective-op", "selective-attn"},
-                                    {"none", "full", "selective-op", "selective-attn"});
-    else if (k == "ac_every") p.ac_every = plan_int(v, file, ptr, 1, L::max_ac_every);
-    else if (k == "sharding") p.shard = plan_enum<sharding>(v, file, ptr, {"none", "full", "hybrid", "grad-op"},
+    else if (k == "grad_accum") c.grad_accum = plan_int(v, file, ptr, 1, L::max_grad_accum);
+    else if (k == "activation_checkpointing") {
+      if (!v.is_string()) throw config_error(file, ptr, std::string("expected a string, got ") + v.type_name());
+      const auto a = parse_checkpointing(v.get<std::string>());
+      if (!a || a->every > L::max_ac_every) {
+        std::string msg = "unknown value '" + v.get<std::string>() + "'";
+        if (auto m = closest_match(v.get<std::string>(), checkpointing_names())) msg += " (did you mean '" + *m + "'?)";
+        throw config_error(file, ptr, msg + "; allowed: none, full, every-K (K = 2.." + std::to_string(L::max_ac_every) +
+                                          "), selective-op, selective-attn");
+      }
+      c.ac = *a;
+    }
+    else if (k == "ac_every") ac_every = plan_int(v, file, ptr, 1, L::max_ac_every);
+    else if (k == "sharding") c.shard = plan_enum<sharding>(v, file, ptr, {"none", "full", "hybrid", "grad-op"},
                                                                {sharding::none, sharding::full, sharding::hybrid, sharding::grad_op});
-    else if (k == "tp") p.tp = plan_int(v, file, ptr, 1, L::max_degree);
-    else if (k == "shard_group") p.shard_group = plan_int(v, file, ptr, 1, L::max_gpus);
-    else if (k == "cp") p.cp = plan_int(v, file, ptr, 1, L::max_degree);
-    else if (k == "ep") p.ep = plan_int(v, file, ptr, 1, L::max_degree);
-    else if (k == "pp") p.pp = plan_int(v, file, ptr, 1, L::max_degree);
+    else if (k == "tp") c.tp = static_cast<int>(plan_int(v, file, ptr, 1, L::max_degree));
+    else if (k == "shard_group") c.shard_group = static_cast<int>(plan_int(v, file, ptr, 1, L::max_gpus));
+    else if (k == "cp") c.cp = static_cast<int>(plan_int(v, file, ptr, 1, L::max_degree));
+    else if (k == "ep") c.ep = static_cast<int>(plan_int(v, file, ptr, 1, L::max_degree));
+    else if (k == "pp") c.pp = static_cast<int>(plan_int(v, file, ptr, 1, L::max_degree));
     else if (k == "optimizer") (void)plan_enum<int>(v, file, ptr, {"adamw"}, {0});
     else if (k == "optimizer_impl")
-      p.optimizer = plan_enum<optimizer_impl>(v, file, ptr, {"fused", "foreach"}, {optimizer_impl::fused, optimizer_impl::foreach});
-    else if (k == "loss") p.loss = plan_enum<loss_impl>(v, file, ptr, {"standard", "chunked"}, {loss_impl::standard, loss_impl::chunked});
+      c.optimizer = plan_enum<optimizer_impl>(v, file, ptr, {"fused", "foreach"}, {optimizer_impl::fused, optimizer_impl::foreach});
+    else if (k == "loss") c.loss = plan_enum<loss_impl>(v, file, ptr, {"standard", "chunked"}, {loss_impl::standard, loss_impl::chunked});
     else if (k == "headroom") p.headroom = plan_number(v, file, ptr, 0, 1, true, "in [0, 1)");
     else if (k == "check") {
       if (!v.is_object()) throw config_error(file, ptr, std::string("expected an object, got ") + v.type_name());
-      for (auto c = v.begin(); c != v.end(); ++c) {
-        const std::string cp = ptr + "/" + pointer_escape(c.key());
-        if (c.key() == "min_mfu_ratio") p.check.min_mfu_ratio = plan_number(c.value(), file, cp, 0, 1, false, "in [0, 1]");
-        else if (c.key() == "max_step_time_s")
-          p.check.max_step_time_s = plan_number(c.value(), file, cp, 1e-3, 1e7, false, "between 0.001 and 10000000 seconds");
-        else if (c.key() == "disable") {
-          if (!c.value().is_array()) throw config_error(file, cp, std::string("expected an array of rule IDs, got ") + c.value().type_name());
-          for (std::size_t i = 0; i < c.value().size(); ++i)
-            p.check.disable.push_back(plan_string(c.value()[i], file, cp + "/" + std::to_string(i)));
+      for (auto ck = v.begin(); ck != v.end(); ++ck) {
+        const std::string cp = ptr + "/" + pointer_escape(ck.key());
+        if (ck.key() == "min_mfu_ratio") p.check.min_mfu_ratio = plan_number(ck.value(), file, cp, 0, 1, false, "in [0, 1]");
+        else if (ck.key() == "max_step_time_s")
+          p.check.max_step_time_s = plan_number(ck.value(), file, cp, 1e-3, 1e7, false, "between 0.001 and 10000000 seconds");
+        else if (ck.key() == "disable") {
+          if (!ck.value().is_array()) throw config_error(file, cp, std::string("expected an array of rule IDs, got ") + ck.value().type_name());
+          for (std::size_t i = 0; i < ck.value().size(); ++i)
+            p.check.disable.push_back(plan_string(ck.value()[i], file, cp + "/" + std::to_string(i)));
         }
-        else throw config_error(file, cp, unknown_key(c.key(), plan_check_keys()));
+        else throw config_error(file, cp, unknown_key(ck.key(), plan_check_keys()));
       }
     }
     else throw config_error(file, ptr, unknown_key(k, plan_keys()));
   }
-  if (!p.model) throw config_error(file, "/model", "missing required field (a preset such as \"Llama-3.1-8B\" or a config.json path)");
-  return p;
+  if (ac_every) {  // schema 1's two-key form: "activation_checkpointing": "full", "ac_every": K
+    if (c.ac.mode != ac_mode::full || (c.ac.every != 1 && c.ac.every != *ac_every))
+      throw config_error(file, "/ac_every", "needs \"activation_checkpointing\": \"full\" (or write \"every-" +
+                                                std::to_string(*ac_every) + "\" there and drop ac_every)");
+    c.ac = checkpointing::full(static_cast<int>(*ac_every));
+  }
+  if (p.model.empty()) throw config_error(file, "/model", "missing required field (a preset such as \"Llama-3.1-8B\" or a config.json path)");
+  return d;
+}
+
+/// The one writer of the plan-file format: every field of `p` (defaults included, so a later release's
+/// defaults cannot change what the file means), in the order of docs/plan.schema.json. `instance` and
+/// `nodes` for instances, `gpu` and `gpus` for a bare GPU. Reads back with plan_from_json to an equal plan.
+[[nodiscard]] inline nlohmann::ordered_json plan_to_json(const plan& p) {
+  const training_config& c = p.training;
+  nlohmann::ordered_json j;
+  j["schema_version"] = 1;
+  if (!p.name.empty()) j["name"] = p.name;
+  j["model"] = p.model;
+  if (!p.target.instance.empty()) {
+    j["instance"] = p.target.instance;
+    if (!p.target.gpu.empty()) j["gpu"] = p.target.gpu;
+    j["nodes"] = p.target.nodes;
+    if (p.target.gpus > 0) j["gpus"] = p.target.gpus;
+  } else {
+    j["gpu"] = p.target.gpu;
+    if (p.target.nodes != 1) j["nodes"] = p.target.nodes;
+    j["gpus"] = p.target.gpus > 0 ? p.target.gpus : c.world_size;
+  }
+  j["precision"] = to_string(c.format);
+  if (c.bf16_layers) j["bf16_layers"] = to_string(*c.bf16_layers);
+  j["fp8_all_gather"] = c.fp8_all_gather;
+  j["master_weights"] = to_string(c.master);
+  j["micro_batch_size"] = c.micro_batch;
+  j["seq_len"] = c.seq_len;
+  if (p.global_batch) j["global_batch_size"] = *p.global_batch;
+  j["grad_accum"] = c.grad_accum;
+  j["activation_checkpointing"] = to_string(c.ac);
+  j["sharding"] = to_string(c.shard);
+  if (c.shard_group > 0) j["shard_group"] = c.shard_group;
+  j["tp"] = c.tp;
+  j["cp"] = c.cp;
+  j["ep"] = c.ep;
+  j["pp"] = c.pp;
+  j["optimizer"] = "adamw";
+  j["optimizer_impl"] = to_string(c.optimizer);
+  j["loss"] = to_string(c.loss);
+  j["headroom"] = p.headroom;
+  const check_settings defaults;
+  if (!(p.check == defaults)) {
+    nlohmann::ordered_json ck;
+    ck["min_mfu_ratio"] = p.check.min_mfu_ratio;
+    ck["max_step_time_s"] = p.check.max_step_time_s;
+    if (!p.check.disable.empty()) ck["disable"] = p.check.disable;
+    j["check"] = ck;
+  }
+  return j;
 }
 
 /// Parses plan text `text` read from `file`. Errors carry the member's line, column and byte offset.
-[[nodiscard]] inline plan_spec parse_plan(const std::string& text, const std::string& file) {
+[[nodiscard]] inline plan_document parse_plan(const std::string& text, const std::string& file) {
   const nlohmann::json j = parse_json(text, file);
   try {
-    plan_spec p = plan_from_json(j, file);
+    plan_document p = plan_from_json(j, file);
     p.text = text;
     return p;
   } catch (const config_error& e) {
@@ -284,7 +284,7 @@ T plan_enum(const nlohmann::json& v, const std::string& file, const std::string&
 }
 
 /// Loads the plan file at `path`. Throws config_error.
-[[nodiscard]] inline plan_spec load_plan(const std::filesystem::path& path) {
+[[nodiscard]] inline plan_document load_plan(const std::filesystem::path& path) {
   return parse_plan(read_text_file(path), path.string());
 }
 

@@ -1,0 +1,108 @@
+// bwplan: GPU memory and throughput planning for LLM training
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+
+// The estimate JSON: one writer for the document `bwplan estimate --format json` prints and every command
+// that reports a plan with its numbers embeds (recommend, sweep points, check, the report). Shape in docs/cli.md.
+
+#include <bwplan/memory.hpp>
+#include <bwplan/model.hpp>
+#include <bwplan/plan.hpp>
+#include <bwplan/throughput.hpp>
+#include <bwplan/training.hpp>
+
+#include <nlohmann/json.hpp>
+
+namespace bwplan::io {
+
+/// The training settings of `c` for model `m` (the "config" object of an estimate): every field of the
+/// configuration, in plan-file spelling, plus what follows from it (data-parallel degree, global batch).
+[[nodiscard]] inline nlohmann::ordered_json config_to_json(const model_spec& m, const training_config& c) {
+  return {{"micro_batch_size", c.micro_batch},
+          {"seq_len", c.seq_len},
+          {"grad_accum", c.grad_accum},
+          {"dp", c.dp()},
+          {"global_batch_size", c.micro_batch * c.grad_accum * c.dp()},
+          {"global_batch_tokens", global_batch_tokens(c)},
+          {"world_size", c.world_size},
+          {"gpus_per_node", c.gpus_per_node},
+          {"activation_checkpointing", to_string(c.ac)},
+          {"ac_every", c.ac.recomputes_blocks() ? c.ac.every : 0},
+          {"sharding", to_string(c.shard)},
+          {"shard_size", c.shard_size()},
+          {"tp", c.tp},
+          {"cp", c.cp},
+          {"ep", c.ep},
+          {"pp", c.pp},
+          {"master_weights", to_string(c.master)},
+          {"precision", to_string(c.format)},
+          {"bf16_layers", c.bf16_layers ? to_string(*c.bf16_layers) : std::string("default")},
+          {"bf16_blocks", {{"first", c.bf16_kept().first}, {"last", c.bf16_kept().last_for(m.layers)}}},
+          {"quantized_blocks", c.quantized_blocks(m.layers)},
+          {"fp8_all_gather", c.fp8_all_gather},
+          {"optimizer_impl", to_string(c.optimizer)},
+          {"loss", to_string(c.loss)}};
+}
+
+/// Communication seconds by parallelism; the parts add up to the total.
+[[nodiscard]] inline nlohmann::ordered_json comm_to_json(const communication_breakdown& b) {
+  return {{"data_parallel", b.data_parallel.raw()},
+          {"tensor_parallel", b.tensor_parallel.raw()},
+          {"context_parallel", b.context_parallel.raw()},
+          {"expert_parallel", b.expert_parallel.raw()}};
+}
+
+/// JSON of one configuration with its memory and throughput estimates (docs/cli.md#estimate-json): model and
+/// parameter counts, config (config_to_json), memory (bytes: peaks, breakdown at the peak, phases), fits,
+/// throughput (seconds, tokens/s, MFU, communication by parallelism).
+[[nodiscard]] inline nlohmann::ordered_json estimate_to_json(const model_spec& m, const training_config& c,
+                                                             const memory_estimate& me, const throughput_estimate& te) {
+  const parameter_count pc = count_parameters(m);
+  nlohmann::ordered_json j;
+  j["model"] = {{"name", m.name}, {"family", m.family}};
+  j["params"] = {{"total", pc.total()}, {"active", pc.active()}, {"non_embedding", pc.non_embedding()},
+                 {"embedding", pc.embedding}, {"lm_head", pc.lm_head}, {"per_block", pc.block()}};
+  if (pc.positions > 0) j["params"]["position_embedding"] = pc.positions;
+  if (m.is_moe())
+    j["params"]["moe"] = {{"experts", m.experts}, {"top_k", m.top_k}, {"moe_layers", m.moe_layers},
+                          {"routed_experts", pc.routed_experts}};
+  if (pc.mtp > 0) j["params"]["mtp"] = pc.mtp;
+  j["config"] = config_to_json(m, c);
+  const auto& b = me.at_peak;
+  nlohmann::ordered_json mem;
+  mem["peak_allocated_bytes"] = me.peak_allocated.raw();
+  mem["peak_reserved_bytes"] = me.peak_reserved.raw();
+  mem["peak_phase"] = to_string(me.peak_phase);
+  mem["non_pytorch_bytes"] = me.non_pytorch.raw();
+  mem["device_peak_bytes"] = me.device_peak().raw();
+  mem["capacity_bytes"] = me.capacity.raw();
+  mem["headroom"] = me.headroom();
+  mem["breakdown"] = {{"parameters", b.parameters.raw()},     {"optimizer_states", b.optimizer_states.raw()},
+                      {"gradients", b.gradients.raw()},       {"compute_weights", b.compute_weights.raw()},
+                      {"activations", b.activations.raw()},   {"logits", b.logits.raw()},
+                      {"transient", b.transient.raw()},       {"workspace", b.workspace.raw()},
+                      {"ddp_buckets", b.ddp_buckets.raw()}};
+  mem["phases"] = {{"before_forward_bytes", me.before_forward.raw()}, {"forward_peak_bytes", me.forward_peak.raw()},
+                   {"after_forward_bytes", me.after_forward.raw()},   {"backward_peak_bytes", me.backward_peak.raw()},
+                   {"after_backward_bytes", me.after_backward.raw()}, {"optimizer_peak_bytes", me.optimizer_peak.raw()}};
+  j["memory"] = mem;
+  j["fits"] = me.fits;
+  j["throughput"] = {{"tokens_per_s", te.tokens_per_s},
+                     {"tokens_per_s_per_gpu", te.tokens_per_s_per_gpu},
+                     {"step_time_s", te.step.raw()},
+                     {"mfu", te.mfu},
+                     {"model_flops_per_step", te.step_flops.model.raw()},
+                     {"recompute_flops_per_step", te.step_flops.recompute.raw()},
+                     {"compute_s", te.compute.raw()},
+                     {"gemm_s", te.gemm.raw()},
+                     {"attention_s", te.attention.raw()},
+                     {"memory_bound_s", te.memory_bound.raw()},
+                     {"communication_s", te.communication.raw()},
+                     {"exposed_communication_s", te.exposed_communication.raw()},
+                     {"communication_by_parallelism_s", comm_to_json(te.comm)},
+                     {"exposed_by_parallelism_s", comm_to_json(te.exposed)},
+                     {"tokens_per_step", te.tokens_per_step}};
+  return j;
+}
+
+}  // namespace bwplan::io

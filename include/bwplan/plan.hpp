@@ -1,0 +1,321 @@
+// bwplan: GPU memory and throughput planning for LLM training
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+
+// The plan: one definition of a training run (model × target × training settings), its legality rules,
+// its command-line form and its labels. Standard library only; the JSON forms live in bwplan/io/plan.hpp.
+
+#include <bwplan/error.hpp>
+#include <bwplan/model.hpp>
+#include <bwplan/moe.hpp>
+#include <bwplan/precision.hpp>
+#include <bwplan/training.hpp>
+
+#include <cstdint>
+#include <cstdio>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace bwplan {
+
+/// Ranges of the numbers in a plan, wherever it comes from (plan file, flags, sweeps). Beyond them a value
+/// is an error, not a plan: they are far above any real job and keep the integer arithmetic exact
+/// (mbs · seq · accum · GPUs < 2^63).
+struct plan_limits {
+  static constexpr std::int64_t max_nodes = 4096;
+  static constexpr std::int64_t max_gpus = 1 << 20;
+  static constexpr std::int64_t max_micro_batch = 1 << 16;
+  static constexpr std::int64_t max_seq_len = 1 << 24;
+  static constexpr std::int64_t max_global_batch = std::int64_t{1} << 32;  ///< sequences
+  static constexpr std::int64_t max_grad_accum = 1 << 20;
+  static constexpr std::int64_t max_ac_every = 100'000;
+  static constexpr std::int64_t max_degree = 1024;
+};
+
+/// Thresholds of `bwplan check` a plan may set in its "check" object.
+struct check_settings {
+  double min_mfu_ratio = 0.5;        ///< BWP007 fires when MFU < ratio × the best searched plan's MFU
+  double max_step_time_s = 300;      ///< BWP008 fires when one optimizer step takes longer (with accumulation), seconds
+  std::vector<std::string> disable;  ///< rule IDs not to apply to this plan
+  [[nodiscard]] bool operator==(const check_settings&) const = default;
+};
+
+/// Where a plan runs: SageMaker instances, or bare GPUs of the catalog.
+struct plan_target {
+  std::string instance;  ///< SageMaker instance type (catalog id); empty for a bare GPU
+  std::string gpu;       ///< catalog GPU id: the bare GPU, or (with an instance) a cross-check of its GPU
+  int nodes = 1;         ///< instances
+  int gpus = 0;          ///< world size; 0 = every GPU of the instances (1 for a bare GPU)
+  [[nodiscard]] bool operator==(const plan_target&) const = default;
+};
+
+/// One plan: the model, the target and every training setting. The single definition that every reader
+/// (flags, plan file, SageMaker request) fills and every writer (plan file, CLI arguments, tables, JSON,
+/// SageMaker hyperparameters) prints.
+///
+/// `training.world_size` and `training.gpus_per_node` follow from the target (resolve_world);
+/// `training.grad_accum` from `global_batch` when that is set (apply_global_batch).
+struct plan {
+  std::string name;                          ///< free text ("" = none)
+  std::string model;                         ///< preset id, Hugging Face id or config.json path
+  plan_target target;
+  training_config training;                  ///< the training settings (see training_config)
+  std::optional<std::int64_t> global_batch;  ///< sequences per optimizer step, whole job (nullopt: from grad_accum)
+  double headroom = 0.05;                    ///< share of GPU memory kept free at the peak (BWP002, recommend)
+  check_settings check;                      ///< bwplan check thresholds
+  [[nodiscard]] bool operator==(const plan&) const = default;
+};
+
+/// Sharding a plan gets when it names none: FSDP full shard on more than one GPU, none on one.
+[[nodiscard]] constexpr sharding default_sharding(int world_size) noexcept {
+  return world_size > 1 ? sharding::full : sharding::none;
+}
+
+/// Largest degree this release evaluates for dimension `dim` ("tp", "cp", "ep", "pp"): tensor and context
+/// parallelism always, expert parallelism for MoE models (moe_violations), pipeline parallelism not yet.
+[[nodiscard]] constexpr std::int64_t modelled_degree(std::string_view dim) noexcept {
+  return dim == "pp" ? 1 : plan_limits::max_degree;
+}
+
+/// Sets `p.training.world_size` and `gpus_per_node` from the target: `instance_gpus` is the instance's GPUs
+/// per node (0 for a bare GPU). World size: target.gpus, else instance_gpus × nodes, else 1. Returns the
+/// violations (field "gpus" or "nodes") instead of throwing.
+[[nodiscard]] inline std::vector<plan_violation> resolve_world(plan& p, int instance_gpus) {
+  std::vector<plan_violation> out;
+  const auto& t = p.target;
+  if (t.nodes < 1 || t.nodes > plan_limits::max_nodes)
+    return {{"nodes", "/nodes", "must be between 1 and " + std::to_string(plan_limits::max_nodes) + ", got " + std::to_string(t.nodes)}};
+  if (t.gpus < 0 || t.gpus > plan_limits::max_gpus)
+    return {{"gpus", "/gpus", "must be between 1 and " + std::to_string(plan_limits::max_gpus) + ", got " + std::to_string(t.gpus)}};
+  if (instance_gpus > 0 && t.gpus > instance_gpus * t.nodes)
+    return {{"gpus", "/gpus", std::to_string(t.gpus) + " GPUs exceed the " + std::to_string(instance_gpus * t.nodes) + " GPUs of " +
+                                  std::to_string(t.nodes) + " x " + t.instance}};
+  if (instance_gpus == 0 && t.nodes > 1 && t.gpus == 0)
+    return {{"nodes", "/nodes", "a bare GPU has no nodes: give the number of GPUs (gpus) or an instance"}};
+  p.training.gpus_per_node = instance_gpus > 0 ? instance_gpus : (t.gpus > 0 ? t.gpus : 1);
+  p.training.world_size = t.gpus > 0 ? t.gpus : (instance_gpus > 0 ? instance_gpus * t.nodes : 1);
+  return out;
+}
+
+/// Derives `p.training.grad_accum` from `p.global_batch` (sequences): global / (micro-batch × data-parallel
+/// degree). Returns a violation when that does not divide. No-op without a global batch.
+[[nodiscard]] inline std::vector<plan_violation> apply_global_batch(plan& p) {
+  if (!p.global_batch) return {};
+  const auto& c = p.training;
+  if (c.micro_batch < 1 || c.dp() < 1) return {};  // reported by violations()
+  const std::int64_t per = c.micro_batch * c.dp();
+  if (*p.global_batch % per != 0)
+    return {{"global_batch_size", "/global_batch_size",
+             "global batch " + std::to_string(*p.global_batch) + " is not divisible by micro-batch " + std::to_string(c.micro_batch) +
+                 " x data-parallel size " + std::to_string(c.dp()) + " = " + std::to_string(per) + " sequences"}};
+  p.training.grad_accum = *p.global_batch / per;
+  return {};
+}
+
+/// Every legality rule of a plan for `m`: violations(p.training), then the model's (moe_violations; tp divides
+/// the attention and KV heads; pp divides the layers; learned positions cap the sequence), the batch arithmetic
+/// (global batch = micro-batch × data-parallel size × accumulation), the ranges of plan_limits and what the
+/// release does not model (pp > 1). One list, in a fixed order; empty when the plan is legal.
+[[nodiscard]] inline std::vector<plan_violation> plan_violations(const model_spec& m, const plan& p) {
+  const training_config& c = p.training;
+  using L = plan_limits;
+  std::vector<plan_violation> out;
+  auto range = [&](const char* field, std::int64_t v, std::int64_t hi) {
+    if (v > hi) out.push_back({field, std::string("/") + field, "out of range: must be at most " + std::to_string(hi) + ", got " + std::to_string(v)});
+  };
+  range("micro_batch_size", c.micro_batch, L::max_micro_batch);
+  range("seq_len", c.seq_len, L::max_seq_len);
+  range("grad_accum", c.grad_accum, L::max_grad_accum);
+  range("activation_checkpointing", c.ac.every, L::max_ac_every);
+  for (auto [f, v] : {std::pair{"tp", c.tp}, std::pair{"cp", c.cp}, std::pair{"ep", c.ep}, std::pair{"pp", c.pp}}) range(f, v, L::max_degree);
+  if (!out.empty()) return out;
+  out = violations(c);
+  for (auto& v : detail::moe_violations(m, c)) out.push_back(std::move(v));
+  auto s = [](auto v) { return std::to_string(v); };
+  if (c.tp >= 1 && (m.heads % c.tp != 0 || m.kv_heads % c.tp != 0))
+    out.push_back({"tp", "/tp", "tensor parallelism " + s(c.tp) + " does not divide the " + s(m.heads) + " attention heads and " +
+                                    s(m.kv_heads) + " KV heads of " + m.name});
+  if (c.pp > 1 && c.pp <= m.layers && m.layers % c.pp != 0)
+    out.push_back({"pp", "/pp", "pipeline parallelism " + s(c.pp) + " does not divide the " + s(m.layers) + " layers of " + m.name});
+  if (c.pp > modelled_degree("pp"))
+    out.push_back({"pp", "/pp", "pipeline parallelism " + s(c.pp) + " is not modelled by this release (pp must be 1)"});
+  if (m.positions > 0 && c.seq_len > m.positions)
+    out.push_back({"seq_len", "/seq_len", "sequence " + s(c.seq_len) + " exceeds the " + s(m.positions) +
+                                              " learned position embeddings of " + m.name + " (n_positions)"});
+  if (p.global_batch && c.micro_batch >= 1 && c.dp() >= 1 && c.micro_batch * c.dp() * c.grad_accum != *p.global_batch)
+    out.push_back({"global_batch_size", "/global_batch_size",
+                   "global batch " + s(*p.global_batch) + " != micro-batch " + s(c.micro_batch) + " x data-parallel size " +
+                       s(c.dp()) + " x grad_accum " + s(c.grad_accum) + " = " + s(c.micro_batch * c.dp() * c.grad_accum) + " sequences"});
+  return out;
+}
+
+/// Throws plan_error with the first of plan_violations(m, p).
+inline void validate(const model_spec& m, const plan& p) {
+  auto v = plan_violations(m, p);
+  if (!v.empty()) throw plan_error(std::move(v.front()));
+}
+
+namespace detail {
+/// `v` with the fewest significant digits that read back as the same double ("0.05", "0.15").
+inline std::string shortest(double v) {
+  std::string out;
+  for (int prec = 1; prec <= 17; ++prec) {
+    char buf[40];
+    std::snprintf(buf, sizeof buf, "%.*g", prec, v);
+    out = buf;
+    if (std::stod(out) == v) break;
+  }
+  return out;
+}
+}  // namespace detail
+
+/// The one command-line form of a plan: the arguments of `bwplan estimate` (after the subcommand) that
+/// reproduce it exactly: MODEL, the target, and every training setting, defaults included, so the line does
+/// not depend on the defaults of a later release. Used by the report's reproduce line.
+[[nodiscard]] inline std::vector<std::string> to_cli_args(const plan& p) {
+  const training_config& c = p.training;
+  std::vector<std::string> a{p.model};
+  auto add = [&](const char* flag, std::string v) { a.emplace_back(flag); a.push_back(std::move(v)); };
+  if (!p.target.instance.empty()) {
+    add("--instance", p.target.instance);
+    add("--nodes", std::to_string(p.target.nodes));
+  } else {
+    add("--gpu", p.target.gpu);
+  }
+  if (p.target.gpus > 0 || p.target.instance.empty()) add("--gpus", std::to_string(c.world_size));
+  add("--mbs", std::to_string(c.micro_batch));
+  add("--seq", std::to_string(c.seq_len));
+  add("--grad-accum", std::to_string(c.grad_accum));  // as derived from the global batch (apply_global_batch)
+  add("--precision", to_string(c.format));
+  if (c.bf16_layers) add("--bf16-layers", to_string(*c.bf16_layers));
+  if (c.fp8_all_gather) a.emplace_back("--fp8-all-gather");
+  add("--master", to_string(c.master));
+  add("--ac", to_string(c.ac));
+  add("--sharding", to_string(c.shard));
+  if (c.shard_group > 0) add("--shard-group", std::to_string(c.shard_group));
+  add("--tp", std::to_string(c.tp));
+  add("--cp", std::to_string(c.cp));
+  add("--ep", std::to_string(c.ep));
+  add("--optimizer-impl", to_string(c.optimizer));
+  add("--loss", to_string(c.loss));
+  return a;
+}
+
+/// Quotes `s` for a POSIX shell when it holds anything but [A-Za-z0-9_./:=,+-].
+[[nodiscard]] inline std::string shell_quote(const std::string& s) {
+  bool plain = !s.empty();
+  for (char ch : s) {
+    const bool ok = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
+                    std::string_view("_./:=,+-").find(ch) != std::string_view::npos;
+    plain = plain && ok;
+  }
+  if (plain) return s;
+  std::string q = "'";
+  for (char ch : s) q += ch == '\'' ? std::string("'\\''") : std::string(1, ch);
+  return q + "'";
+}
+
+/// Sharding as a short label: "none", "ddp", "fsdp", "hsdp/8", "zero2".
+[[nodiscard]] inline std::string shard_label(const training_config& c) {
+  switch (c.shard) {
+    case sharding::full: return "fsdp";
+    case sharding::hybrid: return "hsdp/" + std::to_string(c.shard_size());
+    case sharding::grad_op: return "zero2";
+    default: return c.fsdp_mesh() > 1 ? "ddp" : "none";
+  }
+}
+
+/// Global batch of a configuration in tokens: micro-batch × sequence × accumulation × data-parallel degree.
+[[nodiscard]] constexpr std::int64_t global_batch_tokens(const training_config& c) noexcept {
+  return c.micro_batch * c.seq_len * c.grad_accum * c.dp();
+}
+
+/// Short description of a configuration, e.g. "mbs 4 x 8192, accum 2, AC every-2, fp8, FSDP full shard, TP 2,
+/// chunked loss". Names every setting that differs from its default.
+[[nodiscard]] inline std::string describe(const training_config& c) {
+  std::string s = "mbs " + std::to_string(c.micro_batch) + " x " + std::to_string(c.seq_len);
+  if (c.grad_accum > 1) s += ", accum " + std::to_string(c.grad_accum);
+  s += ", AC " + to_string(c.ac);
+  if (c.format != compute_format::bf16) {
+    s += std::string(", ") + to_string(c.format);
+    const auto keep = c.bf16_kept();
+    if (keep.first || keep.last_for(1 << 20))
+      s += " (bf16 blocks: first " + std::to_string(keep.first) + ", last " +
+           (keep.fraction >= 0 ? std::to_string(static_cast<int>(100 * keep.fraction + 0.5)) + "%" : std::to_string(keep.last)) + ")";
+    if (c.fp8_all_gather) s += ", FP8 all-gather";
+  }
+  switch (c.shard) {
+    case sharding::full: s += ", FSDP full shard"; break;
+    case sharding::hybrid:
+      s += ", HSDP (shard " + std::to_string(c.shard_size()) + " x replicate " +
+           std::to_string(c.shard_size() > 0 ? c.fsdp_mesh() / c.shard_size() : 0) + ")";
+      break;
+    case sharding::grad_op: s += ", FSDP shard-grad-op (ZeRO-2)"; break;
+    default: s += c.fsdp_mesh() > 1 ? ", DDP" : ", no sharding";
+  }
+  if (c.tp > 1) s += ", TP " + std::to_string(c.tp);
+  if (c.cp > 1) s += ", CP " + std::to_string(c.cp);
+  if (c.ep > 1) s += ", EP " + std::to_string(c.ep);
+  if (c.pp > 1) s += ", PP " + std::to_string(c.pp);
+  if (c.master == master_weights::bf16) s += ", bf16 master";
+  if (c.optimizer == optimizer_impl::foreach) s += ", foreach AdamW";
+  if (c.loss == loss_impl::chunked) s += ", chunked loss";
+  return s;
+}
+
+/// One column of a plan table: a setting, its header and its value for one configuration.
+struct setting_column {
+  std::string_view key;     ///< stable key ("precision", "tp", "dp", "global_batch_tokens", ...)
+  std::string_view header;  ///< table header ("precision", "TP", "DP", "GBS tok", ...)
+  std::string value;        ///< the configuration's value as printed
+};
+
+/// The settings a table row shows, in the one order every table uses: micro-batch, sequence, accumulation,
+/// data-parallel degree, global batch (tokens), checkpointing, sharding, TP, CP, EP, precision, master
+/// weights, loss, optimizer. See differing_columns to keep only those in which rows differ.
+[[nodiscard]] inline std::vector<setting_column> setting_columns(const training_config& c) {
+  auto tokens = [](std::int64_t t) {
+    if (t >= 1'000'000 && t % 1'048'576 == 0) return std::to_string(t / 1'048'576) + "Mi";
+    if (t >= 1024 && t % 1024 == 0) return std::to_string(t / 1024) + "Ki";
+    return std::to_string(t);
+  };
+  return {{"micro_batch_size", "mbs", std::to_string(c.micro_batch)},
+          {"seq_len", "seq", std::to_string(c.seq_len)},
+          {"grad_accum", "accum", std::to_string(c.grad_accum)},
+          {"dp", "DP", std::to_string(c.dp())},
+          {"global_batch_tokens", "GBS tok", tokens(global_batch_tokens(c))},
+          {"activation_checkpointing", "AC", to_string(c.ac)},
+          {"sharding", "shard", shard_label(c)},
+          {"tp", "TP", std::to_string(c.tp)},
+          {"cp", "CP", std::to_string(c.cp)},
+          {"ep", "EP", std::to_string(c.ep)},
+          {"precision", "precision", to_string(c.format)},
+          {"master_weights", "master", to_string(c.master)},
+          {"loss", "loss", to_string(c.loss)},
+          {"optimizer_impl", "optimizer", to_string(c.optimizer)}};
+}
+
+/// Which of setting_columns() to show for `rows`: the core columns (micro-batch, sequence, accumulation, DP,
+/// global batch, checkpointing, sharding, precision) always, and every other column in which two rows differ.
+/// A table built from this names every setting in which its rows differ.
+[[nodiscard]] inline std::vector<bool> differing_columns(const std::vector<training_config>& rows) {
+  const std::vector<setting_column> proto = setting_columns(training_config{});
+  std::vector<bool> show(proto.size(), false);
+  for (std::size_t i = 0; i < proto.size(); ++i) {
+    const std::string_view k = proto[i].key;
+    show[i] = k == "micro_batch_size" || k == "seq_len" || k == "grad_accum" || k == "dp" || k == "global_batch_tokens" ||
+              k == "activation_checkpointing" || k == "sharding" || k == "precision";
+  }
+  if (rows.empty()) return show;
+  const auto first = setting_columns(rows.front());
+  for (const auto& r : rows) {
+    const auto cols = setting_columns(r);
+    for (std::size_t i = 0; i < cols.size(); ++i)
+      if (cols[i].value != first[i].value) show[i] = true;
+  }
+  return show;
+}
+
+}  // namespace bwplan

@@ -1,0 +1,239 @@
+// Library tests of bwplan/planner.hpp (the plan search and the fleet search) and the regression tests of the
+// bugs issue 11 listed, each of which failed on main before the plan got one home.
+#include "sweep.hpp"
+#include "test_util.hpp"
+
+#include <bwplan/planner.hpp>
+
+#include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+using namespace bwplan;
+using test::run_cli;
+namespace fs = std::filesystem;
+
+namespace {
+
+const hardware_catalog& catalog() {
+  static const hardware_catalog cat = [] {
+    std::ostringstream o, e;
+    return cli::context{o, e, {}, {}}.catalog();
+  }();
+  return cat;
+}
+
+model_spec preset(const std::string& name) {
+  std::ostringstream o, e;
+  return cli::context{o, e, {}, {}}.model(name);
+}
+
+std::string out_dir() {
+  const auto d = fs::path(BWPLAN_TEST_OUTPUT_DIR) / "planner";
+  fs::create_directories(d);
+  return d.string();
+}
+
+std::string slurp(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  std::stringstream s;
+  s << f.rdbuf();
+  return s.str();
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------- planner.hpp
+
+TEST_CASE("full_search: every sharding, tp 1-8 and every format the GPU supports", "[planner]") {
+  const auto& b200 = catalog().gpu("b200");
+  const auto& h200 = catalog().gpu("h200");
+  const plan_request rb = full_search(b200, 2);
+  CHECK(rb.shardings.size() == 4);
+  CHECK(rb.tps == std::vector<int>{1, 2, 4, 8});
+  CHECK(rb.formats.size() == 5);  // bf16, fp8, fp8-rowwise, mxfp8, nvfp4 on Blackwell
+  const plan_request rh = full_search(h200, 1);
+  CHECK(rh.formats == std::vector{compute_format::bf16, compute_format::fp8, compute_format::fp8_rowwise});
+}
+
+TEST_CASE("search_plans: ranked by tokens/s, all fitting, every candidate legal", "[planner]") {
+  const model_spec m = preset("Llama-3.1-8B");
+  const auto& inst = catalog().instance("ml.p6-b200.48xlarge");
+  plan_request req = full_search(catalog().gpu("b200"), 1);
+  const plan_result r = search_plans(m, catalog().gpu("b200"), &inst, req, 10);
+  REQUIRE(r.ranked.size() == 10);
+  CHECK(r.fitting > 100);
+  CHECK(r.evaluated == plan_search_size(req, 8));
+  for (std::size_t i = 0; i < r.ranked.size(); ++i) {
+    const auto& c = r.ranked[i].config;
+    CHECK(violations(c).empty());
+    CHECK(r.ranked[i].memory.device_peak() <= (1 - req.headroom) * r.ranked[i].memory.capacity);
+    if (i > 0) CHECK(r.ranked[i].throughput.tokens_per_s <= r.ranked[i - 1].throughput.tokens_per_s);
+  }
+  // the library names no command-line flag in its errors
+  req.nodes = 0;
+  try {
+    (void)search_plans(m, catalog().gpu("b200"), &inst, req, 1);
+    FAIL("nodes 0 accepted");
+  } catch (const plan_error& e) {
+    CHECK(e.violation().field == "nodes");
+    CHECK(std::string(e.what()).find("--") == std::string::npos);
+  }
+}
+
+TEST_CASE("search_fleet: instances x node counts, picked by the objective", "[planner]") {
+  const model_spec m = preset("Llama-3.1-70B");
+  fleet_request fr;
+  fr.instances = {&catalog().instance("ml.p5en.48xlarge"), &catalog().instance("ml.p6-b200.48xlarge")};
+  fr.node_counts = auto_node_counts(4);
+  CHECK(fr.node_counts == std::vector<int>{1, 2, 4});
+  fr.search.formats = {compute_format::bf16};
+  fr.objective = fleet_objective::cost;
+  fr.tokens = 1e10;
+  const auto res = search_fleet(m, fr, [](const instance_spec& i) -> const gpu_spec& { return catalog().gpu(i.gpu); });
+  REQUIRE(res.rows.size() == 6);
+  REQUIRE(res.pick);
+  const auto& pick = res.rows[*res.pick];
+  for (const auto& r : res.rows) {
+    if (!r.best) continue;
+    CHECK(pick.usd_per_billion_tokens <= r.usd_per_billion_tokens);
+    CHECK(r.cost.usd == Approx(r.cost.instance_hours * r.price_per_hour).epsilon(1e-9));
+  }
+  fr.objective = fleet_objective::throughput;
+  const auto fast = search_fleet(m, fr, [](const instance_spec& i) -> const gpu_spec& { return catalog().gpu(i.gpu); });
+  for (const auto& r : fast.rows)
+    if (r.best) CHECK(fast.rows[*fast.pick].best->throughput.tokens_per_s >= r.best->throughput.tokens_per_s);
+  CHECK_THROWS_AS(auto_node_counts(0), plan_error);
+}
+
+// ---------------------------------------------------------------- issue 11's bugs, one test each
+
+TEST_CASE("bug: sweep wrote ac=none for selective-op and had no precision or tp column", "[planner][bugs]") {
+  const auto r = run_cli({"sweep", "Llama-3.1-8B", "--instance", "ml.p6-b200.48xlarge", "--precision", "fp8", "--tp", "2", "--ac",
+                          "selective-op", "--vary", "mbs=1,2"});
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  std::istringstream in(r.out);
+  std::string header, row;
+  std::getline(in, header);
+  std::getline(in, row);
+  CHECK_THAT(header, Catch::Contains(",precision,") && Catch::Contains(",tp,") && Catch::Contains(",dp,") &&
+                         Catch::Contains(",global_batch_tokens,"));
+  CHECK_THAT(row, Catch::Contains(",selective-op,") && Catch::Contains(",fp8,"));
+  // sweep can vary precision, tp, cp, ep and instance too
+  const auto v = run_cli({"sweep", "Llama-3.1-8B", "--vary", "precision=bf16,fp8", "--vary", "tp=1,2", "--vary",
+                          "instance=ml.p5en.48xlarge,ml.p6-b200.48xlarge", "--format", "json"});
+  INFO(v.err);
+  REQUIRE(v.code == 0);
+  const auto pts = nlohmann::json::parse(v.out)["points"];
+  REQUIRE(pts.size() == 8);
+  CHECK(pts[0]["instance"] == "ml.p5en.48xlarge");
+  CHECK(pts[7]["instance"] == "ml.p6-b200.48xlarge");
+  CHECK(pts[7]["precision"] == "fp8");
+  CHECK(pts[7]["tp"] == 2);
+}
+
+TEST_CASE("bug: report --ac selective-op failed as 'full and selective checkpointing are exclusive'", "[planner][bugs]") {
+  const std::string html = out_dir() + "/sel.html";
+  const auto r = run_cli({"report", "Llama-3.1-8B", "--instance", "ml.p6-b200.48xlarge", "--ac", "selective-op", "--sweep-max-mbs",
+                          "2", "-o", html});
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  CHECK_THAT(slurp(html), Catch::Contains("--ac selective-op"));
+}
+
+TEST_CASE("bug: the report's reproduce line dropped precision, tp, cp, ep, bf16 layers and shard group", "[planner][bugs]") {
+  const std::string html = out_dir() + "/repro.html";
+  const auto r = run_cli({"report", "Llama-3.1-8B", "--instance", "ml.p6-b200.48xlarge", "--nodes", "2", "--precision", "fp8",
+                          "--tp", "2", "--cp", "2", "--bf16-layers", "last:2", "--sharding", "hybrid", "--shard-group", "4",
+                          "--sweep-max-mbs", "2", "-o", html});
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  CHECK_THAT(slurp(html), Catch::Contains("--precision fp8") && Catch::Contains("--tp 2") && Catch::Contains("--cp 2") &&
+                              Catch::Contains("--ep 1") && Catch::Contains("--bf16-layers last:2") &&
+                              Catch::Contains("--shard-group 4") && Catch::Contains("--nodes 2"));
+}
+
+TEST_CASE("bug: recommend tables showed no precision, TP, data-parallel degree or global batch", "[planner][bugs]") {
+  const auto t = run_cli({"recommend", "Llama-3.1-70B", "--instance", "ml.p6-b200.48xlarge", "--top", "8"});
+  INFO(t.err);
+  REQUIRE(t.code == 0);
+  CHECK_THAT(t.out, Catch::Contains("precision") && Catch::Contains(" DP ") && Catch::Contains("GBS tok"));
+  const auto md = run_cli({"recommend", "Llama-3.1-70B", "--instance", "ml.p6-b200.48xlarge", "--top", "8", "--format", "markdown"});
+  REQUIRE(md.code == 0);
+  CHECK_THAT(md.out, Catch::Contains("| precision |") && Catch::Contains("| DP |") && Catch::Contains("| GBS tok |"));
+  // two plans that differ only in TP show a TP column
+  const auto j = run_cli({"recommend", "Llama-3.1-70B", "--instance", "ml.p6-b200.48xlarge", "--top", "8", "--format", "json"});
+  std::set<int> tps;
+  for (const auto& p : nlohmann::json::parse(j.out)["plans"]) tps.insert(p["config"]["tp"].get<int>());
+  if (tps.size() > 1) CHECK_THAT(t.out, Catch::Contains(" TP "));
+  // the report's micro-batch chart names the precision it was drawn at
+  const std::string html = out_dir() + "/chart.html";
+  REQUIRE(run_cli({"report", "Llama-3.1-8B", "--instance", "ml.p6-b200.48xlarge", "--sweep-max-mbs", "2", "-o", html}).code == 0);
+  CHECK_THAT(slurp(html), Catch::Contains("setting as the plan above (precision bf16") && Catch::Contains("<th>precision</th>"));
+}
+
+TEST_CASE("bug: check's best plan was searched over bf16 only (MFU above the 'best')", "[planner][bugs]") {
+  const std::string file = out_dir() + "/emitted.json";
+  REQUIRE(run_cli({"recommend", "Llama-3.1-8B", "--instance", "ml.p6-b200.48xlarge", "--numerics", "aggressive", "--emit", "plan",
+                   "-o", file})
+              .code == 0);
+  const auto c = run_cli({"check", "--format", "json", file});
+  INFO(c.out);
+  REQUIRE(c.code == 0);
+  const auto p = nlohmann::json::parse(c.out)["plans"][0];
+  REQUIRE(p.contains("best_plan"));
+  CHECK(p["best_plan"]["throughput"]["mfu"].get<double>() >= p["estimate"]["throughput"]["mfu"].get<double>() * (1 - 1e-9));
+}
+
+TEST_CASE("bug: recommend --top 1 said 'the only configuration that fits' while many fit", "[planner][bugs]") {
+  const auto r = run_cli({"recommend", "Llama-3.1-8B", "--top", "1"});
+  REQUIRE(r.code == 0);
+  CHECK_THAT(r.out, !Catch::Contains("the only configuration that fits") && Catch::Contains("runner-up"));
+}
+
+TEST_CASE("bug: an instance added with --hardware whose id lacks 'ml.' could not be selected", "[planner][bugs]") {
+  const std::string hw = out_dir() + "/ev.json";
+  std::ofstream(hw) << R"({"instances": [{"id": "ev.x", "gpu": "h100", "gpus_per_node": 8, "efa_gbit_per_s": 3200,
+                          "price_per_hour_usd": 1}]})";
+  const auto r = run_cli({"--hardware", hw, "estimate", "Llama-3.2-1B", "--instance", "ev.x"});
+  INFO(r.err);
+  CHECK(r.code == 0);
+  CHECK_THAT(r.out, Catch::Contains("ev.x"));
+}
+
+TEST_CASE("bug: communication_by_parallelism_s left out expert-parallel traffic", "[planner][bugs]") {
+  const std::string moe = (fs::path(BWPLAN_SOURCE_DIR) / "tests" / "data" / "qwen3-30b-a3b.json").string();
+  const auto r = run_cli({"estimate", moe, "--instance", "ml.p6-b200.48xlarge", "--ep", "4", "--format", "json"});
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  const auto t = nlohmann::json::parse(r.out)["throughput"];
+  double sum = 0;
+  for (const auto& [k, v] : t["communication_by_parallelism_s"].items()) sum += v.get<double>();
+  CHECK(t["communication_by_parallelism_s"]["expert_parallel"].get<double>() > 0);
+  CHECK(sum == Approx(t["communication_s"].get<double>()).epsilon(1e-12));
+}
+
+TEST_CASE("bug: docs contradicted the code (ep, tp/cp, BWP009's fix, docs/ci.md's sample output)", "[planner][bugs]") {
+  const fs::path docs = fs::path(BWPLAN_SOURCE_DIR) / "docs";
+  CHECK_THAT(slurp((docs / "scaling.md").string()), !Catch::Contains("ep above 1 is an error"));
+  CHECK_THAT(slurp((docs / "models.md").string()), !Catch::Contains("not modelled: tensor") &&
+                                                        !Catch::Contains("tensor and context parallelism are not modelled"));
+  const auto r9 = find_rule("BWP009");
+  REQUIRE(r9 != nullptr);
+  CHECK(std::string(r9->summary).find("pipeline") != std::string::npos);
+  // docs/ci.md's sample output is what `bwplan check` prints for the bundled example
+  const std::string ci = slurp((docs / "ci.md").string());
+  const auto r = run_cli({"check", (fs::path(BWPLAN_SOURCE_DIR) / "configs" / "examples" / "llama-3.1-8b-p6-b200.json").string()});
+  std::istringstream lines(r.out);
+  std::string line;
+  while (std::getline(lines, line)) {
+    const auto cut = line.find("configs/examples/");  // the sample shows the path relative to the repository
+    const std::string shown = cut == std::string::npos ? line : line.substr(cut);
+    INFO(shown);
+    CHECK(ci.find(shown) != std::string::npos);
+  }
+}
