@@ -270,6 +270,8 @@ class RefusalTest(unittest.TestCase):
         self.assertEqual(self.ids(pp=2), {"T-pp"})
         self.assertEqual(self.ids(ep=2), {"T-ep"})
         self.assertEqual(self.ids(precision="nvfp4", tp=2), {"T-nvfp4-tp"})
+        self.assertEqual(self.ids(precision="nvfp4", sharding="none", gpus=1), {"T-nvfp4-autocast"})
+        self.assertEqual(self.ids(precision="nvfp4", sharding="none", gpus=1, master_weights="bf16"), set())
         self.assertEqual(self.ids(sharding="none", tp=2), {"T-ddp-tp"})
         self.assertEqual(self.ids(sharding="none", tp=2, gpus=2), set())
         self.assertEqual(self.ids(loss="chunked", tp=2), {"T-chunked-tp"})
