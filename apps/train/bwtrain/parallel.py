@@ -100,15 +100,18 @@ def apply_tp(hf: nn.Module, tp_mesh, float8_tensorwise: bool) -> None:
         "model.norm": SequenceParallel(),
         "lm_head": ColwiseParallel(input_layouts=Shard(1), output_layouts=Shard(-1), use_local_output=False),
     })
-    if float8_tensorwise:
-        from torchao.float8.float8_tensor_parallel import (
-            Float8ColwiseParallel as colwise,
-            Float8RowwiseParallel as rowwise,
-            PrepareFloat8ModuleInput as prepare_input,
-        )
-    else:
-        colwise, rowwise, prepare_input = ColwiseParallel, RowwiseParallel, PrepareModuleInput
     for block in hf.model.layers:
+        # torchao's float8 styles need Float8Linear modules (float8_tensor_parallel.py asserts it):
+        # blocks kept bf16 (bf16_layers) use the plain styles.
+        if float8_tensorwise and all(type(m).__name__ == "Float8Linear" for n, m in block.named_modules()
+                                     if n.endswith(("_proj",)) and isinstance(m, nn.Linear)):
+            from torchao.float8.float8_tensor_parallel import (
+                Float8ColwiseParallel as colwise,
+                Float8RowwiseParallel as rowwise,
+                PrepareFloat8ModuleInput as prepare_input,
+            )
+        else:
+            colwise, rowwise, prepare_input = ColwiseParallel, RowwiseParallel, PrepareModuleInput
         plan = {
             "input_layernorm": SequenceParallel(),
             "self_attn": prepare_input(input_kwarg_layouts={"hidden_states": Shard(1)},
