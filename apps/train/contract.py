@@ -11,7 +11,7 @@ test comparing the plan field by field)::
     python3 apps/train/contract.py --hyperparameters hp.json      # plan JSON on stdout
     python3 apps/train/contract.py -- --model Llama-3.2-1B --gpus 8 ...
 
-How values arrive (``/work/shared/reference/sagemaker-run.md`` section 2.1, from the
+How values arrive (``shared/reference/sagemaker-run.md`` section 2.1, from the
 sagemaker-training-toolkit ``mapping.py`` and the SDK v3 ``torchrun_driver.py``):
 
 * argv ``--key value`` pairs, every value a string; booleans ``True``/``False`` (SDK v2 toolkit)

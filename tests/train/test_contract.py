@@ -118,6 +118,15 @@ class ContractFileTest(unittest.TestCase):
                 open(os.path.join(ROOT, "apps", "train", "training-contract.json"), "rb") as b:
             self.assertEqual(a.read(), b.read(), "copy configs/training-contract.json to apps/train/")
 
+    def test_documented(self):
+        """docs/training-contract.md names every field, rule and refusal of the contract."""
+        with open(os.path.join(ROOT, "docs", "training-contract.md"), encoding="utf-8") as f:
+            doc = f.read()
+        for f_ in CONTRACT["fields"]:
+            self.assertIn(f"| `{f_['key']}` |", doc, f_["key"])
+        for r in CONTRACT["rules"] + CONTRACT["trainer_refusals"]:
+            self.assertIn(r["id"], doc, r["id"])
+
     def test_presets_match_the_bundled_model_configs(self):
         names = {os.path.splitext(n)[0] for n in os.listdir(os.path.join(ROOT, "configs", "models"))}
         self.assertTrue(set(CONTRACT["presets"]) <= names | {"llama-3.2-1b"})

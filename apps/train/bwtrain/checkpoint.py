@@ -2,7 +2,7 @@
 
 SageMaker syncs CheckpointConfig.LocalPath (default /opt/ml/checkpoints) to S3 during training
 and restores it on every instance of a new job with the same S3 URI
-(/work/shared/reference/sagemaker-run.md section 2.5), so every rank sees the same directory:
+(shared/reference/sagemaker-run.md section 2.5), so every rank sees the same directory:
 each rank writes its shards, DCP's coordinator (rank 0) the metadata.
 
 Layout: ``<dir>/step-00000120/`` (a DCP checkpoint of {"model", "optim", "train"} from

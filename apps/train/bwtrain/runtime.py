@@ -1,7 +1,7 @@
 """Facts about the process and the SageMaker job that need no torch.
 
 * torchrun's environment (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE: set by torchrun itself,
-  /work/shared/reference/sagemaker-run.md section 2.3);
+  shared/reference/sagemaker-run.md section 2.3);
 * the reserved-capacity deadline ``SAGEMAKER_CURRENT_CAPACITY_BLOCK_EXPIRATION_TIMESTAMP``
   (section 3: training plans terminate instances 30 minutes before the reservation ends);
 * GPU catalog ids and their dense bf16 peak (configs/hardware/catalog.json) for the MFU figure;
