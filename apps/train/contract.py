@@ -489,6 +489,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     import argparse
 
     ap = argparse.ArgumentParser(
+        allow_abbrev=False,
         description="Parse SageMaker hyperparameters against the bwplan training contract and print the plan as JSON.",
         epilog="Hyperparameters after '--' are read as --name value pairs, as SageMaker passes them.")
     ap.add_argument("--hyperparameters", metavar="FILE", help="JSON object of hyperparameters (default: /opt/ml/input/config/hyperparameters.json, or the pairs after --)")

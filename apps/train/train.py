@@ -31,6 +31,7 @@ from bwtrain import runtime  # noqa: E402
 
 def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(
+        allow_abbrev=False,
         prog="train.py", description="bwplan reference trainer: trains one plan given as SageMaker hyperparameters.",
         epilog="Any other --name value pair is a hyperparameter of the training contract (configs/training-contract.json).")
     ap.add_argument("--hyperparameters", metavar="FILE", help="JSON object of hyperparameters (default: the --name value pairs, "

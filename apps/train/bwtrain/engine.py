@@ -76,9 +76,12 @@ class Session:
             self.meshes[key] = parallel.build_mesh(lay)
         return self.meshes[key]
 
-    def close(self) -> None:
+    def close(self, ok: bool = True) -> None:
+        """Tear down the process group; after a failure without the barrier, which the other
+        ranks may never reach (torchrun then stops the job)."""
         if dist.is_initialized():
-            dist.barrier()
+            if ok:
+                dist.barrier()
             dist.destroy_process_group()
 
 
@@ -325,16 +328,20 @@ def run_plan(plan: Dict[str, Any], contract: Dict[str, Any], s: Session, probe: 
 
 def run(plan: Dict[str, Any], contract: Dict[str, Any], opts) -> Dict[str, Any]:
     s = Session(opts)
+    ok = False
     try:
-        return run_plan(plan, contract, s)
+        rec = run_plan(plan, contract, s)
+        ok = True
+        return rec
     finally:
-        s.close()
+        s.close(ok)
 
 
 def probe(plans: List[Dict[str, Any]], contract: Dict[str, Any], opts) -> List[Dict[str, Any]]:
     """Run each plan for measure_warmup + measure_steps steps, one record each, in order."""
     s = Session(opts)
     out = []
+    ok = False
     try:
         for i, plan in enumerate(plans):
             rec = run_plan(plan, contract, s, probe=True)
@@ -346,6 +353,7 @@ def probe(plans: List[Dict[str, Any]], contract: Dict[str, Any], opts) -> List[D
                 tps_txt = f" tok/s={tps:.0f}" if tps else ""
                 print(f"probe {i + 1}/{len(plans)} {plan['model']} {status}{peak_txt}{tps_txt} {rec.get('error', '')}", flush=True)
             out.append(rec)
+        ok = True
     finally:
-        s.close()
+        s.close(ok)
     return out

@@ -108,7 +108,8 @@ def env_record(device: torch.device) -> Dict[str, Any]:
 class RecordWriter:
     def __init__(self, output_dir: str, enabled: bool):
         self.path = os.path.join(output_dir, "measurements.jsonl")
-        self.enabled = enabled and (not dist.is_initialized() or dist.get_rank() == 0)
+        # RANK from torchrun: a refusal can come before the process group exists
+        self.enabled = enabled and int(os.environ.get("RANK", "0")) == 0
         if self.enabled:
             os.makedirs(output_dir, exist_ok=True)
 

@@ -23,7 +23,7 @@ import hashlib
 import json
 import math
 import os
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List
 
 import torch
 import torch.distributed as dist
