@@ -1,0 +1,106 @@
+"""Facts about the process and the SageMaker job that need no torch.
+
+* torchrun's environment (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE: set by torchrun itself,
+  shared/reference/sagemaker-run.md section 2.3);
+* the reserved-capacity deadline ``SAGEMAKER_CURRENT_CAPACITY_BLOCK_EXPIRATION_TIMESTAMP``
+  (section 3: training plans terminate instances 30 minutes before the reservation ends);
+* GPU catalog ids and their dense bf16 peak (configs/hardware/catalog.json) for the MFU figure;
+* installed library versions (importlib.metadata, so torch need not be imported).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from importlib import metadata
+from typing import Dict, Optional
+
+# Dense bf16 TFLOP/s per GPU, copied from configs/hardware/catalog.json (dense_tflop_per_s.bf16).
+PEAK_BF16_TFLOPS = {"h100": 989.0, "h200": 989.0, "b200": 2250.0, "b300": 2250.0, "gb200": 2500.0, "gb300": 2500.0}
+
+# Training plans start terminating instances this long before the reservation's end
+# (https://docs.aws.amazon.com/sagemaker/latest/dg/training-plan-utilization-for-training-jobs.html).
+RECLAIM_LEAD_S = 30 * 60
+
+LIBRARIES = ("torch", "transformers", "torchao", "accelerate", "peft", "numpy")
+
+
+def env_int(name: str, default: int) -> int:
+    v = os.environ.get(name)
+    return int(v) if v not in (None, "") else default
+
+
+def rank() -> int:
+    return env_int("RANK", 0)
+
+
+def world_size() -> int:
+    return env_int("WORLD_SIZE", 1)
+
+
+def local_rank() -> int:
+    return env_int("LOCAL_RANK", 0)
+
+
+def local_world_size() -> int:
+    return env_int("LOCAL_WORLD_SIZE", world_size())
+
+
+def capacity_deadline(environ: Optional[Dict[str, str]] = None) -> Optional[float]:
+    """Epoch seconds at which the capacity block (training plan) ends, or None when the job does
+    not run on reserved capacity. The AWS example treats the default '0' as unset; verl parses
+    the value as integer epoch seconds; milliseconds (> 1e12) are accepted defensively."""
+    env = os.environ if environ is None else environ
+    raw = env.get("SAGEMAKER_CURRENT_CAPACITY_BLOCK_EXPIRATION_TIMESTAMP", "").strip()
+    if not raw:
+        return None
+    try:
+        v = float(raw)
+    except ValueError:
+        return None
+    if v <= 0:
+        return None
+    if v > 1e12:
+        v /= 1000.0
+    return v
+
+
+def must_stop_for_capacity(deadline: Optional[float], step_s: float, checkpoint_s: float,
+                           margin_s: float = 60.0, now: Optional[float] = None) -> bool:
+    """True when another step plus a checkpoint would run into the reclaim window:
+    ``deadline - 30 min - now < step_s + checkpoint_s + margin_s``."""
+    if deadline is None:
+        return False
+    now = time.time() if now is None else now
+    return deadline - RECLAIM_LEAD_S - now < step_s + checkpoint_s + margin_s
+
+
+def gpu_id_of(device_name: str) -> Optional[str]:
+    """Catalog id of a CUDA device name ('NVIDIA H200' -> 'h200', 'NVIDIA GB200' -> 'gb200')."""
+    up = device_name.upper()
+    for gid in sorted(PEAK_BF16_TFLOPS, key=len, reverse=True):
+        if re.search(rf"(?<![A-Z0-9]){gid.upper()}(?![0-9])", up):
+            return gid
+    return None
+
+
+def gpu_matches(plan_gpu: Optional[str], device_name: str) -> bool:
+    return plan_gpu is None or gpu_id_of(device_name) == plan_gpu
+
+
+def versions() -> Dict[str, Optional[str]]:
+    out: Dict[str, Optional[str]] = {}
+    for lib in LIBRARIES:
+        try:
+            out[lib] = metadata.version(lib)
+        except metadata.PackageNotFoundError:
+            out[lib] = None
+    return out
+
+
+def sagemaker_env() -> Dict[str, str]:
+    """The SageMaker facts worth recording with a measurement."""
+    keys = ("TRAINING_JOB_NAME", "SM_CURRENT_INSTANCE_TYPE", "SM_CURRENT_HOST", "SM_HOSTS", "SM_NUM_GPUS",
+            "SAGEMAKER_CURRENT_CAPACITY_BLOCK_EXPIRATION_TIMESTAMP", "SM_DLC_TORCH_VERSION")
+    return {k: os.environ[k] for k in keys if k in os.environ}

@@ -1,0 +1,126 @@
+#!/usr/bin/env python3
+"""bwplan reference trainer: runs exactly the plan the planner made, on maintained libraries.
+
+SageMaker script mode starts it under torchrun with the job's hyperparameters as ``--name value``
+pairs (docs/training-contract.md); it can also read them from a file::
+
+    torchrun --nproc_per_node 8 train.py --model meta-llama/Llama-3.1-8B --gpus 8 --contract_version 1 ...
+    python3 train.py --dry-run --hyperparameters hp.json     # resolved plan + library calls, no torch
+    torchrun --nproc_per_node 1 train.py --probe probe-plans.json   # one measurement record per plan
+
+Trainer options (not hyperparameters) are listed by ``--help``; everything else on the command line
+is a hyperparameter checked against the training contract (contract.py). torch, transformers and
+torchao are imported only when training runs, so ``--help`` and ``--dry-run`` work without them.
+Exit status: 0 done, 2 bad hyperparameters or a plan the trainer refuses (one line naming the field).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+import contract as C  # noqa: E402
+from bwtrain import calls as calls_mod  # noqa: E402
+from bwtrain import runtime  # noqa: E402
+
+
+def parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(
+        allow_abbrev=False,
+        prog="train.py", description="bwplan reference trainer: trains one plan given as SageMaker hyperparameters.",
+        epilog="Any other --name value pair is a hyperparameter of the training contract (configs/training-contract.json).")
+    ap.add_argument("--hyperparameters", metavar="FILE", help="JSON object of hyperparameters (default: the --name value pairs, "
+                    "else /opt/ml/input/config/hyperparameters.json)")
+    ap.add_argument("--contract", metavar="FILE", help="training-contract.json (default: next to train.py)")
+    ap.add_argument("--output-dir", default=os.environ.get("SM_OUTPUT_DATA_DIR", "/opt/ml/output/data"),
+                    help="where measurements.jsonl goes (default: $SM_OUTPUT_DATA_DIR or /opt/ml/output/data)")
+    ap.add_argument("--dry-run", action="store_true", help="print the resolved plan, its layout, refusals and the library calls; no torch")
+    ap.add_argument("--probe", metavar="FILE", help="JSON list of plans (plan-file keys); run each for a few steps, one record each")
+    ap.add_argument("--allow-gpu-mismatch", action="store_true", help="run although the GPU is not the plan's gpu")
+    return ap
+
+
+def read_plan(a, rest, contract):
+    rc = C.read_resource_config()
+    if a.hyperparameters:
+        hps = C.read_hyperparameters_file(a.hyperparameters)
+    elif rest:
+        hps = C.argv_pairs(rest)
+    elif os.path.isfile(C.HYPERPARAMETERS_FILE):
+        hps = C.read_hyperparameters_file(C.HYPERPARAMETERS_FILE)
+    else:
+        raise C.ContractError("no hyperparameters: pass --name value pairs or --hyperparameters FILE")
+    return C.parse_hyperparameters(hps, contract, rc)
+
+
+def read_probe(path: str, contract):
+    """Probe plans: plan-file style dicts; gpus defaults to WORLD_SIZE, data to synthetic,
+    checkpointing off, max_steps to the measured window."""
+    with open(path, encoding="utf-8") as f:
+        raw = json.load(f)
+    items = raw.get("plans", raw) if isinstance(raw, dict) else raw
+    plans = []
+    for i, d in enumerate(items):
+        d = dict(d)
+        d.setdefault("gpus", runtime.world_size())
+        d.setdefault("data", "synthetic")
+        d.setdefault("model_init", "random")
+        d.setdefault("checkpoint_dir", "none")
+        d.setdefault("max_steps", d.get("measure_warmup", 2) + d.get("measure_steps", 3))
+        try:
+            plans.append(C.plan_from_dict(d, contract))
+        except C.ContractError as e:
+            raise C.ContractError(f"probe plan {i + 1}: {e}") from None
+    return plans
+
+
+def refuse_static(plan, contract) -> None:
+    for rid, field, reason in C.static_refusals(plan, contract):
+        raise C.ContractError(f"refused: {field}={plan[field]} ({rid}): {reason}")
+
+
+def main(argv=None) -> int:
+    a, rest = parser().parse_known_args(argv)
+    try:
+        contract = C.load_contract(a.contract)
+        if a.probe:
+            plans = read_probe(a.probe, contract)
+        else:
+            plans = [read_plan(a, rest, contract)]
+        if a.dry_run:
+            for plan in plans:
+                refusals = C.static_refusals(plan, contract)
+                print(json.dumps({"plan": plan, "layout": C.layout(plan, runtime.local_world_size()),
+                                  "refusals": [{"id": r, "field": f, "reason": why} for r, f, why in refusals],
+                                  "calls": calls_mod.describe(plan, runtime.local_world_size())}, indent=2))
+            if not a.probe and C.static_refusals(plans[0], contract):
+                refuse_static(plans[0], contract)
+            return 0
+        if not a.probe:
+            refuse_static(plans[0], contract)
+    except C.ContractError as e:
+        print(f"train.py: error: {e}", file=sys.stderr)
+        return 2
+
+    from bwtrain import engine  # torch from here on
+    from bwtrain.model import Refusal
+
+    a.script_dir = HERE
+    try:
+        if a.probe:
+            engine.probe(plans, contract, a)
+        else:
+            engine.run(plans[0], contract, a)
+    except Refusal as e:
+        print(f"train.py: error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,159 @@
+"""The trainer without a GPU: --help and --dry-run run with torch, transformers and torchao made
+unimportable; static refusals exit 2 with one line naming the field; torch-free helpers."""
+
+import ast
+import glob
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
+TRAIN = os.path.join(ROOT, "apps", "train", "train.py")
+sys.path.insert(0, os.path.join(ROOT, "apps", "train"))
+sys.path.insert(0, HERE)
+
+from bwtrain import runtime  # noqa: E402
+
+import test_contract  # noqa: E402
+
+HEAVY = ("torch", "transformers", "torchao", "numpy", "accelerate", "peft")
+
+
+def read(path):
+    with open(path, encoding="utf-8") as f:
+        return f.read()
+
+
+def run_trainer(args, env_extra=None):
+    """train.py in a subprocess where importing any heavy library raises ImportError."""
+    with tempfile.TemporaryDirectory() as d:
+        for lib in HEAVY:
+            os.makedirs(os.path.join(d, lib))
+            with open(os.path.join(d, lib, "__init__.py"), "w") as f:
+                f.write(f"raise ImportError('{lib} must not be imported here')\n")
+        env = dict(os.environ, PYTHONPATH=d, **(env_extra or {}))
+        return subprocess.run([sys.executable, TRAIN] + args, capture_output=True, text=True, env=env, cwd=d)
+
+
+class TorchFreeTest(unittest.TestCase):
+    def test_help(self):
+        r = run_trainer(["--help"])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("--dry-run", r.stdout)
+
+    def test_module_level_imports_are_light(self):
+        light = [os.path.join(ROOT, "apps", "train", p) for p in
+                 ("train.py", "contract.py", "bwtrain/__init__.py", "bwtrain/runtime.py", "bwtrain/calls.py")]
+        for path in light:
+            tree = ast.parse(read(path))
+            for node in tree.body:  # module level only; lazy imports inside functions are the point
+                mods = []
+                if isinstance(node, ast.Import):
+                    mods = [a.name for a in node.names]
+                elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                    mods = [node.module]
+                for m in mods:
+                    self.assertNotIn(m.split(".")[0], HEAVY, f"{path} imports {m} at module level")
+
+    def test_dry_run_over_the_grid(self):
+        C = test_contract.C
+        contract = test_contract.CONTRACT
+        n_ok = n_refused = 0
+        for i, spec in enumerate(test_contract.grid()):
+            if i % 17:  # a spread-out sample keeps the subprocess count small
+                continue
+            plan = C.plan_from_dict(spec, contract)
+            hps = C.plan_to_hyperparameters(plan, "v2" if i % 2 else "v3", contract)
+            r = run_trainer(["--dry-run"] + C.hyperparameters_to_argv(hps))
+            refusals = C.static_refusals(plan, contract)
+            if refusals:
+                self.assertEqual(r.returncode, 2, r.stderr)
+                err = r.stderr.strip().splitlines()
+                self.assertEqual(len(err), 1, r.stderr)
+                self.assertIn(f"{refusals[0][1]}=", err[0])
+                n_refused += 1
+            else:
+                self.assertEqual(r.returncode, 0, r.stderr)
+                n_ok += 1
+            out = json.loads(r.stdout)
+            for k, v in plan.items():
+                if k not in ("instance", "nodes"):
+                    self.assertEqual(out["plan"][k], v, k)
+            self.assertTrue(out["calls"])
+            if plan["sharding"] != "none":
+                self.assertTrue(any("fully_shard" in c for c in out["calls"]))
+            if plan["cp"] > 1:
+                self.assertTrue(any("context_parallel" in c for c in out["calls"]))
+        self.assertGreater(n_ok, 10)
+        self.assertGreater(n_refused, 3)
+
+    def test_dry_run_from_file_and_bad_value(self):
+        with tempfile.TemporaryDirectory() as d:
+            p = os.path.join(d, "hp.json")
+            with open(p, "w") as f:
+                json.dump({"contract_version": "1", "model": '"Llama-3.2-1B"', "gpus": "8", "activation_checkpointing": '"every-2"',
+                           "sagemaker_program": '"train.py"'}, f)
+            r = run_trainer(["--dry-run", "--hyperparameters", p])
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertEqual(json.loads(r.stdout)["plan"]["activation_checkpointing"], "every-2")
+        r = run_trainer(["--dry-run", "--model", "m", "--gpus", "8", "--contract_version", "1", "--precision", "int4"])
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("'precision'", r.stderr)
+
+    def test_probe_dry_run(self):
+        with tempfile.TemporaryDirectory() as d:
+            p = os.path.join(d, "probe.json")
+            with open(p, "w") as f:
+                json.dump([{"model": "Llama-3.2-1B", "micro_batch_size": 4, "seq_len": 4096, "sharding": "full"},
+                           {"model": "Llama-3.2-1B", "micro_batch_size": 4, "seq_len": 4096, "activation_checkpointing": "full",
+                            "master_weights": "bf16"}], f)
+            r = run_trainer(["--dry-run", "--probe", p])
+            self.assertEqual(r.returncode, 0, r.stderr)
+            plans = [json.loads(x) for x in r.stdout.replace("}\n{", "}\x00{").split("\x00")]
+            self.assertEqual(len(plans), 2)
+            self.assertEqual(plans[0]["plan"]["data"], "synthetic")
+            self.assertEqual(plans[0]["plan"]["checkpoint_dir"], "none")
+            self.assertEqual(plans[0]["plan"]["max_steps"], 5)
+            self.assertEqual(plans[0]["plan"]["model_init"], "random")
+
+
+class RuntimeTest(unittest.TestCase):
+    def test_capacity_deadline(self):
+        key = "SAGEMAKER_CURRENT_CAPACITY_BLOCK_EXPIRATION_TIMESTAMP"
+        self.assertIsNone(runtime.capacity_deadline({}))
+        self.assertIsNone(runtime.capacity_deadline({key: "0"}))
+        self.assertIsNone(runtime.capacity_deadline({key: "soon"}))
+        self.assertEqual(runtime.capacity_deadline({key: "1900000000"}), 1900000000.0)
+        self.assertEqual(runtime.capacity_deadline({key: "1900000000000"}), 1900000000.0)
+        deadline = 1_000_000.0
+        # 30 min reclaim lead: at deadline - 30 min - 10 min there is room for a 60 s step + 120 s checkpoint
+        self.assertFalse(runtime.must_stop_for_capacity(deadline, 60, 120, now=deadline - 40 * 60))
+        self.assertTrue(runtime.must_stop_for_capacity(deadline, 60, 120, now=deadline - 32 * 60))
+        self.assertFalse(runtime.must_stop_for_capacity(None, 60, 120))
+
+    def test_gpu_ids(self):
+        self.assertEqual(runtime.gpu_id_of("NVIDIA H200"), "h200")
+        self.assertEqual(runtime.gpu_id_of("NVIDIA H100 80GB HBM3"), "h100")
+        self.assertEqual(runtime.gpu_id_of("NVIDIA B200"), "b200")
+        self.assertEqual(runtime.gpu_id_of("NVIDIA GB200"), "gb200")
+        self.assertIsNone(runtime.gpu_id_of("NVIDIA A100-SXM4-80GB"))
+        self.assertTrue(runtime.gpu_matches("h200", "NVIDIA H200"))
+        self.assertFalse(runtime.gpu_matches("b200", "NVIDIA GB200"))
+
+    def test_peaks_match_the_catalog(self):
+        with open(os.path.join(ROOT, "configs", "hardware", "catalog.json"), encoding="utf-8") as f:
+            cat = json.load(f)
+        for g in cat["gpus"]:
+            self.assertEqual(runtime.PEAK_BF16_TFLOPS[g["id"]], g["dense_tflop_per_s"]["bf16"], g["id"])
+
+    def test_all_trainer_sources_parse(self):
+        for p in glob.glob(os.path.join(ROOT, "apps", "train", "**", "*.py"), recursive=True):
+            ast.parse(read(p), p)
+
+
+if __name__ == "__main__":
+    unittest.main()
