@@ -3,6 +3,7 @@
 #include "sweep.hpp"
 #include "test_util.hpp"
 
+#include <bwplan/check.hpp>
 #include <bwplan/planner.hpp>
 
 #include <catch2/catch.hpp>

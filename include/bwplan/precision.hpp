@@ -176,6 +176,8 @@ struct bf16_blocks {
   std::int64_t last = 0;   ///< trailing blocks kept bf16
   double fraction = -1;    ///< if ≥ 0: keep ceil(fraction · L) trailing blocks instead of `last`
 
+  [[nodiscard]] constexpr bool operator==(const bf16_blocks&) const noexcept = default;
+
   /// Trailing blocks kept bf16 for a model of `layers` blocks.
   [[nodiscard]] std::int64_t last_for(std::int64_t layers) const noexcept {
     if (fraction < 0) return last;

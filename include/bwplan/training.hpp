@@ -124,6 +124,8 @@ struct training_config {
   int cp = 1;           ///< context-parallel degree (ring attention over the sequence)
   int pp = 1;           ///< pipeline-parallel degree (not modelled by this release: a plan with pp > 1 is refused)
 
+  [[nodiscard]] bool operator==(const training_config&) const = default;
+
   /// Data-parallel replicas × context-parallel ranks: the FSDP mesh, world_size / tp.
   [[nodiscard]] constexpr int fsdp_mesh() const noexcept { return tp > 0 ? world_size / tp : world_size; }
   /// Data-parallel degree: world_size / (tp · cp) (sequences processed side by side).
