@@ -75,7 +75,7 @@ void require_support(const hardware_catalog& cat, const gpu_spec& gpu, compute_f
   std::string ok;
   for (const auto& g : cat.gpus())
     if (supports(g, f)) ok += (ok.empty() ? "" : ", ") + g.id;
-  const char* why = info(f).blackwell_only ? "needs Blackwell tensor cores" : "needs Hopper or newer tensor cores";
+  const char* why = info(f).blackwell_only ? "needs Blackwell tensor cores" : "needs FP8 tensor cores (Ada, Hopper or Blackwell)";
   throw invalid_request(fmt::format("--precision {} is not supported on {} ({}): {}; GPUs that support it: {}", to_string(f),
                                     gpu.id, gpu.architecture, why, ok.empty() ? "none in the catalog" : ok));
 }

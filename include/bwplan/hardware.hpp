@@ -20,11 +20,15 @@ namespace bwplan {
 struct gpu_spec {
   std::string id;                   ///< catalog id, e.g. "h200"
   std::string name;                 ///< marketing name
-  std::string architecture;         ///< "hopper" or "blackwell"
+  std::string architecture;         ///< "ampere", "ada", "hopper" or "blackwell"
   bytes hbm_total;                  ///< nvidia-smi `memory.total`
   bytes driver_reserved;            ///< part of the total the driver keeps (total − what CUDA reports)
-  byte_rate hbm_bandwidth;          ///< HBM bandwidth
-  byte_rate nvlink_per_direction;   ///< NVLink bandwidth per GPU, one direction
+  byte_rate hbm_bandwidth;          ///< device-memory (HBM or GDDR) bandwidth
+  /// GPU-to-GPU bandwidth within a node, per GPU, one direction, over `interconnect`: the NVLink rate for
+  /// "nvlink" GPUs, the PCIe rate for "pcie" GPUs (no NVLink; peer traffic crosses PCIe).
+  byte_rate nvlink_per_direction;
+  std::string interconnect = "nvlink";  ///< GPU-to-GPU link within a node: "nvlink" or "pcie"
+  double power_limit_w = 0;         ///< default board power limit (TDP) in W; 0 when the catalog entry has none
   std::map<std::string, flop_rate, std::less<>> dense_flops;  ///< dense tensor-core rate per format ("bf16", "fp8", "fp4")
 
   /// Dense rate for `format`, or nullopt if the GPU has no tensor-core support for it.
@@ -35,16 +39,73 @@ struct gpu_spec {
   }
   /// Bytes a CUDA process can allocate: hbm_total − driver_reserved.
   [[nodiscard]] bytes cuda_capacity() const noexcept { return hbm_total - driver_reserved; }
+  /// Whether the GPUs of a node talk over NVLink (false: over PCIe).
+  [[nodiscard]] bool has_nvlink() const noexcept { return interconnect == "nvlink"; }
+  /// GPU-to-GPU bandwidth within a node, per direction (NVLink or PCIe, see `interconnect`).
+  [[nodiscard]] byte_rate peer_per_direction() const noexcept { return nvlink_per_direction; }
 };
 
+/// What kind of hourly price an instance_spec::price_per_hour() returns (instance_spec::price_kind()).
+enum class hourly_price_kind {
+  sagemaker_training_on_demand,  ///< AWS's SageMaker training on-demand rate for the ml.* type
+  ec2_on_demand,                 ///< EC2 on-demand rate of the matching EC2 type (no SageMaker price known)
+  ec2_capacity_block,            ///< EC2 Capacity Block rate (no on-demand SKU, no SageMaker price known)
+  other,                         ///< a price of another or unstated kind (a user file's own rate)
+};
+
+/// Parses a catalog `price_kind` ("ec2-on-demand", "ec2-capacity-block", "other"). SageMaker prices have
+/// their own field, so "sagemaker-training-on-demand" is not a value of `price_kind`.
+[[nodiscard]] inline std::optional<hourly_price_kind> parse_price_kind(std::string_view s) noexcept {
+  if (s == "ec2-on-demand") return hourly_price_kind::ec2_on_demand;
+  if (s == "ec2-capacity-block") return hourly_price_kind::ec2_capacity_block;
+  if (s == "other") return hourly_price_kind::other;
+  return std::nullopt;
+}
+
 /// One AWS instance type (SageMaker `ml.*` name).
+///
+/// Two prices: `price_per_hour_usd` is what the catalog calls the EC2 price (kind in `ec2_price_kind`,
+/// what it is in `price_note`), and `sagemaker_price_per_hour_usd` is SageMaker's training on-demand rate
+/// when AWS publishes one in the catalog's sources. Outputs should use price_per_hour() with price_label().
 struct instance_spec {
   std::string id;                ///< e.g. "ml.p6-b200.48xlarge"
   std::string gpu;               ///< gpu_spec id
   int gpus_per_node = 0;         ///< GPUs in one instance
   byte_rate efa_per_node;        ///< EFA bandwidth of the instance (per direction)
-  double price_per_hour_usd = 0; ///< on-demand price, USD per instance-hour
-  std::string price_note;        ///< which price this is (EC2 on-demand, region)
+  /// GPUs in one NVLink domain: 8 for an HGX node, 72 for a GB200/GB300 NVL72 UltraServer, 1 for a PCIe box
+  /// (0: not stated, treat the instance as the domain).
+  int nvlink_domain_gpus = 0;
+  bytes host_memory;             ///< host (CPU) memory of the instance; zero when not stated
+  double price_per_hour_usd = 0; ///< the EC2 (or other non-SageMaker) price, USD per instance-hour
+  std::string price_note;        ///< which price `price_per_hour_usd` is (kind, date, region)
+  hourly_price_kind ec2_price_kind = hourly_price_kind::other;  ///< kind of `price_per_hour_usd`
+  std::string price_region;      ///< region of `price_per_hour_usd` ("" when not stated)
+  std::optional<double> sagemaker_price_per_hour_usd;  ///< SageMaker training on-demand, USD per instance-hour
+  std::string sagemaker_price_region;  ///< region of the SageMaker price
+  std::string sagemaker_price_note;    ///< source and date of the SageMaker price
+
+  /// The price outputs should show: SageMaker training on-demand when known, else `price_per_hour_usd`.
+  [[nodiscard]] double price_per_hour() const noexcept {
+    return sagemaker_price_per_hour_usd ? *sagemaker_price_per_hour_usd : price_per_hour_usd;
+  }
+  /// The kind of price price_per_hour() returns.
+  [[nodiscard]] hourly_price_kind price_kind() const noexcept {
+    return sagemaker_price_per_hour_usd ? hourly_price_kind::sagemaker_training_on_demand : ec2_price_kind;
+  }
+  /// One line saying which price price_per_hour() is, for every output that shows it: "SageMaker training
+  /// on-demand, us-east-1" or "EC2 on-demand, us-east-1 (no SageMaker training price in the catalog)".
+  [[nodiscard]] std::string price_label() const {
+    if (sagemaker_price_per_hour_usd)
+      return "SageMaker training on-demand" + (sagemaker_price_region.empty() ? std::string() : ", " + sagemaker_price_region);
+    const std::string region = price_region.empty() ? std::string() : ", " + price_region;
+    const std::string no_sm = " (no SageMaker training price in the catalog)";
+    switch (ec2_price_kind) {
+      case hourly_price_kind::ec2_on_demand: return "EC2 on-demand" + region + no_sm;
+      case hourly_price_kind::ec2_capacity_block: return "EC2 Capacity Block" + region + no_sm;
+      default: break;
+    }
+    return (price_note.empty() ? std::string("price of unstated kind") : price_note) + no_sm;
+  }
 };
 
 /// Edit distance, used for "did you mean" suggestions.

@@ -128,9 +128,10 @@ struct format_traits {
   bool sac_saves_gemm_outputs = true;
 };
 
-/// Traits of format `f` on `gpu` (FP8 transposes depend on the architecture). @sa docs/precision.md
+/// Traits of format `f` on `gpu` (FP8 transposes depend on the architecture: Hopper and Ada FP8 GEMMs are
+/// TN-only, so they keep a transposed copy; Blackwell does not). @sa docs/precision.md
 [[nodiscard]] inline format_traits traits(compute_format f, const gpu_spec& gpu) noexcept {
-  const bool hopper = gpu.architecture == "hopper";
+  const bool hopper = gpu.architecture == "hopper" || gpu.architecture == "ada";
   format_traits t;
   switch (f) {
     case compute_format::bf16: break;
@@ -150,9 +151,10 @@ struct format_traits {
   return t;
 }
 
-/// Whether `gpu` runs format `f` on tensor cores: the catalog lists a rate under the format's key (FP8 needs
-/// Hopper or newer) and, for the block-scaled formats (MXFP8, NVFP4), the GPU is a Blackwell. Sources: TE docs
-/// (MXFP8/NVFP4 on SM10.x). @sa precisions()
+/// Whether `gpu` runs format `f` on tensor cores: FP8 needs FP8 tensor cores, i.e. an "fp8" rate in the
+/// catalog (Ada SM 8.9, Hopper, Blackwell; Ampere has none: TE "Ada and later (SM 8.9+)", torchao float8
+/// needs SM 8.9+); MXFP8 and NVFP4 need Blackwell (NVFP4 also an "fp4" rate). Sources: TE docs (MXFP8/NVFP4
+/// on SM10.x). @sa precisions()
 [[nodiscard]] inline bool supports(const gpu_spec& gpu, compute_format f) noexcept {
   const precision_info& p = info(f);
   if (!gpu.peak(p.catalog_key)) return false;

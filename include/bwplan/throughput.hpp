@@ -62,8 +62,9 @@ struct comm_group {
 /// link's bandwidth is scaled by the message-size efficiency m / (m + m½) of the per-rank message m. Ring
 /// latency: `collective_latency_s` + steps × per-step latency (n−1 steps, 2(n−1) for all-reduce, of which
 /// 2(N−1) cross the network). Within one node an all-reduce may use NVLS (in-switch reduction: bus bandwidth
-/// doubled × 0.85 Hopper / 0.74 Blackwell, 25 µs) or, across nodes, a tree (latency 2·((ppn−1)·α_nvl +
-/// log2 N·α_net)); the fastest is taken, as NCCL's tuner does.
+/// doubled × 0.85 Hopper / 0.74 Blackwell, 25 µs; Hopper and Blackwell NVLink nodes only) or, across nodes, a
+/// tree (latency 2·((ppn−1)·α_nvl + log2 N·α_net)); the fastest is taken, as NCCL's tuner does. On a PCIe GPU
+/// (`gpu.interconnect == "pcie"`) the intra-node link is PCIe at `nvlink_per_direction`.
 [[nodiscard]] inline seconds collective_time(collective_kind kind, bytes size, const comm_group& g, const gpu_spec& gpu,
                                              const instance_spec* inst, const throughput_calibration& k) noexcept {
   const int n = g.ranks;
@@ -84,7 +85,9 @@ struct comm_group {
   const double inter_steps = N > 1 ? (ar ? 2.0 : 1.0) * (N - 1) : 0.0;
   const double ring = k.collective_latency_s + (steps - inter_steps) * k.nvlink_step_s + inter_steps * k.efa_step_s + t_bw;
   double best = ring;
-  if (ar && N <= 1 && n > 2) {  // NVLS within a node
+  // NVLS (NVLink SHARP, in-switch reduction) needs NVSwitch gen 3 or newer: Hopper and Blackwell NVLink nodes only
+  const bool nvls = gpu.has_nvlink() && (gpu.architecture == "hopper" || gpu.architecture == "blackwell");
+  if (ar && N <= 1 && n > 2 && nvls) {  // NVLS within a node
     const double eff = gpu.architecture == "blackwell" ? k.nvls_efficiency_blackwell : k.nvls_efficiency_hopper;
     best = std::min(best, k.nvls_latency_s + factor * S / (2 * nvl * eff));
   }

@@ -321,12 +321,102 @@ inline void read_family(model_spec& m, const nlohmann::json& j, const std::strin
   }
 }
 
+namespace detail {
+
+/// `key` escaped for use in a JSON pointer (RFC 6901: "~" → "~0", "/" → "~1").
+inline std::string pointer_token(const std::string& key) {
+  std::string out;
+  for (char c : key) {
+    if (c == '~') out += "~0";
+    else if (c == '/') out += "~1";
+    else out += c;
+  }
+  return out;
+}
+
+/// A number of `j[key]` that must be > 0 and <= `max_value` (the limit named `limit` in the message).
+inline double get_positive(const nlohmann::json& j, const std::string& file, const std::string& ptr, const std::string& key,
+                           double max_value, const std::string& limit, bool required = true, double fallback = 0) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) {
+    if (!required) return fallback;
+    throw config_error(file, ptr + "/" + pointer_token(key), "missing required field");
+  }
+  const std::string where = ptr + "/" + pointer_token(key);
+  if (!it->is_number()) throw config_error(file, where, std::string("expected a number, got ") + it->type_name());
+  const double v = it->get<double>();
+  if (!std::isfinite(v)) throw config_error(file, where, "must be a finite number");
+  if (v <= 0) throw config_error(file, where, "must be a positive number, got " + it->dump());
+  if (v > max_value) throw config_error(file, where, "must be <= " + limit + ", got " + it->dump());
+  return v;
+}
+
+/// A string of `j[key]` that must not be empty or blank.
+inline std::string get_id(const nlohmann::json& j, const std::string& file, const std::string& ptr, const std::string& key) {
+  std::string v = get_string(j, file, ptr, key);
+  if (v.find_first_not_of(" \t\r\n") == std::string::npos) throw config_error(file, ptr + "/" + key, "must not be empty");
+  return v;
+}
+
+/// An integer of `j[key]` in [lo, hi] (a JSON number with no fraction).
+inline int get_small_int(const nlohmann::json& j, const std::string& file, const std::string& ptr, const std::string& key,
+                         int lo, int hi, std::optional<int> fallback = std::nullopt) {
+  auto it = j.find(key);
+  const std::string where = ptr + "/" + key;
+  if (it == j.end() || it->is_null()) {
+    if (fallback) return *fallback;
+    throw config_error(file, where, "missing required field");
+  }
+  if (!it->is_number()) throw config_error(file, where, std::string("expected an integer, got ") + it->type_name());
+  const double v = it->get<double>();
+  if (!std::isfinite(v) || v != std::floor(v) || v < lo || v > hi)
+    throw config_error(file, where, "must be an integer from " + std::to_string(lo) + " to " + std::to_string(hi) + ", got " + it->dump());
+  return static_cast<int>(v);
+}
+
+/// Architectures the planner models (precision support, FP8 transposes, NVLS).
+inline const std::vector<std::string>& known_architectures() {
+  static const std::vector<std::string> a{"ampere", "ada", "hopper", "blackwell"};
+  return a;
+}
+
+}  // namespace detail
+
+/// Upper bounds above which a catalog value is rejected as absurd (a typo or a unit mix-up).
+struct catalog_limits {
+  static constexpr double memory_gib = 1e6;             ///< GPU or host memory, GiB
+  static constexpr double hbm_tb_per_s = 1e3;           ///< device-memory bandwidth, TB/s
+  static constexpr double link_gb_per_s = 1e5;          ///< NVLink or PCIe, GB/s per direction
+  static constexpr double tflop_per_s = 1e6;            ///< dense TFLOP/s per format
+  static constexpr double power_w = 1e5;                ///< board power limit, W
+  static constexpr double efa_gbit_per_s = 1e6;         ///< EFA per instance, Gbit/s
+  static constexpr double price_usd_per_hour = 1e5;     ///< USD per instance-hour
+  static constexpr int gpus_per_node = 1024;            ///< GPUs in one instance
+  static constexpr int nvlink_domain_gpus = 100000;     ///< GPUs in one NVLink domain
+};
+
 /// Adds the GPUs, aliases and instances of a catalog document to `cat` (replacing entries with the same
-/// id), so a user file can extend or override the bundled one. Throws config_error with the JSON pointer
-/// of any missing or non-numeric field.
+/// id), so a user file can extend or override the bundled one.
+///
+/// GPU fields: `id`, `architecture` (ampere | ada | hopper | blackwell), `hbm_total_mib`, `hbm_bandwidth_tb_per_s`,
+/// `dense_tflop_per_s` (with `bf16`) are required; `interconnect` ("nvlink", the default, with
+/// `nvlink_gb_per_s_per_direction`; or "pcie" with `pcie_gb_per_s_per_direction`), `driver_reserved_mib`
+/// (default 0, below `hbm_total_mib`), `power_limit_w` and `name` are optional. Instance fields: `id` (ml.*),
+/// `gpu`, `gpus_per_node`, `efa_gbit_per_s`, `price_per_hour_usd` are required; `nvlink_domain_gpus` (default:
+/// gpus_per_node for NVLink GPUs, 1 for PCIe GPUs), `host_memory_gib`, `price_note`, `price_kind`
+/// (ec2-on-demand | ec2-capacity-block | other), `price_region`, `sagemaker_price_per_hour_usd` (with
+/// `sagemaker_price_region`) and `sagemaker_price_note` are optional. Bandwidths, rates and memory must be
+/// positive and below catalog_limits; ids must not be empty. Throws config_error with the JSON pointer of
+/// the offending member.
 inline void merge_catalog(hardware_catalog& cat, const nlohmann::json& j, const std::string& file) {
+  using detail::get_id;
   using detail::get_number;
+  using detail::get_positive;
+  using detail::get_small_int;
   using detail::get_string;
+  using detail::pointer_token;
+  using L = catalog_limits;
+  const std::string gib_limit = "1024000000 (10^6 GiB)";
   if (!j.is_object()) throw config_error(file, "", std::string("expected a JSON object, got ") + j.type_name());
   if (auto g = j.find("gpus"); g != j.end()) {
     if (!g->is_array()) throw config_error(file, "/gpus", "expected an array");
@@ -335,18 +425,44 @@ inline void merge_catalog(hardware_catalog& cat, const nlohmann::json& j, const 
       const std::string ptr = "/gpus/" + std::to_string(i);
       if (!x.is_object()) throw config_error(file, ptr, "expected an object");
       gpu_spec s;
-      s.id = get_string(x, file, ptr, "id");
+      s.id = get_id(x, file, ptr, "id");
       s.name = get_string(x, file, ptr, "name", false);
-      s.architecture = get_string(x, file, ptr, "architecture");
-      s.hbm_total = get_number(x, file, ptr, "hbm_total_mib") * mib;
-      if (s.hbm_total <= bytes{}) throw config_error(file, ptr + "/hbm_total_mib", "must be > 0");
-      s.driver_reserved = get_number(x, file, ptr, "driver_reserved_mib", false, 0) * mib;
-      s.hbm_bandwidth = get_number(x, file, ptr, "hbm_bandwidth_tb_per_s") * tb_per_s;
-      s.nvlink_per_direction = get_number(x, file, ptr, "nvlink_gb_per_s_per_direction") * gb_per_s;
+      s.architecture = get_id(x, file, ptr, "architecture");
+      {
+        const auto& known = detail::known_architectures();
+        if (std::find(known.begin(), known.end(), s.architecture) == known.end())
+          throw config_error(file, ptr + "/architecture",
+                             "unknown architecture '" + s.architecture + "' (known: ampere, ada, hopper, blackwell)");
+      }
+      const double total_mib = get_positive(x, file, ptr, "hbm_total_mib", L::memory_gib * 1024, gib_limit);
+      s.hbm_total = total_mib * mib;
+      const double reserved_mib = get_number(x, file, ptr, "driver_reserved_mib", false, 0);
+      if (reserved_mib >= total_mib)
+        throw config_error(file, ptr + "/driver_reserved_mib",
+                           "must be less than hbm_total_mib (" + x.at("hbm_total_mib").dump() + "), got " + x.at("driver_reserved_mib").dump());
+      s.driver_reserved = reserved_mib * mib;
+      s.hbm_bandwidth = get_positive(x, file, ptr, "hbm_bandwidth_tb_per_s", L::hbm_tb_per_s, "1000") * tb_per_s;
+      s.interconnect = x.contains("interconnect") && !x.at("interconnect").is_null() ? get_string(x, file, ptr, "interconnect") : "nvlink";
+      if (s.interconnect == "nvlink") {
+        if (x.contains("pcie_gb_per_s_per_direction"))
+          throw config_error(file, ptr + "/pcie_gb_per_s_per_direction",
+                             "an NVLink GPU's peer bandwidth is nvlink_gb_per_s_per_direction (or set \"interconnect\": \"pcie\")");
+        s.nvlink_per_direction = get_positive(x, file, ptr, "nvlink_gb_per_s_per_direction", L::link_gb_per_s, "100000") * gb_per_s;
+      } else if (s.interconnect == "pcie") {
+        if (x.contains("nvlink_gb_per_s_per_direction"))
+          throw config_error(file, ptr + "/nvlink_gb_per_s_per_direction",
+                             "a PCIe GPU has no NVLink: give pcie_gb_per_s_per_direction instead (or set \"interconnect\": \"nvlink\")");
+        s.nvlink_per_direction = get_positive(x, file, ptr, "pcie_gb_per_s_per_direction", L::link_gb_per_s, "100000") * gb_per_s;
+      } else {
+        throw config_error(file, ptr + "/interconnect", "expected \"nvlink\" or \"pcie\", got " + x.at("interconnect").dump());
+      }
+      s.power_limit_w = get_positive(x, file, ptr, "power_limit_w", L::power_w, "100000", false, 0);
       auto d = x.find("dense_tflop_per_s");
       if (d == x.end() || !d->is_object()) throw config_error(file, ptr + "/dense_tflop_per_s", "expected an object of format: TFLOP/s");
-      for (auto it = d->begin(); it != d->end(); ++it)
-        s.dense_flops[it.key()] = get_number(*d, file, ptr + "/dense_tflop_per_s", it.key()) * tflop_per_s;
+      for (auto it = d->begin(); it != d->end(); ++it) {
+        if (it.key().empty()) throw config_error(file, ptr + "/dense_tflop_per_s/", "format name must not be empty");
+        s.dense_flops[it.key()] = get_positive(*d, file, ptr + "/dense_tflop_per_s", it.key(), L::tflop_per_s, "1000000") * tflop_per_s;
+      }
       if (!s.peak("bf16")) throw config_error(file, ptr + "/dense_tflop_per_s/bf16", "missing required field");
       cat.put(std::move(s));
     }
@@ -354,7 +470,10 @@ inline void merge_catalog(hardware_catalog& cat, const nlohmann::json& j, const 
   if (auto a = j.find("aliases"); a != j.end()) {
     if (!a->is_object()) throw config_error(file, "/aliases", "expected an object");
     for (auto it = a->begin(); it != a->end(); ++it) {
-      if (!it->is_string()) throw config_error(file, "/aliases/" + it.key(), "expected a string");
+      const std::string ptr = "/aliases/" + pointer_token(it.key());
+      if (it.key().find_first_not_of(" \t\r\n") == std::string::npos) throw config_error(file, ptr, "alias name must not be empty");
+      if (!it->is_string()) throw config_error(file, ptr, "expected a string");
+      if (it->get<std::string>().find_first_not_of(" \t\r\n") == std::string::npos) throw config_error(file, ptr, "must not be empty");
       cat.alias(it.key(), it->get<std::string>());
     }
   }
@@ -365,15 +484,41 @@ inline void merge_catalog(hardware_catalog& cat, const nlohmann::json& j, const 
       const std::string ptr = "/instances/" + std::to_string(i);
       if (!x.is_object()) throw config_error(file, ptr, "expected an object");
       instance_spec s;
-      s.id = get_string(x, file, ptr, "id");
-      s.gpu = get_string(x, file, ptr, "gpu");
-      const double n = get_number(x, file, ptr, "gpus_per_node");
-      if (n < 1 || n != std::floor(n)) throw config_error(file, ptr + "/gpus_per_node", "must be an integer >= 1");
-      s.gpus_per_node = static_cast<int>(n);
-      s.efa_per_node = get_number(x, file, ptr, "efa_gbit_per_s") / 8.0 * gb_per_s;
+      s.id = get_id(x, file, ptr, "id");
+      // any id: a user's own instance type need not be a SageMaker "ml." name (hardware_catalog::instance finds it)
+      s.gpu = get_id(x, file, ptr, "gpu");
+      const gpu_spec* gpu = nullptr;
+      try {
+        gpu = &cat.gpu(s.gpu);  // must name a known GPU
+      } catch (const invalid_request& e) {
+        throw config_error(file, ptr + "/gpu", e.what());
+      }
+      s.gpus_per_node = get_small_int(x, file, ptr, "gpus_per_node", 1, L::gpus_per_node);
+      s.efa_per_node = get_positive(x, file, ptr, "efa_gbit_per_s", L::efa_gbit_per_s, "1000000") / 8.0 * gb_per_s;
+      s.nvlink_domain_gpus = get_small_int(x, file, ptr, "nvlink_domain_gpus", 1, L::nvlink_domain_gpus,
+                                           gpu->has_nvlink() ? s.gpus_per_node : 1);
+      if (!gpu->has_nvlink() && s.nvlink_domain_gpus != 1)
+        throw config_error(file, ptr + "/nvlink_domain_gpus",
+                           "must be 1 for a PCIe GPU (" + gpu->id + " has no NVLink), got " + std::to_string(s.nvlink_domain_gpus));
+      s.host_memory = get_positive(x, file, ptr, "host_memory_gib", L::memory_gib, "1000000", false, 0) * gib;
       s.price_per_hour_usd = get_number(x, file, ptr, "price_per_hour_usd");
+      if (s.price_per_hour_usd > L::price_usd_per_hour)
+        throw config_error(file, ptr + "/price_per_hour_usd", "must be <= 100000, got " + x.at("price_per_hour_usd").dump());
       s.price_note = get_string(x, file, ptr, "price_note", false);
-      (void)cat.gpu(s.gpu);  // must name a known GPU
+      if (x.contains("price_kind") && !x.at("price_kind").is_null()) {
+        const auto k = parse_price_kind(get_string(x, file, ptr, "price_kind"));
+        if (!k)
+          throw config_error(file, ptr + "/price_kind",
+                             "expected \"ec2-on-demand\", \"ec2-capacity-block\" or \"other\", got " + x.at("price_kind").dump());
+        s.ec2_price_kind = *k;
+      }
+      s.price_region = get_string(x, file, ptr, "price_region", false);
+      if (x.contains("sagemaker_price_per_hour_usd") && !x.at("sagemaker_price_per_hour_usd").is_null()) {
+        s.sagemaker_price_per_hour_usd =
+            get_positive(x, file, ptr, "sagemaker_price_per_hour_usd", L::price_usd_per_hour, "100000");
+        s.sagemaker_price_region = get_id(x, file, ptr, "sagemaker_price_region");
+      }
+      s.sagemaker_price_note = get_string(x, file, ptr, "sagemaker_price_note", false);
       cat.put(std::move(s));
     }
   }
