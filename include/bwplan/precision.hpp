@@ -3,6 +3,7 @@
 #pragma once
 
 #include <bwplan/hardware.hpp>
+#include <bwplan/model.hpp>
 
 #include <cstdint>
 #include <optional>
@@ -144,13 +145,16 @@ struct bf16_blocks {
     long long n = -1;
     try { n = std::stoll(v, &pos); } catch (...) { pos = 0; }
     if (pos != v.size() || n < 0) throw invalid_request("--bf16-layers: expected a count >= 0 in '" + s + "'");
+    if (n > max_model_layers)
+      throw invalid_request("--bf16-layers: a count must be at most " + std::to_string(max_model_layers) +
+                            " (the most blocks a model may have), got '" + v + "'");
     return n;
   };
   if (s.find(':') == std::string::npos) {
     std::size_t pos = 0;
     double f = -1;
     try { f = std::stod(s, &pos); } catch (...) { pos = 0; }
-    if (pos != s.size() || f < 0 || f > 1)
+    if (pos != s.size() || !(f >= 0 && f <= 1))  // NaN fails both comparisons
       throw invalid_request("--bf16-layers: expected last:N, first:N, first:N,last:M or a fraction in [0, 1], got '" + s + "'");
     b.fraction = f;
     return b;
