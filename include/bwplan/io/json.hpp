@@ -415,7 +415,8 @@ inline void merge_catalog(hardware_catalog& cat, const nlohmann::json& j, const 
       s.id = get_string(x, file, ptr, "id");
       s.gpu = get_string(x, file, ptr, "gpu");
       const double n = get_number(x, file, ptr, "gpus_per_node");
-      if (n < 1 || n != std::floor(n)) throw config_error(file, ptr + "/gpus_per_node", "must be an integer >= 1");
+      if (n < 1 || n > 1024 || n != std::floor(n))  // checked before the conversion to int (2^31 was UB)
+        throw config_error(file, ptr + "/gpus_per_node", "must be an integer between 1 and 1024, got " + x.at("gpus_per_node").dump());
       s.gpus_per_node = static_cast<int>(n);
       s.efa_per_node = get_number(x, file, ptr, "efa_gbit_per_s") / 8.0 * gb_per_s;
       s.price_per_hour_usd = get_number(x, file, ptr, "price_per_hour_usd");
