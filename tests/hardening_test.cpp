@@ -406,6 +406,7 @@ TEST_CASE("hardening: a Hugging Face id is read from the local hub cache", "[har
   }
   CHECK_FALSE(io::is_hf_model_id("../etc/passwd"));
   CHECK_FALSE(io::is_hf_model_id("a/b/c"));
+  CHECK_FALSE(io::is_hf_model_id("./my-model"));
   CHECK_FALSE(io::is_hf_model_id("org/model.json"));
   CHECK(io::is_hf_model_id("Qwen/Qwen2.5-0.5B"));
 }

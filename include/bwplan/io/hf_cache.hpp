@@ -33,12 +33,14 @@ namespace bwplan::io {
   return {};
 }
 
-/// Whether `id` has the shape of a Hugging Face model id, "ORG/NAME" (one slash, letters, digits, '-', '_', '.';
-/// no "..", not ending in ".json").
+/// Whether `id` has the shape of a Hugging Face model id, "ORG/NAME" (one slash; letters, digits, '-', '_', '.';
+/// each part starting with a letter or digit, so "./x" and "../x" are paths; not ending in ".json").
 [[nodiscard]] inline bool is_hf_model_id(std::string_view id) {
   const auto slash = id.find('/');
   if (slash == std::string_view::npos || slash == 0 || slash + 1 >= id.size() || id.find('/', slash + 1) != std::string_view::npos)
     return false;
+  auto alnum = [](char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9'); };
+  if (!alnum(id.front()) || !alnum(id[slash + 1])) return false;
   if (id.size() > 96 * 2 + 1 || id.find("..") != std::string_view::npos) return false;
   if (id.size() >= 5 && id.substr(id.size() - 5) == ".json") return false;
   for (char c : id) {
