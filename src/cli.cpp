@@ -274,8 +274,9 @@ int run_command(const std::vector<std::string>& args, std::ostream& out, std::os
   app.set_version_flag("--version", std::string("bwplan ") + version_string);
   int verbosity = 0;
   app.add_flag("-v,--verbose", verbosity, "log to stderr (-vv for more)");
-  app.add_option("--configs", ctx.config_dir, "directory with the bundled data (hardware/, models/)");
-  app.add_option("--hardware", ctx.hardware_files, "extra hardware catalog JSON merged over the bundled one (repeatable)");
+  app.add_option("--configs", ctx.config_dir, "directory with the bundled data (hardware/, models/)")->check(non_empty());
+  app.add_option("--hardware", ctx.hardware_files, "extra hardware catalog JSON merged over the bundled one (repeatable)")
+      ->check(non_empty());
   app.require_subcommand(0, 1);  // none: the help (no arguments) or "a command is required"
   std::vector<std::pair<CLI::App*, runner>> cmds;
   auto add = [&](const char* name, runner r) { cmds.emplace_back(app.get_subcommand(name), std::move(r)); };

@@ -259,6 +259,8 @@ TEST_CASE("hardening: empty or zero values are errors, not silent defaults", "[h
   check_usage_error(run_cli({"sagemaker", "Llama-3.2-1B", "--job-name", ""}), "--job-name: must not be empty");
   check_usage_error(run_cli({"sagemaker", "Llama-3.2-1B", "--volume-gb", "0"}), "--volume-gb");
   check_usage_error(run_cli({"sagemaker", "Llama-3.2-1B", "--max-steps", "0"}), "--max-steps");
+  check_usage_error(run_cli({"--configs", "", "hardware"}), "--configs: must not be empty");
+  check_usage_error(run_cli({"--hardware", "", "hardware"}), "--hardware: must not be empty");
 }
 
 TEST_CASE("hardening: SageMaker tags under aws: are refused; invalid UTF-8 blames the flag that carries it", "[hardening]") {
