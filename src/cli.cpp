@@ -1,6 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "cli.hpp"
+#include "input.hpp"
+#include "model_source.hpp"
 
+#include <bwplan/io/file.hpp>
 #include <bwplan/io/json.hpp>
 
 #include <fmt/format.h>
@@ -41,37 +44,7 @@ hardware_catalog context::catalog() const {
   return cat;
 }
 
-model_spec context::model(const std::string& arg) const {
-  namespace fs = std::filesystem;
-  if (arg.empty()) throw invalid_request("MODEL: empty model argument");
-  if (fs::exists(arg)) {
-    if (fs::is_directory(arg)) {
-      if (fs::exists(fs::path(arg) / "config.json")) return io::load_model(fs::path(arg) / "config.json", fs::path(arg).filename().string());
-      throw config_error(arg, "", "is a directory without a config.json");
-    }
-    const fs::path p(arg);
-    std::string name = p.stem().string();
-    if (name == "config") name = p.parent_path().filename().string();
-    return io::load_model(p, name);
-  }
-  std::string key = arg;
-  for (auto& ch : key) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
-  if (auto slash = key.rfind('/'); slash != std::string::npos && arg.find(".json") == std::string::npos)
-    key = key.substr(slash + 1);  // "meta-llama/Llama-3.1-8B" → preset "llama-3.1-8b"
-  const fs::path dir = configs() / "models";
-  const fs::path preset = dir / (key + ".json");
-  if (fs::exists(preset)) return io::load_model(preset, arg.substr(arg.rfind('/') == std::string::npos ? 0 : arg.rfind('/') + 1));
-  std::vector<std::string> names;
-  if (fs::exists(dir))
-    for (const auto& e : fs::directory_iterator(dir))
-      if (e.path().extension() == ".json") names.push_back(e.path().stem().string());
-  std::sort(names.begin(), names.end());
-  std::string msg = "MODEL: '" + arg + "' is neither a file nor a bundled preset";
-  if (auto m = closest_match(key, names)) msg += " (did you mean '" + *m + "'?)";
-  msg += "; presets: ";
-  for (std::size_t i = 0; i < names.size(); ++i) msg += (i ? ", " : "") + names[i];
-  throw invalid_request(msg);
-}
+model_spec context::model(const std::string& arg) const { return find_model(configs(), arg); }
 
 resolved_target resolve_target(const hardware_catalog& cat, const target_options& t, const std::string& default_instance) {
   resolved_target r;
@@ -101,25 +74,45 @@ void setup_logging(std::ostream& err, int verbosity) {
   spdlog::set_default_logger(logger);
 }
 
+/// `s` on one line, every run of more than io::max_shown_path non-blank bytes (a path or value echoed from
+/// hostile input) cut with "...", so a message stays short whatever it quotes.
 std::string one_line(std::string s) {
   for (auto& c : s)
     if (c == '\n' || c == '\r') c = ' ';
-  while (!s.empty() && s.back() == ' ') s.pop_back();
+  std::string out;
+  std::size_t run = 0;
+  for (char c : s) {
+    run = c == ' ' ? 0 : run + 1;
+    if (run <= io::max_shown_path) out += c;
+    else if (run == io::max_shown_path + 1) out += "...";
+  }
+  while (!out.empty() && out.back() == ' ') out.pop_back();
+  return out;
+}
+
+/// The commands registered on `app`, comma-separated.
+std::string command_list(const CLI::App& app) {
+  std::string s;
+  for (const CLI::App* sub : app.get_subcommands([](const CLI::App* a) { return !a->get_name().empty(); }))
+    s += (s.empty() ? "" : ", ") + sub->get_name();
   return s;
 }
 
 }  // namespace
 
-int run(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
+namespace {
+
+int run_command(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
   context ctx{out, err, {}, {}};
   CLI::App app{"bwplan: training-config planner and GPU memory estimator for LLM training on NVIDIA Hopper and Blackwell"};
   app.name("bwplan");
   app.set_version_flag("--version", std::string("bwplan ") + version_string);
   int verbosity = 0;
   app.add_flag("-v,--verbose", verbosity, "log to stderr (-vv for more)");
-  app.add_option("--configs", ctx.config_dir, "directory with the bundled data (hardware/, models/)");
-  app.add_option("--hardware", ctx.hardware_files, "extra hardware catalog JSON merged over the bundled one (repeatable)");
-  app.require_subcommand(1);
+  app.add_option("--configs", ctx.config_dir, "directory with the bundled data (hardware/, models/)")->check(non_empty());
+  app.add_option("--hardware", ctx.hardware_files, "extra hardware catalog JSON merged over the bundled one (repeatable)")
+      ->check(non_empty());
+  app.require_subcommand(0, 1);  // none: the help (no arguments) or "a command is required"
   std::vector<std::pair<CLI::App*, runner>> cmds;
   auto add = [&](const char* name, runner r) { cmds.emplace_back(app.get_subcommand(name), std::move(r)); };
   add("estimate", register_estimate(app, ctx));
@@ -130,7 +123,16 @@ int run(const std::vector<std::string>& args, std::ostream& out, std::ostream& e
   add("report", register_report(app, ctx));
   add("sweep", register_sweep(app, ctx));
   add("check", register_check(app, ctx));
+  add("completion", register_completion(app, ctx));
 
+  if (args.empty()) {  // `bwplan` alone: the help, exit 0 (as `git`, `cargo`; docs/cli.md)
+    out << app.help();
+    return success;
+  }
+  if (const std::string bad = invalid_utf8_argument(args); !bad.empty()) {
+    err << "bwplan: error: " << one_line(bad) << "\n";
+    return usage;
+  }
   std::vector<std::string> rev(args.rbegin(), args.rend());
   try {
     app.parse(rev);
@@ -143,6 +145,9 @@ int run(const std::vector<std::string>& args, std::ostream& out, std::ostream& e
   } catch (const CLI::CallForVersion&) {
     out << "bwplan " << version_string << "\n";
     return success;
+  } catch (const CLI::ExtrasError&) {
+    err << "bwplan: error: " << one_line(unknown_argument_message(app)) << "\n";
+    return usage;
   } catch (const CLI::ParseError& e) {
     if (e.get_exit_code() == 0) return success;
     err << "bwplan: error: " << one_line(e.what()) << "\n";
@@ -152,7 +157,7 @@ int run(const std::vector<std::string>& args, std::ostream& out, std::ostream& e
   try {
     for (auto& [sub, r] : cmds)
       if (sub->parsed()) return r();
-    err << "bwplan: error: no subcommand\n";
+    err << "bwplan: error: a command is required (" << command_list(app) << "); see 'bwplan --help'\n";
     return usage;
   } catch (const plan_error& e) {  // a rule broken by a flag's value: name the flag
     err << "bwplan: error: " << one_line(flag_error(e.violation()).what()) << "\n";
@@ -160,10 +165,27 @@ int run(const std::vector<std::string>& args, std::ostream& out, std::ostream& e
   } catch (const error& e) {
     err << "bwplan: error: " << one_line(e.what()) << "\n";
     return usage;
+  } catch (const std::filesystem::filesystem_error& e) {  // a path the OS refused: name it, not "internal"
+    const std::string reason = e.code() == std::errc::filename_too_long ? "file name too long" : e.code().message();
+    err << "bwplan: error: " << one_line(io::display_path(e.path1().string()) + ": " + reason) << "\n";
+    return usage;
   } catch (const std::exception& e) {
     err << "bwplan: error: internal: " << one_line(e.what()) << "\n";
     return usage;
   }
+}
+
+}  // namespace
+
+int run(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
+  const int code = run_command(args, out, err);
+  // Output that did not reach its destination (a full disk, /dev/full, a closed pipe) fails the command.
+  out.flush();
+  if (!out) {
+    err << "bwplan: error: cannot write the output (standard output): the device is full or closed\n";
+    return usage;
+  }
+  return code;
 }
 
 int run(int argc, char** argv, std::ostream& out, std::ostream& err) {

@@ -51,6 +51,7 @@ runner register_sagemaker(CLI::App& app, context& ctx);
 runner register_report(CLI::App& app, context& ctx);
 runner register_sweep(CLI::App& app, context& ctx);
 runner register_check(CLI::App& app, context& ctx);
+runner register_completion(CLI::App& app, context& ctx);
 
 /// Options that describe where a job runs (shared by estimate and recommend).
 struct target_options {

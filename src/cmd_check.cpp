@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // `bwplan check PLAN...`: evaluate plan files and apply the rules of bwplan/check.hpp, for CI.
 #include "cli.hpp"
+#include "input.hpp"
 
 #include <bwplan/check.hpp>
 #include <bwplan/io/plan.hpp>
@@ -377,8 +378,7 @@ runner register_check(CLI::App& app, context& ctx) {
     if (o->output.empty()) {
       ctx.out << report.str();
     } else {
-      std::ofstream f(o->output, std::ios::binary);
-      if (!(f << report.str())) throw invalid_request("--output: cannot write " + o->output);
+      write_output_file(o->output, report.str(), "--output");
     }
     // Unusable input is also reported on stderr, one line per plan, as every other command does.
     for (const auto& po : all)

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // `bwplan estimate MODEL`: memory and throughput of one configuration.
 #include "cli.hpp"
+#include "input.hpp"
 #include "markdown.hpp"
 #include "term.hpp"
 
@@ -83,7 +84,8 @@ runner register_estimate(CLI::App& app, context& ctx) {
   sub->add_flag("--ascii", o->ascii, "plain ASCII memory bar (the default when stdout is not a terminal)");
   sub->add_flag("--check", o->check, "exit 1 when the configuration does not fit");
   sub->add_option("--tokens", o->tokens, "token budget to train (e.g. 100B, 1T; suffixes K, M, B, T): prints time and cost");
-  sub->add_option("--price-per-hour", o->price_per_hour, "USD per instance-hour (default: the catalog's price of the instance)");
+  sub->add_option("--price-per-hour", o->price_per_hour, "USD per instance-hour (default: the catalog's price of the instance)")
+      ->check(finite_range(0, max_price_per_hour));
   sub->add_option("--emit", o->emit, "plan: print the plan file (docs/plan.schema.json) of this configuration instead of the estimate")
       ->check(CLI::IsMember({"plan"}));
   sub->add_option("-o,--output", o->output, "with --emit plan: write to FILE instead of stdout");

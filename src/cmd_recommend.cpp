@@ -2,6 +2,7 @@
 // `bwplan recommend MODEL`: search configurations and rank those that fit.
 #include "cli.hpp"
 #include "cmd_sagemaker.hpp"
+#include "input.hpp"
 #include "markdown.hpp"
 #include "term.hpp"
 
@@ -328,22 +329,27 @@ runner register_recommend(CLI::App& app, context& ctx) {
   sub->add_option("MODEL", o->model, "Hugging Face config.json path or bundled preset")->required();
   sub->add_option("--instance", o->instances, "instance type; several (repeated or comma-separated) compare instances")
       ->delimiter(',')
-      ->capture_default_str();
-  sub->add_option("--gpu", o->target.gpu, "a bare GPU instead of an instance (one GPU per node)");
+      ->capture_default_str()
+      ->check(non_empty());
+  sub->add_option("--gpu", o->target.gpu, "a bare GPU instead of an instance (one GPU per node)")->check(non_empty());
   sub->add_option("--nodes", o->nodes, "instances, or auto (1, 2, 4, ... up to --max-nodes)")->capture_default_str();
   sub->add_option("--max-nodes", o->max_nodes, "largest node count with --nodes auto")->capture_default_str();
   sub->add_option("--objective", o->objective, "rank node counts and instances by throughput | cost | time")->capture_default_str();
   sub->add_option("--tokens", o->tokens, "token budget (e.g. 100B, 1T): time and cost of each plan");
-  sub->add_option("--budget-usd", o->budget_usd, "largest cost of the token budget, USD (needs --tokens)");
+  sub->add_option("--budget-usd", o->budget_usd, "largest cost of the token budget, USD (needs --tokens)")
+      ->check(finite_range(0, max_budget_usd));
   sub->add_option("--deadline", o->deadline, "longest time for the token budget, e.g. 72h or 3d (needs --tokens)");
-  sub->add_option("--price-per-hour", o->price_per_hour, "USD per instance-hour (default: the catalog's price)");
+  sub->add_option("--price-per-hour", o->price_per_hour, "USD per instance-hour (default: the catalog's price)")
+      ->check(finite_range(0, max_price_per_hour));
   sub->add_option("--parallel", o->parallel,
                   "search space: all (DDP, FSDP full, HSDP across nodes, shard-grad-op; tp 1/2/4/8) | dp (DDP and FSDP full, tp 1)")
       ->check(CLI::IsMember({"all", "dp"}))
       ->capture_default_str();
   sub->add_option("--seq,--seq-len", o->seq, "sequence length in tokens, or 'auto' (best plan per length up to the context)")->capture_default_str();
-  sub->add_option("--global-batch-tokens", o->global_batch_tokens, "tokens per optimizer step for the whole job")->capture_default_str();
-  sub->add_option("--headroom", o->headroom, "share of GPU memory kept free at the peak (0-1)")->capture_default_str();
+  sub->add_option("--global-batch-tokens", o->global_batch_tokens, "tokens per optimizer step for the whole job")->capture_default_str()
+      ->check(int_range(1, max_global_batch_tokens));
+  sub->add_option("--headroom", o->headroom, "share of GPU memory kept free at the peak (0-1)")->capture_default_str()
+      ->check(finite_range(0, max_headroom));
   sub->add_option("--top", o->top, "plans to show")->capture_default_str();
   sub->add_option("--format", o->format, "table | json | markdown")->capture_default_str()->check(CLI::IsMember({"table", "json", "markdown"}));
   sub->add_flag("--ascii", o->ascii, "plain ASCII memory bars (the default when stdout is not a terminal)");
@@ -368,6 +374,7 @@ runner register_recommend(CLI::App& app, context& ctx) {
       o->target.nodes = n;
     }
     if (o->instances.empty()) throw invalid_request("--instance: no instance given");
+    o->instances = unique_instances(cat, o->instances);  // each instance type once, however often it was given
     o->target.instance = o->instances.front();
     target_options tgt = o->target;
     if (!tgt.gpu.empty() && sub->get_option("--instance")->count() == 0) tgt.instance.clear();

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // `bwplan report MODEL -o report.html`: a self-contained HTML report with charts.
 #include "cli.hpp"
+#include "input.hpp"
 #include "report.hpp"
 #include "term.hpp"
 
@@ -29,10 +30,12 @@ runner register_report(CLI::App& app, context& ctx) {
   auto* sub = app.add_subcommand("report", "write a self-contained HTML report: memory by phase, sweep charts, top plans");
   add_plan_options(sub, o);
   sub->add_option("-o,--output", o->output, "HTML file to write ('-' for stdout)")->required();
-  sub->add_option("--headroom", o->headroom, "share of GPU memory kept free at the peak (0-1)")->capture_default_str();
+  sub->add_option("--headroom", o->headroom, "share of GPU memory kept free at the peak (0-1)")->capture_default_str()
+      ->check(finite_range(0, max_headroom));
   sub->add_option("--top", o->top, "plans in the top plans table")->capture_default_str();
   sub->add_option("--global-batch-tokens", o->global_batch_tokens, "tokens per optimizer step for the plan search")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(int_range(1, max_global_batch_tokens));
   sub->add_option("--sweep-max-mbs", o->sweep_max_mbs, "largest micro-batch size of the sweep chart (powers of two from 1)")
       ->capture_default_str();
 
@@ -70,11 +73,7 @@ runner register_report(CLI::App& app, context& ctx) {
     if (o->output == "-") {
       ctx.out << html;
     } else {
-      std::ofstream f(o->output, std::ios::binary);
-      if (!f) throw invalid_request("-o " + o->output + ": cannot open for writing");
-      f << html;
-      f.close();
-      if (!f) throw invalid_request("-o " + o->output + ": write failed");
+      write_output_file(o->output, html, "--output");
       ctx.err << fmt::format("bwplan: wrote {} ({} bytes)\n", o->output, html.size());
     }
     return success;

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // `bwplan sagemaker MODEL`: the CreateTrainingJob request (or SDK arguments) that launches one plan.
 #include "cmd_sagemaker.hpp"
+#include "input.hpp"
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -70,15 +71,21 @@ void add_sagemaker_options(CLI::App* g, const std::shared_ptr<sagemaker::job_set
       ->capture_default_str()
       ->check(CLI::IsMember({"torch_distributed", "smp"}));
   g->add_option("--training-plan-arn", s->training_plan_arn, "Flexible Training Plan ARN (ResourceConfig.TrainingPlanArn)");
-  g->add_option("--job-name", s->job_name, "TrainingJobName, used as given");
-  g->add_option("--base-job-name", s->base_job_name, "job name stem; a -YYYY-MM-DD-HH-MM-SS-mmm timestamp is appended");
+  g->add_option("--job-name", s->job_name, "TrainingJobName, used as given")->check(non_empty());
+  g->add_option("--base-job-name", s->base_job_name, "job name stem; a -YYYY-MM-DD-HH-MM-SS-mmm timestamp is appended")
+      ->check(non_empty());
   g->add_option("--model-id", s->model_id, "Hugging Face model id passed to the script (default: from MODEL)");
-  g->add_option("--max-steps", s->max_steps, "optimizer steps to run (default: from --train-tokens, else 1000)");
-  g->add_option("--train-tokens", s->train_tokens, "tokens to train on; steps = ceil(tokens / tokens per step)");
-  g->add_option("--max-runtime", s->max_runtime, "MaxRuntimeInSeconds: seconds or 90m, 36h, 2d (default: estimate x margin + 30 min)");
-  g->add_option("--runtime-margin", s->runtime_margin, "factor on the estimated training time")->capture_default_str();
+  g->add_option("--max-steps", s->max_steps, "optimizer steps to run (default: from --train-tokens, else 1000)")
+      ->check(int_range(1, sagemaker::max_steps_limit));
+  g->add_option("--train-tokens", s->train_tokens, "tokens to train on; steps = ceil(tokens / tokens per step)")
+      ->check(int_range(1, sagemaker::max_train_tokens));
+  g->add_option("--max-runtime", s->max_runtime, "MaxRuntimeInSeconds: seconds or 90m, 36h, 2d (default: estimate x margin + 30 min)")
+      ->check(non_empty());
+  g->add_option("--runtime-margin", s->runtime_margin, "factor on the estimated training time")->capture_default_str()
+      ->check(finite_range(1, sagemaker::max_runtime_margin));
   g->add_option("--max-pending", s->max_pending_s, "MaxPendingTimeInSeconds for training-plan jobs (7200-2419200)");
-  g->add_option("--volume-gb", s->volume_gb, "ML storage volume per instance, GB (default: from the model size)");
+  g->add_option("--volume-gb", s->volume_gb, "ML storage volume per instance, GB (default: from the model size)")
+      ->check(int_range(1, 1'000'000));
   g->add_option("--keep-alive", s->keep_alive_s, "warm-pool keep-alive, seconds (KeepAlivePeriodInSeconds, 0-21600)");
   g->add_option("--input-mode", s->input_mode, "TrainingInputMode: File | FastFile | Pipe")->capture_default_str();
   g->add_option("--tag", s->tags, "KEY=VALUE tag, repeatable");

@@ -3,13 +3,14 @@
 // shared/groundtruth/measure.py), per row and in summary. Generates docs/validation.md.
 #include "cli.hpp"
 
+#include <bwplan/io/file.hpp>
 #include <bwplan/io/json.hpp>
 
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <cmath>
-#include <fstream>
+#include <sstream>
 #include <ostream>
 
 namespace bwplan::cli {
@@ -20,6 +21,51 @@ struct validate_options {
   std::string runs;
   std::string models;
   std::string format = "markdown";
+};
+
+/// Typed members of one run line (`where` is "FILE:LINE"): a missing or mistyped field is a config_error
+/// naming the file, line and field, not a JSON library exception.
+struct run_line {
+  const nlohmann::json& r;
+  const std::string& where;
+
+  const nlohmann::json& field(const char* k) const {
+    auto it = r.find(k);
+    if (it == r.end() || it->is_null()) throw config_error(where, std::string("/") + k, "missing required field");
+    return *it;
+  }
+  std::int64_t integer(const char* k) const {
+    const auto& v = field(k);
+    if (!v.is_number_integer() || v.get<std::int64_t>() < 1 || v.get<std::int64_t>() > (std::int64_t{1} << 24))
+      throw config_error(where, std::string("/") + k, "expected an integer between 1 and 16777216, got " + dump(v));
+    return v.get<std::int64_t>();
+  }
+  double number(const char* k) const {
+    const auto& v = field(k);
+    if (!v.is_number() || !(v.get<double>() > 0) || !std::isfinite(v.get<double>()))
+      throw config_error(where, std::string("/") + k, "expected a positive number, got " + dump(v));
+    return v.get<double>();
+  }
+  std::string text(const char* k) const {
+    const auto& v = field(k);
+    if (!v.is_string()) throw config_error(where, std::string("/") + k, std::string("expected a string, got ") + v.type_name());
+    return v.get<std::string>();
+  }
+  std::string text_or(const char* k, const std::string& fallback) const {
+    auto it = r.find(k);
+    if (it == r.end() || it->is_null()) return fallback;
+    return text(k);
+  }
+  bool boolean_or(const char* k, bool fallback) const {
+    auto it = r.find(k);
+    if (it == r.end() || it->is_null()) return fallback;
+    if (!it->is_boolean()) throw config_error(where, std::string("/") + k, std::string("expected true or false, got ") + it->type_name());
+    return it->get<bool>();
+  }
+  static std::string dump(const nlohmann::json& v) {
+    std::string d = v.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+    return d.size() > 40 ? d.substr(0, 40) + "..." : d;
+  }
 };
 
 double median(std::vector<double> v) {
@@ -41,8 +87,8 @@ runner register_validate(CLI::App& app, context& ctx) {
     const hardware_catalog cat = ctx.catalog();
     const std::filesystem::path runs(o->runs);
     const std::filesystem::path models = o->models.empty() ? runs.parent_path() / "models" : std::filesystem::path(o->models);
-    std::ifstream in(runs);
-    if (!in) throw config_error(o->runs, "", "cannot open file");
+    std::istringstream in(io::read_text_file(runs));  // bounded, regular files only
+    const std::string shown = io::display_path(o->runs);
     std::string line;
     std::size_t lineno = 0;
     std::string gpu_name = "h200";
@@ -53,50 +99,48 @@ runner register_validate(CLI::App& app, context& ctx) {
     while (std::getline(in, line)) {
       ++lineno;
       if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-      const std::string where = fmt::format("{}:{}", o->runs, lineno);
+      const std::string where = fmt::format("{}:{}", shown, lineno);
       const auto r = io::parse_json(line, where);
-      if (r.value("kind", "") == "env") {
-        if (r.value("gpu", "").find("H100") != std::string::npos) gpu_name = "h100";
+      if (!r.is_object()) throw config_error(where, "", std::string("expected a JSON object (one run per line), got ") + r.type_name());
+      const run_line rl{r, where};
+      if (rl.text_or("kind", "") == "env") {
+        if (rl.text_or("gpu", "").find("H100") != std::string::npos) gpu_name = "h100";
         continue;
       }
-      auto field = [&](const char* k) -> const nlohmann::json& {
-        if (!r.contains(k)) throw config_error(where, std::string("/") + k, "missing required field");
-        return r.at(k);
-      };
       training_config c;
-      c.micro_batch = field("mbs").get<std::int64_t>();
-      c.seq_len = field("seq").get<std::int64_t>();
-      const std::string recipe = field("recipe").get<std::string>();
-      const std::string ac = field("ac").get<std::string>();
+      c.micro_batch = rl.integer("mbs");
+      c.seq_len = rl.integer("seq");
+      const std::string recipe = rl.text("recipe");
+      const std::string ac = rl.text("ac");
       if (recipe == "amp") { c.shard = sharding::none; c.master = master_weights::fp32; }
       else if (recipe == "fsdp2") { c.shard = sharding::full; c.master = master_weights::fp32; }
       else if (recipe == "bf16") { c.shard = sharding::none; c.master = master_weights::bf16; }
       else throw config_error(where, "/recipe", "unknown recipe '" + recipe + "'");
       c.ac = ac == "none" ? checkpointing::none() : checkpointing::full(ac == "half" ? 2 : 1);
-      if (r.value("optim", "fused") == "foreach") c.optimizer = optimizer_impl::foreach;
-      const std::string model_name = field("model").get<std::string>();
+      if (rl.text_or("optim", "fused") == "foreach") c.optimizer = optimizer_impl::foreach;
+      const std::string model_name = rl.text("model");
       const model_spec m = io::load_model(models / (model_name + ".json"), model_name);
       const gpu_spec& gpu = cat.gpu(gpu_name);
       const memory_estimate me = estimate_memory(m, c, gpu);
       const throughput_estimate te = estimate_throughput(m, c, gpu);
-      const bool ok = r.value("ok", false);
-      const std::string impl = r.value("impl", "");
+      const bool ok = rl.boolean_or("ok", false);
+      const std::string impl = rl.text_or("impl", "");
       const std::string tag = fmt::format("{} {} mbs={} seq={} ac={}{}{}", model_name, recipe, c.micro_batch, c.seq_len, ac,
-                                          r.value("optim", "") == "foreach" ? " foreach" : "", impl.empty() ? "" : " impl=" + impl);
+                                          rl.text_or("optim", "") == "foreach" ? " foreach" : "", impl.empty() ? "" : " impl=" + impl);
       nlohmann::ordered_json row{{"run", tag}, {"measured_ok", ok}, {"fits", me.fits}};
       if (ok != me.fits) ++wrong_fits;
       if (!ok) {
         table += fmt::format("| {} | OOM | {:.2f} | — | {:.2f} | — | — | — | — | {} |\n", tag, me.peak_allocated.in(gib),
                              me.device_peak().in(gib), me.fits ? "**wrong: fits**" : "OOM ✓");
       } else {
-        const double pa = field("peak_allocated").get<double>(), pr = field("peak_reserved").get<double>();
-        const double tps = field("tokens_per_s").get<double>();
+        const double pa = rl.number("peak_allocated"), pr = rl.number("peak_reserved");
+        const double tps = rl.number("tokens_per_s");
         const double e = me.peak_allocated.raw() / pa - 1, er = me.peak_reserved.raw() / pr - 1;
         const double et = te.tokens_per_s / tps - 1;
         mem_err.push_back(std::abs(e));
         res_err.push_back(std::abs(er));
         tps_err.push_back(std::abs(et));
-        const std::string phase = r.value("peak_phase", "");
+        const std::string phase = rl.text_or("peak_phase", "");
         const std::string est_phase = me.peak_phase == step_phase::forward ? "fwd" : me.peak_phase == step_phase::backward ? "bwd" : "opt";
         table += fmt::format("| {} | {:.2f} | {:.2f} | {:+.1f}% | {:.2f} / {:.2f} ({:+.1f}%) | {} / {} | {:.0f} | {:.0f} | {:+.1f}% | {} |\n",
                              tag, pa / gib.raw(), me.peak_allocated.in(gib), 100 * e, pr / gib.raw(), me.peak_reserved.in(gib),
@@ -108,6 +152,9 @@ runner register_validate(CLI::App& app, context& ctx) {
       }
       rows.push_back(row);
     }
+    if (rows.empty())
+      throw config_error(shown, "", "no runs in the file (expected JSON lines with model, recipe, mbs, seq and ac, as "
+                                    "../shared/groundtruth/measure.py writes them)");
     const double med = median(mem_err), mx = mem_err.empty() ? 0 : *std::max_element(mem_err.begin(), mem_err.end());
     const double tmed = median(tps_err), tmx = tps_err.empty() ? 0 : *std::max_element(tps_err.begin(), tps_err.end());
     const double rmed = median(res_err), rmx = res_err.empty() ? 0 : *std::max_element(res_err.begin(), res_err.end());

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // The plan flags shared by the subcommands that evaluate one plan, and their resolution into a bwplan::plan.
 #include "cli.hpp"
+#include "input.hpp"
 
 #include <fmt/format.h>
 
@@ -14,10 +15,13 @@ void add_plan_options(CLI::App* sub, const std::shared_ptr<plan_options>& o) {
   sub->add_option("MODEL", o->model, "Hugging Face config.json path or bundled preset (e.g. Llama-3.1-8B); optional with --plan");
   sub->add_option("--plan", o->plan_file, "plan file (JSON, docs/plan.schema.json); flags given as well override it")
       ->check(CLI::ExistingFile);
-  sub->add_option("--gpu", o->target.gpu, "GPU id from the catalog (h100, h200, b200, b300, ...)");
-  sub->add_option("--instance", o->target.instance, "instance type (e.g. ml.p6-b200.48xlarge); default when no --gpu");
-  sub->add_option("--nodes", o->target.nodes, "instances (with --instance; with --gpu: GPUs = nodes unless --gpus)");
-  sub->add_option("--gpus", o->gpus, "world size: GPUs in the job (default: all GPUs of the instances, or 1)");
+  sub->add_option("--gpu", o->target.gpu, "GPU id from the catalog (h100, h200, b200, b300, ...)")->check(non_empty());
+  sub->add_option("--instance", o->target.instance, "instance type (e.g. ml.p6-b200.48xlarge); default when no --gpu")
+      ->check(non_empty());
+  sub->add_option("--nodes", o->target.nodes, "instances (with --instance; with --gpu: GPUs = nodes unless --gpus)")
+      ->check(int_range(1, plan_limits::max_nodes));
+  sub->add_option("--gpus", o->gpus, "world size: GPUs in the job (default: all GPUs of the instances, or 1)")
+      ->check(int_range(1, plan_limits::max_gpus));
   sub->add_option("--mbs,--micro-batch-size", o->mbs, "micro-batch size per GPU (sequences)");
   sub->add_option("--seq,--seq-len", o->seq, "sequence length (tokens)");
   sub->add_option("--grad-accum", o->grad_accum, "gradient accumulation steps (micro-batches per optimizer step)");
@@ -26,27 +30,21 @@ void add_plan_options(CLI::App* sub, const std::shared_ptr<plan_options>& o) {
                   "selective-attn (Megatron)")
       ->option_text("none|full|every-K|selective-op|selective-attn");
   sub->add_option("--ac-every", o->ac_every, "with --ac full: recompute every K-th block (1 = all; same as --ac every-K)");
-  sub->add_option("--master", o->master, "master weights: fp32 | bf16")
-      ->transform(CLI::CheckedTransformer(std::map<std::string, master_weights>{{"fp32", master_weights::fp32}, {"bf16", master_weights::bf16}}, CLI::ignore_case))
-      ->option_text("fp32|bf16");
-  sub->add_option("--sharding", o->shard,
-                  "none (one GPU / DDP) | full (FSDP2 full shard) | hybrid (shard within --shard-group, replicate across) | "
-                  "grad-op (ZeRO-2-like); default full for >1 GPU")
-      ->transform(CLI::CheckedTransformer(std::map<std::string, sharding>{{"none", sharding::none}, {"full", sharding::full},
-                                                                          {"hybrid", sharding::hybrid}, {"grad-op", sharding::grad_op}},
-                                          CLI::ignore_case))
-      ->option_text("none|full|hybrid|grad-op");
+  choice<master_weights>(sub->add_option("--master", o->master, "master weights: fp32 | bf16"),
+                         {{"fp32", master_weights::fp32}, {"bf16", master_weights::bf16}});
+  choice<sharding>(sub->add_option("--sharding", o->shard,
+                                   "none (one GPU / DDP) | full (FSDP2 full shard) | hybrid (shard within --shard-group, replicate "
+                                   "across) | grad-op (ZeRO-2-like); default full for >1 GPU"),
+                   {{"none", sharding::none}, {"full", sharding::full}, {"hybrid", sharding::hybrid}, {"grad-op", sharding::grad_op}});
   sub->add_option("--shard-group", o->shard_group, "with --sharding hybrid: GPUs per shard group (default: one node / tp)");
   sub->add_option("--tp", o->tp, "tensor-parallel degree (within a node, with sequence parallel)");
   sub->add_option("--cp", o->cp, "context-parallel degree (ring attention; model states sharded over FSDP x CP)");
   sub->add_option("--ep", o->ep, "expert parallelism (MoE models): routed experts split over ep GPUs (divides experts and GPUs)");
   sub->add_option("--pp", o->pp, "pipeline-parallel degree (not modelled by this release: only 1)");
-  sub->add_option("--optimizer-impl", o->optimizer, "AdamW implementation: fused | foreach")
-      ->transform(CLI::CheckedTransformer(std::map<std::string, optimizer_impl>{{"fused", optimizer_impl::fused}, {"foreach", optimizer_impl::foreach}}, CLI::ignore_case))
-      ->option_text("fused|foreach");
-  sub->add_option("--loss", o->loss, "loss: standard (fp32 logits) | chunked (fused linear cross-entropy)")
-      ->transform(CLI::CheckedTransformer(std::map<std::string, loss_impl>{{"standard", loss_impl::standard}, {"chunked", loss_impl::chunked}}, CLI::ignore_case))
-      ->option_text("standard|chunked");
+  choice<optimizer_impl>(sub->add_option("--optimizer-impl", o->optimizer, "AdamW implementation: fused | foreach"),
+                         {{"fused", optimizer_impl::fused}, {"foreach", optimizer_impl::foreach}});
+  choice<loss_impl>(sub->add_option("--loss", o->loss, "loss: standard (fp32 logits) | chunked (fused linear cross-entropy)"),
+                    {{"standard", loss_impl::standard}, {"chunked", loss_impl::chunked}});
   sub->add_option("--precision", o->precision, "linear-layer GEMM format: " + precision_names(" | "))
       ->option_text("bf16|fp8|fp8-rowwise|mxfp8|nvfp4");
   sub->add_option("--bf16-layers", o->bf16_layers,

@@ -80,6 +80,21 @@ std::string hub_id(const std::string& model_arg, const model_spec& m) {
       {"qwen3-32b", "Qwen/Qwen3-32B"},
       {"smollm2-1.7b-instruct", "HuggingFaceTB/SmolLM2-1.7B-Instruct"},
       {"tinyllama-1.1b-chat-v1.0", "TinyLlama/TinyLlama-1.1B-Chat-v1.0"},
+      {"deepseek-v3-base", "deepseek-ai/DeepSeek-V3-Base"},
+      {"deepseek-r1", "deepseek-ai/DeepSeek-R1"},
+      {"mixtral-8x7b-v0.1", "mistralai/Mixtral-8x7B-v0.1"},
+      {"mixtral-8x22b-v0.1", "mistralai/Mixtral-8x22B-v0.1"},
+      {"mistral-7b-instruct-v0.3", "mistralai/Mistral-7B-Instruct-v0.3"},
+      {"qwen3-30b-a3b", "Qwen/Qwen3-30B-A3B"},
+      {"qwen3-30b-a3b-instruct-2507", "Qwen/Qwen3-30B-A3B-Instruct-2507"},
+      {"llama-3.2-3b-instruct", "meta-llama/Llama-3.2-3B-Instruct"},
+      {"phi-3-mini-128k-instruct", "microsoft/Phi-3-mini-128k-instruct"},
+      {"gemma-2-9b-it", "google/gemma-2-9b-it"},
+      {"falcon-7b", "tiiuae/falcon-7b"},
+      {"falcon-7b-instruct", "tiiuae/falcon-7b-instruct"},
+      {"gpt2", "openai-community/gpt2"},
+      {"gpt2-large", "openai-community/gpt2-large"},
+      {"gpt2-xl", "openai-community/gpt2-xl"},
   };
   const bool looks_like_hub_id = !std::filesystem::exists(model_arg) && std::count(model_arg.begin(), model_arg.end(), '/') == 1 &&
                                  model_arg.find(".json") == std::string::npos && !starts_with(model_arg, "/") &&
@@ -351,9 +366,12 @@ job_request build_request(const plan_view& plan, const job_settings& s, std::chr
   const std::string checkpoint = s.checkpoint_s3.empty() ? fmt::format("{}/{}/checkpoints/", trim_slash(output), r.job_name) : s.checkpoint_s3;
 
   // ---- length of the run
-  if (s.runtime_margin < 1) throw invalid_request(fmt::format("--runtime-margin: must be >= 1, got {}", s.runtime_margin));
-  if (s.max_steps < 0) throw invalid_request(fmt::format("--max-steps: must be >= 1, got {}", s.max_steps));
-  if (s.train_tokens < 0) throw invalid_request(fmt::format("--train-tokens: must be >= 1, got {}", s.train_tokens));
+  if (!(s.runtime_margin >= 1 && s.runtime_margin <= max_runtime_margin))  // NaN fails both
+    throw invalid_request(fmt::format("--runtime-margin: must be between 1 and {:g}, got {}", max_runtime_margin, s.runtime_margin));
+  if (s.max_steps < 0 || s.max_steps > max_steps_limit)
+    throw invalid_request(fmt::format("--max-steps: must be between 1 and {}, got {}", max_steps_limit, s.max_steps));
+  if (s.train_tokens < 0 || s.train_tokens > max_train_tokens)
+    throw invalid_request(fmt::format("--train-tokens: must be between 1 and {}, got {}", max_train_tokens, s.train_tokens));
   if (s.max_steps > 0 && s.train_tokens > 0) throw invalid_request("--max-steps and --train-tokens exclude each other");
   const std::int64_t tokens_per_step = c.micro_batch * c.seq_len * c.grad_accum * c.world_size;
   r.steps = s.max_steps > 0 ? s.max_steps : s.train_tokens > 0 ? (s.train_tokens + tokens_per_step - 1) / tokens_per_step : 1000;
@@ -363,10 +381,12 @@ job_request build_request(const plan_view& plan, const job_settings& s, std::chr
     runtime = parse_duration(s.max_runtime, "--max-runtime");
   } else {
     const double need = r.estimated_s * s.runtime_margin + startup_allowance_s;
-    runtime = static_cast<std::int64_t>(std::ceil(need / 900.0)) * 900;  // whole quarter hours
+    // compared as a double first: a huge estimate must not reach the integer conversion
+    if (!(need <= static_cast<double>(max_runtime_limit_s))) runtime = max_runtime_limit_s + 1;
+    else runtime = static_cast<std::int64_t>(std::ceil(need / 900.0)) * 900;  // whole quarter hours
     if (runtime > max_runtime_limit_s)
       throw invalid_request(fmt::format(
-          "the run needs about {:.1f} days ({} steps x {:.2f} s x margin {} + {:.0f} s), above SageMaker's 28-day limit on "
+          "the run needs about {:.4g} days ({} steps x {:.2f} s x margin {} + {:.0f} s), above SageMaker's 28-day limit on "
           "MaxRuntimeInSeconds; use fewer --max-steps or more --nodes, and resume from checkpoints",
           need / 86400, r.steps, plan.throughput.step.raw(), s.runtime_margin, startup_allowance_s));
   }
@@ -491,6 +511,10 @@ job_request build_request(const plan_view& plan, const job_settings& s, std::chr
   ojson tags = ojson::array();
   for (const auto& kv : s.tags) {
     auto [k, v] = key_value(kv, "--tag");
+    if (k.size() >= 4 && std::equal(k.begin(), k.begin() + 4, "aws:", [](char a, char b) {
+          return std::tolower(static_cast<unsigned char>(a)) == b;
+        }))
+      throw invalid_request("--tag: keys starting with 'aws:' are reserved by AWS, got '" + k + "'");
     tags.push_back({{"Key", k}, {"Value", v}});
   }
   tags.push_back({{"Key", "bwplan:version"}, {"Value", version_string}});

@@ -46,6 +46,12 @@ struct dlc_image {
 /// 12.9 for B300/GB300 (sm_103). Sources: NVIDIA CUDA 11.8, 12.8 and 12.9 release notes.
 [[nodiscard]] double min_cuda(const gpu_spec& gpu);
 
+/// Largest --train-tokens (as `--tokens`: 10^18) and --runtime-margin accepted.
+inline constexpr std::int64_t max_train_tokens = 1'000'000'000'000'000'000;
+inline constexpr double max_runtime_margin = 100;
+/// Largest --max-steps accepted.
+inline constexpr std::int64_t max_steps_limit = 1'000'000'000'000;
+
 /// Everything the user chose that is not part of the plan (the `bwplan sagemaker` flags).
 struct job_settings {
   std::string role_arn;            ///< --role-arn (empty: the AWS documentation placeholder, with a warning)

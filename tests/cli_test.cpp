@@ -174,7 +174,7 @@ TEST_CASE("cli: hardware lists the catalog", "[cli]") {
 TEST_CASE("cli: recommend plans MoE models with expert parallelism (Mixtral, Qwen3-30B-A3B on one p6-b200)", "[cli]") {
   for (const char* name : {"Mixtral-8x7B-v0.1", "Qwen3-30B-A3B"}) {
     INFO(name);
-    const std::string model = (test::shared_dir() / "models" / (std::string(name) + ".json")).string();
+    const std::string model = name;  // bundled presets (byte copies of ../shared/models)
     const auto r = run_cli({"recommend", model, "--instance", "ml.p6-b200.48xlarge", "--format", "json"});
     REQUIRE(r.code == 0);
     const auto j = nlohmann::json::parse(r.out);
@@ -192,7 +192,7 @@ TEST_CASE("cli: recommend plans MoE models with expert parallelism (Mixtral, Qwe
 }
 
 TEST_CASE("cli: recommend plans DeepSeek-V3 on the nodes it needs with expert parallelism", "[cli]") {
-  const std::string model = (test::shared_dir() / "models" / "DeepSeek-V3-Base.json").string();
+  const std::string model = "DeepSeek-V3-Base";
   // 671B parameters with fp32 master weights and AdamW: 16 B/param = 10.7 TB of state; 4 nodes (32 B200, 335 GB each) are too few
   const auto few = run_cli({"recommend", model, "--instance", "ml.p6-b200.48xlarge", "--nodes", "4", "--format", "json"});
   CHECK(few.code == 1);
@@ -211,7 +211,7 @@ TEST_CASE("cli: recommend plans DeepSeek-V3 on the nodes it needs with expert pa
 }
 
 TEST_CASE("cli: estimate takes --ep for MoE models only", "[cli]") {
-  const std::string mixtral = (test::shared_dir() / "models" / "Mixtral-8x7B-v0.1.json").string();
+  const std::string mixtral = "Mixtral-8x7B-v0.1";
   const auto ok = run_cli({"estimate", mixtral, "--ep", "8", "--format", "json"});
   REQUIRE(ok.code == 0);
   const auto j = nlohmann::json::parse(ok.out);
@@ -229,7 +229,7 @@ TEST_CASE("cli: estimate takes --ep for MoE models only", "[cli]") {
 }
 
 TEST_CASE("cli: gpt2 sequences are capped by its learned positions", "[cli]") {
-  const std::string gpt2 = (test::shared_dir() / "models" / "gpt2.json").string();
+  const std::string gpt2 = "gpt2";
   const auto ok = run_cli({"estimate", gpt2, "--seq", "1024"});
   CHECK(ok.code == 0);
   const auto bad = run_cli({"estimate", gpt2, "--seq", "2048"});

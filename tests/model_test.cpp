@@ -16,6 +16,7 @@ model_spec shared_model(const std::string& name) {
 }  // namespace
 
 TEST_CASE("model: exact parameter counts of the README's exact figures", "[model]") {
+  if (!test::have_shared()) return;
   CHECK(count_parameters(shared_model("Llama-3.2-1B")).total() == 1'235'814'400);
   CHECK(count_parameters(shared_model("Llama-3.2-1B")).non_embedding() + 128256LL * 2048 == 1'235'814'400);
   CHECK(count_parameters(shared_model("Llama-3.2-3B")).total() == 3'212'749'824);
@@ -25,6 +26,7 @@ TEST_CASE("model: exact parameter counts of the README's exact figures", "[model
 }
 
 TEST_CASE("model: dense models within 0.5% of the official totals", "[model]") {
+  if (!test::have_shared()) return;
   struct row { const char* name; double official; };
   const row rows[] = {
       {"Llama-3.1-70B", 70.6e9}, {"Llama-3.1-405B", 405.9e9}, {"Qwen2.5-7B", 7.61e9},   {"Qwen2.5-72B", 72.7e9},
@@ -41,6 +43,7 @@ TEST_CASE("model: dense models within 0.5% of the official totals", "[model]") {
 }
 
 TEST_CASE("model: qwen2 has Q/K/V biases, qwen3 Q/K norms and head_dim, gemma ties by default", "[model]") {
+  if (!test::have_shared()) return;
   const auto q2 = shared_model("Qwen2.5-7B");
   CHECK(q2.qkv_bias);
   CHECK_FALSE(q2.tied_embeddings);
@@ -58,6 +61,7 @@ TEST_CASE("model: qwen2 has Q/K/V biases, qwen3 Q/K norms and head_dim, gemma ti
 // ---- issue 7: MoE, MLA, GPT-2, Falcon and Gemma 2 families
 
 TEST_CASE("model: MoE counts match the README's counted totals and activated counts exactly", "[model]") {
+  if (!test::have_shared()) return;
   // Mixtral: per block attention 2·h·(a·d) + 2·h·(g·d), 8 experts × 3·h·F, router h·8, two RMSNorms
   const auto mx = count_parameters(shared_model("Mixtral-8x7B-v0.1"));
   CHECK(mx.total() == 46'702'792'704);
@@ -87,6 +91,7 @@ TEST_CASE("model: MoE counts match the README's counted totals and activated cou
 }
 
 TEST_CASE("model: GPT-2, Falcon, Gemma 2 and Mixtral-8x22B within 0.5% of the official figures", "[model]") {
+  if (!test::have_shared()) return;
   struct row { const char* name; double official; double unit; };  // unit: last digit of the official figure
   const row rows[] = {{"gpt2", 124e6, 1e6},        {"gpt2-large", 774e6, 1e6},  {"gpt2-xl", 1558e6, 1e6},
                       {"falcon-7b", 6.92e9, 0.01e9}, {"falcon-7b-instruct", 6.92e9, 0.01e9},
@@ -104,6 +109,7 @@ TEST_CASE("model: GPT-2, Falcon, Gemma 2 and Mixtral-8x22B within 0.5% of the of
 }
 
 TEST_CASE("model: GPT-2 and Falcon exact layer structure", "[model]") {
+  if (!test::have_shared()) return;
   // GPT-2 small: 12·(12h² + 13h) + V·h + n_positions·h + 2h, tied head (Conv1D weights have the same numel)
   const auto g = shared_model("gpt2");
   CHECK(g.layer_norm);
@@ -128,6 +134,7 @@ TEST_CASE("model: GPT-2 and Falcon exact layer structure", "[model]") {
 }
 
 TEST_CASE("model: every published config is read and dense counts have active == total", "[model]") {
+  if (!test::have_shared()) return;
   namespace fs = std::filesystem;
   int n = 0;
   for (const auto& dir : {test::shared_dir() / "models", test::shared_dir() / "models" / "more"})

@@ -3,6 +3,8 @@
 
 #include "cli.hpp"
 
+#include <catch2/catch.hpp>
+
 #include <cstdlib>
 #include <filesystem>
 #include <sstream>
@@ -15,6 +17,17 @@ namespace bwplan::test {
 inline std::filesystem::path shared_dir() {
   if (const char* e = std::getenv("BWPLAN_SHARED_DIR"); e && *e) return e;
   return BWPLAN_SHARED_DIR;
+}
+
+/// Whether ../shared (the published configs, ground truth and service model the project shares) is there.
+/// When it is not, the running test is skipped with the reason: it WARNs what it needs and the caller
+/// returns (`if (!test::have_shared()) return;`), instead of failing with "cannot open file".
+inline bool have_shared() {
+  const auto d = shared_dir();
+  if (std::filesystem::is_directory(d / "models")) return true;
+  WARN("skipped: this test reads " << d.string() << " (the project's shared data: ../shared next to the source tree, or "
+       "BWPLAN_SHARED_DIR), which is absent");
+  return false;
 }
 
 struct cli_result {

@@ -38,6 +38,7 @@ double median(std::vector<double> v) {
 }  // namespace
 
 TEST_CASE("validation: H200 ground truth within the core issue's bounds", "[validation]") {
+  if (!test::have_shared()) return;
   const auto gt = test::shared_dir() / "groundtruth";
   std::ifstream in(gt / "h200-calibration.jsonl");
   if (!in) FAIL("cannot read " << (gt / "h200-calibration.jsonl").string());
@@ -83,6 +84,7 @@ TEST_CASE("validation: H200 ground truth within the core issue's bounds", "[vali
 }
 
 TEST_CASE("validation: docs/validation.md is current", "[validation]") {
+  if (!test::have_shared()) return;
   const auto runs = test::shared_dir() / "groundtruth" / "h200-calibration.jsonl";
   const auto r = test::run_cli({"validate", runs.string(), "--format", "markdown"});
   REQUIRE(r.code == 0);

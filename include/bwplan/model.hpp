@@ -7,6 +7,10 @@
 
 namespace bwplan {
 
+/// Most transformer blocks a model config may declare (io::model_from_json), far above any published model;
+/// counts of blocks given elsewhere (--bf16-layers) share the bound.
+inline constexpr std::int64_t max_model_layers = 100'000;
+
 /// Architecture of a dense decoder-only transformer (Llama, Mistral, Qwen2/3, Gemma, Phi-3),
 /// read from a Hugging Face `config.json` by `io::load_model`.
 ///

@@ -4,6 +4,7 @@
 
 #include <bwplan/error.hpp>
 #include <bwplan/hardware.hpp>
+#include <bwplan/model.hpp>
 
 #include <array>
 #include <cstddef>
@@ -206,8 +207,8 @@ struct bf16_blocks {
     std::size_t pos = 0;
     long long n = -1;
     try { n = std::stoll(v, &pos); } catch (...) { pos = 0; }
-    if (pos != v.size() || v.empty() || n < 0 || n > (1 << 20))
-      throw bad("expected a block count between 0 and 1048576 in '" + s + "'");
+    if (pos != v.size() || v.empty() || n < 0 || n > max_model_layers)
+      throw bad("expected a block count between 0 and " + std::to_string(max_model_layers) + " (the most blocks a model may have) in '" + s + "'");
     return n;
   };
   if (s.find(':') == std::string::npos) {

@@ -1,6 +1,8 @@
-// libFuzzer target for the JSON readers: the model-config reader (io::model_from_json), the plan reader
-// (io::plan_from_json) and the locator used for line numbers. Built and run by tests/fuzz/run.sh with
-// clang++ -fsanitize=fuzzer,address,undefined. Any exception other than bwplan::error is a finding.
+// libFuzzer target for the JSON readers: the model-config reader (io::model_from_json, gemma3's text_config
+// included), the hardware-catalog reader (io::merge_catalog, then the estimators on every GPU and instance it
+// accepts), the plan reader (io::plan_from_json) and the locator used for line numbers. Built and run by
+// tests/fuzz/run.sh with clang++ -fsanitize=fuzzer,address,undefined. Any exception other than bwplan::error
+// is a finding.
 #include <bwplan/bwplan.hpp>
 #include <bwplan/io/json.hpp>
 #include <bwplan/io/locate.hpp>
@@ -40,6 +42,35 @@ void model_reader(const nlohmann::json& j, const std::string& text) {
   }
 }
 
+/// A catalog document merged over an empty catalog; every GPU it accepts is then evaluated with a small model
+/// (an accepted catalog must be usable without UB: no division by a zero bandwidth, no NaN capacity).
+void catalog_reader(const nlohmann::json& j, const std::string& text) {
+  try {
+    bwplan::hardware_catalog cat;
+    bwplan::io::merge_catalog(cat, j, "fuzz-catalog.json");
+    bwplan::model_spec m;
+    m.name = "fuzz";
+    m.family = "llama";
+    m.hidden = 256;
+    m.layers = 2;
+    m.heads = 4;
+    m.kv_heads = 4;
+    m.head_dim = 64;
+    m.intermediate = 512;
+    m.vocab = 1000;
+    m.max_context = 2048;
+    for (const auto& g : cat.gpus()) {
+      bwplan::training_config c;
+      c.seq_len = 256;
+      (void)bwplan::estimate_memory(m, c, g).fits;
+      (void)bwplan::estimate_throughput(m, c, g).mfu;
+    }
+    for (const auto& i : cat.instances()) (void)cat.gpu(i.gpu);
+  } catch (const bwplan::error& e) {
+    if (const auto* ce = dynamic_cast<const bwplan::config_error*>(&e)) (void)bwplan::io::with_location(*ce, text);
+  }
+}
+
 void plan_reader(const std::string& text) {
   try {
     const bwplan::plan_spec p = bwplan::io::parse_plan(text, "fuzz-plan.json");
@@ -56,6 +87,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   try {
     const nlohmann::json j = bwplan::io::parse_json(text, "fuzz.json");
     model_reader(j, text);
+    catalog_reader(j, text);
   } catch (const bwplan::config_error&) {
   }
   plan_reader(text);

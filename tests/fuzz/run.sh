@@ -2,8 +2,9 @@
 # Builds the libFuzzer target for the JSON readers and runs it for a bounded time.
 #   tests/fuzz/run.sh [SECONDS] [WORK_DIR]      (defaults: 30, build/fuzz)
 # Seeds: the published config.json files in ../shared/models (BWPLAN_SHARED_DIR overrides), the bundled
-# presets and the example plans. Exit status: 0 no finding, non-zero a crash, sanitizer report or timeout
-# (the reproducer is left in WORK_DIR as crash-*/leak-*/timeout-*).
+# presets, the example plans, the hardware catalog and tests/fuzz/seeds (gemma3 text_config, hostile catalog).
+# Exit status: 0 no finding, non-zero a crash, sanitizer report or timeout (the reproducer is left in WORK_DIR
+# as crash-*/leak-*/timeout-*).
 set -euo pipefail
 secs=${1:-30}
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -20,7 +21,8 @@ if [ ! -x "$bin" ] || [ -n "$(find "$root/include" "$src" -newer "$bin" -print -
     -I"$root/include" "$src" -o "$bin"
 fi
 rm -f "$work/seeds"/*
-for d in "$shared/models" "$shared/models/more" "$root/configs/models" "$root/configs/examples" "$root/tests/fuzz/regressions"; do
+for d in "$shared/models" "$shared/models/more" "$root/configs/models" "$root/configs/examples" "$root/configs/hardware" \
+         "$root/tests/fuzz/seeds" "$root/tests/fuzz/regressions"; do
   [ -d "$d" ] || continue
   for f in "$d"/*.json; do [ -f "$f" ] && cp "$f" "$work/seeds/$(basename "$d")-$(basename "$f")"; done
 done

@@ -6,6 +6,7 @@
 
 #include <bwplan/error.hpp>
 #include <bwplan/hardware.hpp>
+#include <bwplan/io/file.hpp>
 #include <bwplan/io/locate.hpp>
 #include <bwplan/model.hpp>
 
@@ -33,8 +34,45 @@ inline const std::vector<std::string>& supported_families() {
   return f;
 }
 
-/// Parses `text` as JSON (comments allowed). Throws config_error naming `file` and the byte offset.
+/// Deepest nesting of arrays and objects a JSON document may have. Real configs, catalogs and plans nest
+/// fewer than 10 levels; the limit keeps recursive code (copies, dumps, the locator) far from the stack's end.
+inline constexpr std::size_t max_json_depth = 256;
+
+namespace detail {
+
+/// Throws config_error when `text` nests arrays and objects deeper than `max_depth` (strings and comments
+/// skipped, as the parser does). Runs before the parser, so a hostile document never becomes a deep tree.
+inline void check_json_depth(std::string_view text, const std::string& file, std::size_t max_depth = max_json_depth) {
+  std::size_t depth = 0;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (c == '"') {
+      for (++i; i < text.size() && text[i] != '"'; ++i)
+        if (text[i] == '\\') ++i;
+    } else if (c == '/' && i + 1 < text.size() && text[i + 1] == '/') {
+      while (i < text.size() && text[i] != '\n') ++i;
+    } else if (c == '/' && i + 1 < text.size() && text[i + 1] == '*') {
+      const std::size_t end = text.find("*/", i + 2);
+      i = end == std::string_view::npos ? text.size() : end + 1;
+    } else if (c == '[' || c == '{') {
+      if (++depth > max_depth) {
+        const text_location l = location_of(text, i);
+        throw config_error(file, "", "nested deeper than " + std::to_string(max_depth) + " levels (the limit on JSON input)",
+                           l.line, l.column, l.byte);
+      }
+    } else if ((c == ']' || c == '}') && depth > 0) {
+      --depth;
+    }
+  }
+}
+
+}  // namespace detail
+
+/// Parses `text` as JSON (comments allowed). Throws config_error naming `file` and the byte offset; also for
+/// a NUL byte (the parser would stop there and ignore the rest) and for nesting deeper than max_json_depth.
 [[nodiscard]] inline nlohmann::json parse_json(const std::string& text, const std::string& file) {
+  detail::reject_nul(text, file);
+  detail::check_json_depth(text, file);
   try {
     return nlohmann::json::parse(text, nullptr, true, /*ignore_comments=*/true);
   } catch (const nlohmann::json::parse_error& e) {
@@ -55,16 +93,6 @@ inline const std::vector<std::string>& supported_families() {
     const text_location l = location_of(text, off);
     throw config_error(file, "", "malformed JSON: " + what, l.line, l.column, l.byte);
   }
-}
-
-/// The whole file at `path` as bytes. Throws config_error when it cannot be read.
-[[nodiscard]] inline std::string read_text_file(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw config_error(path.string(), "", "cannot open file");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  if (in.bad()) throw config_error(path.string(), "", "cannot read file");
-  return ss.str();
 }
 
 /// Reads and parses the JSON file at `path`. Throws config_error when it cannot be read or parsed.
@@ -153,7 +181,7 @@ inline void read_family(model_spec& m, const nlohmann::json& j, const std::strin
   };
   // Upper bounds far above any published model keep the integer arithmetic of count_parameters exact.
   m.hidden = get_int(j, file, gpt2 ? key({"n_embd", "hidden_size"}) : "hidden_size", std::nullopt, 1, 1 << 20);
-  m.layers = get_int(j, file, key({"num_hidden_layers", "n_layer"}), std::nullopt, 1, 100'000);
+  m.layers = get_int(j, file, key({"num_hidden_layers", "n_layer"}), std::nullopt, 1, max_model_layers);
   m.heads = get_int(j, file, key({"num_attention_heads", "n_head"}), std::nullopt, 1, 1 << 16);
   if (falcon) {
     const bool new_arch = get_bool(j, file, "new_decoder_architecture", false);
@@ -269,30 +297,49 @@ inline void read_family(model_spec& m, const nlohmann::json& j, const std::strin
 /// Throws config_error for a non-object, an unsupported `model_type`, a missing or non-integer field,
 /// a value below 1, or head counts that do not divide.
 [[nodiscard]] inline model_spec model_from_json(const nlohmann::json& j, const std::string& file, std::string name = {}) {
-  using detail::get_bool;
-  using detail::get_int;
   if (!j.is_object()) throw config_error(file, "", std::string("expected a JSON object, got ") + j.type_name());
-  auto mt = j.find("model_type");
-  if (mt == j.end()) throw config_error(file, "/model_type", "missing required field");
-  if (!mt->is_string()) throw config_error(file, "/model_type", std::string("expected a string, got ") + mt->type_name());
+  auto family_of = [&](const nlohmann::json& obj, const std::string& ptr, const char* fallback) {
+    auto mt = obj.find("model_type");
+    if (mt == obj.end() || (fallback && mt->is_null())) {
+      if (fallback) return std::string(fallback);
+      throw config_error(file, ptr + "/model_type", "missing required field");
+    }
+    if (!mt->is_string()) throw config_error(file, ptr + "/model_type", std::string("expected a string, got ") + mt->type_name());
+    std::string f = mt->get<std::string>();
+    const auto& fams = supported_families();
+    if (std::find(fams.begin(), fams.end(), f) == fams.end()) {
+      std::string list;
+      for (const auto& x : fams) list += (list.empty() ? "" : ", ") + x;
+      throw config_error(file, ptr + "/model_type", "unsupported model_type '" + f + "' (supported: " + list + ")");
+    }
+    return f;
+  };
   model_spec m;
-  m.family = mt->get<std::string>();
-  const auto& fams = supported_families();
-  if (std::find(fams.begin(), fams.end(), m.family) == fams.end()) {
-    std::string list;
-    for (const auto& f : fams) list += (list.empty() ? "" : ", ") + f;
-    throw config_error(file, "/model_type", "unsupported model_type '" + m.family + "' (supported: " + list + ")");
-  }
+  m.family = family_of(j, "", nullptr);
   m.name = name.empty() ? std::filesystem::path(file).stem().string() : std::move(name);
-  if (m.family == "gemma3" && j.contains("text_config") && j.at("text_config").is_object()) {
-    // multimodal Gemma 3: the language model's keys are under text_config
-    nlohmann::json tc = j.at("text_config");
-    if (!tc.contains("model_type")) tc["model_type"] = "gemma3_text";
-    model_spec t = model_from_json(tc, file, m.name);
-    t.family = m.family;
-    return t;
+  const nlohmann::json* keys = &j;  // the object holding the language model's keys (never a copy)
+  std::string prefix;                // its JSON pointer, for messages
+  if (m.family == "gemma3") {
+    if (auto tc = j.find("text_config"); tc != j.end() && tc->is_object()) {
+      // multimodal Gemma 3: the language model's keys are under text_config (model_type gemma3_text). It is
+      // read once, in place; a text_config inside it is refused rather than followed level by level.
+      prefix = "/text_config";
+      const std::string inner = family_of(*tc, prefix, "gemma3_text");
+      if (inner == "gemma3")
+        throw config_error(file, prefix + "/model_type", "a text_config must describe the language model (gemma3_text), not another multimodal gemma3");
+      if (tc->contains("text_config"))
+        throw config_error(file, prefix + "/text_config", "a text_config inside text_config is not read (Gemma 3 nests one level)");
+      keys = &*tc;
+      m.family = inner;
+    }
   }
-  detail::read_family(m, j, file);
+  try {
+    detail::read_family(m, *keys, file);
+  } catch (const config_error& e) {
+    if (prefix.empty()) throw;
+    throw config_error(e.file(), prefix + e.pointer(), e.reason());
+  }
+  if (!prefix.empty()) m.family = "gemma3";
   {  // the parameter count in floating point first: the int64 count below must not overflow
     const double h = static_cast<double>(m.hidden), q = static_cast<double>(m.heads) * static_cast<double>(m.head_dim);
     const double kv = static_cast<double>(m.kv_heads) * static_cast<double>(m.head_dim);
@@ -304,7 +351,7 @@ inline void read_family(model_spec& m, const nlohmann::json& j, const std::strin
     const double total = static_cast<double>(m.layers + m.mtp_layers) * block +
                          2 * static_cast<double>(m.vocab + m.positions) * h;
     if (!(total <= 1e15))
-      throw config_error(file, "", "implausible model: about " + std::to_string(total) + " parameters (more than 10^15)");
+      throw config_error(file, prefix, "implausible model: about " + std::to_string(total) + " parameters (more than 10^15)");
   }
   return m;
 }

@@ -1,0 +1,449 @@
+// Hostile and careless input (issue 17): bounded regular-file reads, JSON depth and gemma3 text_config,
+// numbers checked where they enter from flags, write errors, "did you mean", completion, readable help,
+// models by Hugging Face id and the presets of every shared config. Each test fails on the code before it.
+#include "test_util.hpp"
+
+#include <bwplan/io/file.hpp>
+#include <bwplan/io/hf_cache.hpp>
+#include <bwplan/io/json.hpp>
+
+#include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
+
+#include <sys/stat.h>
+
+#include <chrono>
+#include <cstdint>
+#include <cstdlib>
+#include <fstream>
+#include <limits>
+#include <streambuf>
+#include <string>
+#include <vector>
+
+using namespace bwplan;
+using test::run_cli;
+
+namespace {
+
+namespace fs = std::filesystem;
+
+fs::path temp_path(const std::string& name) { return fs::temp_directory_path() / ("bwplan_hardening_" + name); }
+
+std::string write_temp(const std::string& name, const std::string& text) {
+  const auto p = temp_path(name);
+  std::ofstream(p, std::ios::binary) << text;
+  return p.string();
+}
+
+int lines(const std::string& s) { return static_cast<int>(std::count(s.begin(), s.end(), '\n')); }
+
+/// One line on stderr, exit 2, naming `what`.
+void check_usage_error(const test::cli_result& r, const std::string& what) {
+  INFO("stderr: " << r.err);
+  CHECK(r.code == 2);
+  CHECK(lines(r.err) == 1);
+  CHECK_THAT(r.err, Catch::Contains(what));
+  CHECK_THAT(r.err, !Catch::Contains("internal"));
+}
+
+const char* llama_like = R"({"model_type": "llama", "hidden_size": 2048, "num_hidden_layers": 16, "num_attention_heads": 32,
+  "num_key_value_heads": 8, "intermediate_size": 8192, "vocab_size": 128256, "tie_word_embeddings": true})";
+
+/// Sets an environment variable for the life of the object, restoring the previous value.
+class scoped_env {
+ public:
+  scoped_env(const char* name, const std::string& value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old;
+    ::setenv(name, value.c_str(), 1);
+  }
+  scoped_env(const scoped_env&) = delete;
+  scoped_env& operator=(const scoped_env&) = delete;
+  ~scoped_env() {
+    if (old_) ::setenv(name_, old_->c_str(), 1);
+    else ::unsetenv(name_);
+  }
+
+ private:
+  const char* name_;
+  std::optional<std::string> old_;
+};
+
+/// A stream buffer that fails every write, as a full device does.
+struct full_device_buf : std::streambuf {
+  int_type overflow(int_type) override { return traits_type::eof(); }
+  std::streamsize xsputn(const char*, std::streamsize) override { return 0; }
+};
+
+}  // namespace
+
+// ---- 1. reading files: regular files only, bounded, no NUL, never blocking
+
+TEST_CASE("hardening: read_text_file refuses a directory, a device, a FIFO, an over-sized file and a NUL byte", "[hardening]") {
+  SECTION("directory") {
+    const auto d = temp_path("dir");
+    fs::create_directories(d);
+    CHECK_THROWS_WITH(io::read_text_file(d), Catch::Contains("is a directory"));
+  }
+  SECTION("/dev/zero is not read (it would grow without end)") {
+    if (!fs::exists("/dev/zero")) return;
+    CHECK_THROWS_WITH(io::read_text_file("/dev/zero"), Catch::Contains("not a regular file"));
+  }
+  SECTION("a FIFO is refused without waiting for a writer") {
+    const auto f = temp_path("fifo");
+    fs::remove(f);
+    REQUIRE(::mkfifo(f.c_str(), 0600) == 0);
+    const auto t0 = std::chrono::steady_clock::now();
+    CHECK_THROWS_WITH(io::read_text_file(f), Catch::Contains("not a regular file"));
+    CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(5));
+    fs::remove(f);
+  }
+  SECTION("larger than the limit, which the message names") {
+    const auto f = temp_path("big.json");
+    std::ofstream(f).close();
+    fs::resize_file(f, io::max_input_bytes + 1);  // sparse: no 64 MiB written
+    CHECK_THROWS_WITH(io::read_text_file(f), Catch::Contains("larger than the 64 MiB limit"));
+    fs::remove(f);
+  }
+  SECTION("a NUL byte, and what follows it, are not ignored") {
+    const auto f = write_temp("nul.json", std::string("{\"model_type\": \"llama\"}\0{\"junk\": ", 35));
+    CHECK_THROWS_WITH(io::read_text_file(f), Catch::Contains("NUL byte"));
+    CHECK_THROWS_WITH(io::parse_json(std::string("{}\0]]]", 6), "x.json"), Catch::Contains("NUL byte"));
+  }
+  SECTION("missing file and over-long name: one short line naming the path") {
+    CHECK_THROWS_WITH(io::read_text_file("/nonexistent/bwplan.json"), Catch::Contains("/nonexistent/bwplan.json: no such file"));
+    const std::string longname(100'000, 'a');
+    try {
+      (void)io::read_text_file(longname);
+      FAIL("read an over-long path");
+    } catch (const config_error& e) {
+      CHECK(std::string(e.what()).size() < 400);
+      CHECK_THAT(e.what(), Catch::Contains("file name too long") && Catch::Contains("aaa..."));
+    }
+  }
+}
+
+TEST_CASE("hardening: the CLI reports unreadable models, plans and catalogs in one line", "[hardening]") {
+  const auto d = temp_path("modeldir");
+  fs::create_directories(d);
+  fs::remove(d / "config.json");
+  check_usage_error(run_cli({"estimate", d.string()}), "is a directory without a config.json");
+  check_usage_error(run_cli({"--hardware", "/dev/zero", "hardware"}), "/dev/zero: is not a regular file");
+  check_usage_error(run_cli({"estimate", "/dev/zero"}), "/dev/zero: is not a regular file");
+  const auto plan = write_temp("plan-dir.json", R"({"model": "/dev/zero", "gpu": "h100"})");
+  check_usage_error(run_cli({"estimate", "--plan", plan}), "/dev/zero: is not a regular file");
+  SECTION("an over-long path: the path cut to 200 characters, no 'internal: filesystem error'") {
+    const std::string longname(100'000, 'x');
+    for (const std::vector<std::string>& args : {std::vector<std::string>{"estimate", longname},
+                                                std::vector<std::string>{"estimate", "--plan", longname},
+                                                std::vector<std::string>{"--hardware", longname, "hardware"},
+                                                std::vector<std::string>{"validate", longname}}) {
+      const auto r = run_cli(args);
+      INFO(args.front() << " " << args[1].substr(0, 20));
+      CHECK(r.code == 2);
+      CHECK(lines(r.err) == 1);
+      CHECK(r.err.size() < 1200);
+      CHECK_THAT(r.err, !Catch::Contains("internal"));
+    }
+  }
+}
+
+TEST_CASE("hardening: JSON nested deeper than 256 levels is refused before it is parsed", "[hardening]") {
+  std::string deep = R"({"model_type": "gemma3", "text_config": )";
+  for (int i = 0; i < 100'000; ++i) deep += "[";
+  for (int i = 0; i < 100'000; ++i) deep += "]";
+  deep += "}";
+  CHECK_THROWS_WITH(io::parse_json(deep, "deep.json"), Catch::Contains("nested deeper than 256 levels"));
+  const auto f = write_temp("deep.json", deep);
+  check_usage_error(run_cli({"estimate", f}), "nested deeper than 256 levels");
+  // brackets inside strings and comments do not count
+  std::string ok = "{\"a\": \"";
+  for (int i = 0; i < 1000; ++i) ok += "[{";
+  ok += "\"} // [[[[[[\n";
+  CHECK_NOTHROW(io::parse_json(ok, "ok.json"));
+}
+
+TEST_CASE("hardening: gemma3 text_config is read in place, once, with /text_config in error pointers", "[hardening]") {
+  const std::string inner = R"({"hidden_size": 2560, "num_hidden_layers": 34, "num_attention_heads": 8, "num_key_value_heads": 4,
+    "head_dim": 256, "intermediate_size": 10240, "vocab_size": 262208})";
+  SECTION("a multimodal config reads the language model") {
+    const auto m = io::model_from_json(nlohmann::json::parse(R"({"model_type": "gemma3", "text_config": )" + inner + "}"), "g.json");
+    CHECK(m.family == "gemma3");
+    CHECK(m.layers == 34);
+    CHECK(m.qk_norm);
+    CHECK(m.norms_per_block == 4);
+  }
+  SECTION("a missing field inside text_config is located under /text_config") {
+    const auto f = write_temp("gemma3-missing.json",
+                              "{\"model_type\": \"gemma3\",\n \"text_config\": {\"hidden_size\": 64,\n \"num_hidden_layers\": \"two\"}}");
+    const auto r = run_cli({"estimate", f});
+    check_usage_error(r, "/text_config/num_hidden_layers: expected an integer, got string");
+    CHECK_THAT(r.err, Catch::Contains("(line 3"));
+  }
+  SECTION("a text_config holding another one is refused at once, not re-read level by level") {
+    std::string chain = inner;
+    for (int i = 0; i < 200; ++i) chain = R"({"model_type": "gemma3", "text_config": )" + chain + "}";
+    const auto t0 = std::chrono::steady_clock::now();
+    CHECK_THROWS_WITH(io::model_from_json(nlohmann::json::parse(chain), "chain.json"),
+                      Catch::Contains("/text_config/model_type") && Catch::Contains("not another multimodal gemma3"));
+    const std::string two = R"({"model_type": "gemma3", "text_config": {"text_config": )" + inner + "}}";
+    CHECK_THROWS_WITH(io::model_from_json(nlohmann::json::parse(two), "two.json"), Catch::Contains("/text_config/text_config"));
+    CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(2));
+  }
+}
+
+TEST_CASE("hardening: validate refuses a directory, an empty file and a field of the wrong type", "[hardening]") {
+  const auto d = temp_path("runs-dir");
+  fs::create_directories(d);
+  check_usage_error(run_cli({"validate", d.string()}), "is a directory");
+  check_usage_error(run_cli({"validate", write_temp("empty.jsonl", "")}), "no runs in the file");
+  check_usage_error(run_cli({"validate", write_temp("blank.jsonl", "\n  \n")}), "no runs in the file");
+  const auto bad = write_temp("bad.jsonl", "{\"kind\": \"env\", \"gpu\": \"NVIDIA H200\"}\n"
+                                           "{\"model\": \"m\", \"recipe\": \"amp\", \"mbs\": \"one\", \"seq\": 2048, \"ac\": \"none\"}\n");
+  check_usage_error(run_cli({"validate", bad}), "bad.jsonl:2: /mbs: expected an integer");
+  const auto arr = write_temp("arr.jsonl", "[1, 2]\n");
+  check_usage_error(run_cli({"validate", arr}), "arr.jsonl:1: expected a JSON object");
+  const auto kind = write_temp("kind.jsonl", "{\"kind\": 3}\n");
+  check_usage_error(run_cli({"validate", kind}), "kind.jsonl:1: /kind: expected a string");
+}
+
+// ---- 2. numbers checked where they enter from flags
+
+TEST_CASE("hardening: non-finite and out-of-range numbers in flags are one line and exit 2, naming the flag", "[hardening]") {
+  const std::string i64max = std::to_string(std::numeric_limits<std::int64_t>::max());
+  struct bad_flag {
+    std::vector<std::string> args;
+    std::string flag;
+  };
+  const std::vector<bad_flag> cases{
+      {{"estimate", "Llama-3.2-1B", "--gpu", "b200", "--precision", "fp8", "--bf16-layers", "nan"}, "--bf16-layers"},
+      {{"estimate", "Llama-3.2-1B", "--gpu", "b200", "--precision", "fp8", "--bf16-layers", "first:" + i64max + ",last:" + i64max},
+       "--bf16-layers"},
+      {{"estimate", "Llama-3.2-1B", "--price-per-hour", "nan", "--tokens", "1B"}, "--price-per-hour"},
+      {{"estimate", "Llama-3.2-1B", "--price-per-hour", "inf", "--tokens", "1B"}, "--price-per-hour"},
+      {{"estimate", "Llama-3.2-1B", "--price-per-hour", "-1", "--tokens", "1B"}, "--price-per-hour"},
+      {{"recommend", "Llama-3.2-1B", "--price-per-hour", "nan", "--tokens", "1B"}, "--price-per-hour"},
+      {{"recommend", "Llama-3.2-1B", "--headroom", "nan"}, "--headroom"},
+      {{"report", "Llama-3.2-1B", "--headroom", "nan", "-o", "-"}, "--headroom"},
+      {{"recommend", "Llama-3.2-1B", "--tokens", "1B", "--budget-usd", "nan"}, "--budget-usd"},
+      {{"recommend", "Llama-3.2-1B", "--tokens", "1B", "--budget-usd", "-1"}, "--budget-usd"},
+      {{"recommend", "Llama-3.2-1B", "--tokens", "1B", "--deadline", "1e308w"}, "--deadline"},
+      {{"recommend", "Llama-3.2-1B", "--global-batch-tokens", i64max}, "--global-batch-tokens"},
+      {{"sagemaker", "Llama-3.2-1B", "--runtime-margin", "nan"}, "--runtime-margin"},
+      {{"sagemaker", "Llama-3.2-1B", "--runtime-margin", "inf"}, "--runtime-margin"},
+      {{"sagemaker", "Llama-3.2-1B", "--runtime-margin", "1e308"}, "--runtime-margin"},
+      {{"sagemaker", "Llama-3.2-1B", "--max-runtime", "1e300"}, "--max-runtime"},
+      {{"sagemaker", "Llama-3.2-1B", "--train-tokens", i64max}, "--train-tokens"},
+      {{"recommend", "Llama-3.2-1B", "--emit", "sagemaker", "--runtime-margin", "nan"}, "--runtime-margin"},
+  };
+  for (const auto& c : cases) {
+    std::string cmd;
+    for (const auto& a : c.args) cmd += a + " ";
+    INFO(cmd);
+    check_usage_error(run_cli(c.args), c.flag);
+  }
+}
+
+TEST_CASE("hardening: parse_bf16_blocks rejects NaN and counts above the most blocks a model may have", "[hardening]") {
+  CHECK_THROWS_AS(parse_bf16_blocks("nan"), invalid_request);
+  CHECK_THROWS_AS(parse_bf16_blocks("-nan"), invalid_request);
+  CHECK_THROWS_WITH(parse_bf16_blocks("last:9223372036854775807"), Catch::Contains("at most 100000"));
+  CHECK(parse_bf16_blocks("first:2,last:100000").last == 100000);
+  CHECK(parse_bf16_blocks("0.15").fraction == Approx(0.15));
+}
+
+TEST_CASE("hardening: empty or zero values are errors, not silent defaults", "[hardening]") {
+  check_usage_error(run_cli({"estimate", "Llama-3.2-1B", "--gpus", "0"}), "--gpus");
+  check_usage_error(run_cli({"estimate", "Llama-3.2-1B", "--instance", ""}), "--instance: must not be empty");
+  check_usage_error(run_cli({"recommend", "Llama-3.2-1B", "--instance", ""}), "--instance");
+  check_usage_error(run_cli({"sagemaker", "Llama-3.2-1B", "--job-name", ""}), "--job-name: must not be empty");
+  check_usage_error(run_cli({"sagemaker", "Llama-3.2-1B", "--volume-gb", "0"}), "--volume-gb");
+  check_usage_error(run_cli({"sagemaker", "Llama-3.2-1B", "--max-steps", "0"}), "--max-steps");
+  check_usage_error(run_cli({"--configs", "", "hardware"}), "--configs: must not be empty");
+  check_usage_error(run_cli({"--hardware", "", "hardware"}), "--hardware: must not be empty");
+}
+
+TEST_CASE("hardening: SageMaker tags under aws: are refused; invalid UTF-8 blames the flag that carries it", "[hardening]") {
+  check_usage_error(run_cli({"sagemaker", "Llama-3.2-1B", "--tag", "aws:team=ml"}), "reserved by AWS");
+  check_usage_error(run_cli({"sagemaker", "Llama-3.2-1B", "--tag", "AWS:x=y"}), "reserved by AWS");
+  const auto r = run_cli({"sagemaker", "Llama-3.2-1B", "--output-s3", "s3://bucket/\xff\xfe"});
+  check_usage_error(r, "--output-s3");
+  CHECK_THAT(r.err, !Catch::Contains("--checkpoint-s3"));
+  check_usage_error(run_cli({"sagemaker", "Llama-3.2-1B", "--job-name=\xc3"}), "--job-name");
+  CHECK(run_cli({"sagemaker", "Llama-3.2-1B", "--tag", "team=ml"}).code == 0);
+}
+
+TEST_CASE("hardening: recommend --instance repeated 3,000 times searches each instance type once", "[hardening]") {
+  std::vector<std::string> args{"recommend", "Llama-3.2-1B", "--format", "json", "--seq", "2048"};
+  for (int i = 0; i < 3000; ++i) {
+    args.emplace_back("--instance");
+    args.emplace_back(i % 2 ? "ml.p5.48xlarge" : "p5.48xlarge");  // an alias of the same instance type
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto r = run_cli(args);
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  CHECK(r.code == 0);
+  CHECK(s < 30);
+  const auto j = nlohmann::json::parse(r.out);
+  CHECK(j["hardware"]["instance"] == "ml.p5.48xlarge");
+}
+
+// ---- 3. write errors fail the command
+
+TEST_CASE("hardening: output that cannot be written fails the command (exit 2)", "[hardening]") {
+  SECTION("standard output on a full device") {
+    full_device_buf buf;
+    std::ostream out(&buf);
+    std::ostringstream err;
+    CHECK(cli::run({"hardware"}, out, err) == 2);
+    CHECK_THAT(err.str(), Catch::Contains("cannot write the output"));
+    CHECK(lines(err.str()) == 1);
+  }
+  if (!fs::exists("/dev/full")) return;
+  SECTION("check -o /dev/full") {
+    const std::string plan = std::string(BWPLAN_SOURCE_DIR) + "/configs/examples/llama-3.1-8b-p6-b200.json";
+    check_usage_error(run_cli({"check", plan, "-o", "/dev/full"}), "--output: cannot write /dev/full");
+  }
+  SECTION("recommend --emit plan -o /dev/full") {
+    check_usage_error(run_cli({"recommend", "Llama-3.2-1B", "--gpu", "h100", "--emit", "plan", "-o", "/dev/full"}),
+                      "--output: cannot write /dev/full");
+  }
+  SECTION("report -o /dev/full") {
+    check_usage_error(run_cli({"report", "Llama-3.2-1B", "--gpu", "h100", "-o", "/dev/full"}), "cannot write /dev/full");
+  }
+}
+
+// ---- 4. commands, help and completion
+
+TEST_CASE("hardening: bwplan alone prints the help and exits 0", "[hardening]") {
+  const auto r = run_cli({});
+  CHECK(r.code == 0);
+  CHECK_THAT(r.out, Catch::Contains("Usage: bwplan") && Catch::Contains("estimate") && Catch::Contains("completion"));
+  CHECK(r.err.empty());
+  const auto v = run_cli({"-v"});  // options but no command: a usage error that lists the commands
+  check_usage_error(v, "a command is required");
+  CHECK_THAT(v.err, Catch::Contains("estimate, recommend"));
+}
+
+TEST_CASE("hardening: unknown commands and options get a suggestion", "[hardening]") {
+  check_usage_error(run_cli({"estimat", "Llama-3.1-8B"}), "unknown command 'estimat' (did you mean 'estimate'?)");
+  check_usage_error(run_cli({"recomend"}), "did you mean 'recommend'?");
+  check_usage_error(run_cli({"estimate", "Llama-3.1-8B", "--gpuu", "h100"}), "unknown option '--gpuu' (did you mean '--gpu'?)");
+  check_usage_error(run_cli({"recommend", "Llama-3.1-8B", "--instnce=ml.p5.48xlarge"}), "(did you mean '--instance'?)");
+  check_usage_error(run_cli({"sagemaker", "Llama-3.1-8B", "--role-ar", "x"}), "(did you mean '--role-arn'?)");
+  check_usage_error(run_cli({"estimate", "Llama-3.1-8B", "Llama-3.1-70B"}), "unexpected argument 'Llama-3.1-70B'");
+}
+
+TEST_CASE("hardening: bwplan completion prints bash, zsh and fish scripts from the registered commands", "[hardening]") {
+  const auto bash = run_cli({"completion", "bash"});
+  REQUIRE(bash.code == 0);
+  CHECK_THAT(bash.out, Catch::Contains("complete -o filenames -F _bwplan bwplan"));
+  for (const char* s : {"estimate|recommend|hardware|validate|sagemaker|report|sweep|check|completion", "--bf16-layers",
+                        "--emit", "--role-arn", "values='fp32 bf16'", "llama-3.1-8b"})
+    CHECK_THAT(bash.out, Catch::Contains(s));
+  const auto zsh = run_cli({"completion", "zsh"});
+  REQUIRE(zsh.code == 0);
+  CHECK_THAT(zsh.out, Catch::StartsWith("#compdef bwplan") && Catch::Contains("compdef _bwplan bwplan"));
+  const auto fish = run_cli({"completion", "fish"});
+  REQUIRE(fish.code == 0);
+  CHECK_THAT(fish.out, Catch::Contains("complete -c bwplan -n __fish_use_subcommand -a estimate") &&
+                           Catch::Contains("-l master -x -a 'fp32 bf16'"));
+  check_usage_error(run_cli({"completion", "powershell"}), "SHELL");
+}
+
+TEST_CASE("hardening: help shows the values users type, not CLI11's enum mapping", "[hardening]") {
+  for (const char* cmd : {"estimate", "sagemaker", "report", "sweep"}) {
+    const auto r = run_cli({cmd, "--help"});
+    INFO(cmd);
+    REQUIRE(r.code == 0);
+    CHECK_THAT(r.out, !Catch::Contains("->") && !Catch::Contains("ENUM"));
+    CHECK_THAT(r.out, Catch::Contains("--master fp32 | bf16") && Catch::Contains("--sharding none | full | hybrid | grad-op"));
+  }
+  // the values still parse, case-insensitively, and a wrong one lists them
+  CHECK(run_cli({"estimate", "Llama-3.2-1B", "--gpu", "h100", "--master", "BF16", "--sharding", "None"}).code == 0);
+  check_usage_error(run_cli({"estimate", "Llama-3.2-1B", "--master", "fp16"}), "--master: expected fp32 | bf16, got 'fp16'");
+}
+
+// ---- 5. models by Hugging Face id, presets
+
+TEST_CASE("hardening: a Hugging Face id is read from the local hub cache", "[hardening]") {
+  const auto cache = temp_path("hf-cache");
+  fs::remove_all(cache);
+  const auto repo = io::hf_model_folder(cache, "TestOrg/Tiny-Llama-2B");
+  fs::create_directories(repo / "refs");
+  fs::create_directories(repo / "snapshots" / "0123abcd");
+  fs::create_directories(repo / "snapshots" / "ffff0000");  // an older snapshot without a config
+  std::ofstream(repo / "refs" / "main") << "0123abcd";
+  std::ofstream(repo / "snapshots" / "0123abcd" / "config.json") << llama_like;
+  SECTION("HF_HUB_CACHE") {
+    scoped_env env("HF_HUB_CACHE", cache.string());
+    const auto r = run_cli({"estimate", "TestOrg/Tiny-Llama-2B", "--gpu", "h100", "--format", "json"});
+    INFO(r.err);
+    REQUIRE(r.code == 0);
+    const auto j = nlohmann::json::parse(r.out);
+    CHECK(j["model"]["name"] == "Tiny-Llama-2B");
+    CHECK(j["model"]["family"] == "llama");
+  }
+  SECTION("HF_HOME/hub") {
+    const auto home = temp_path("hf-home");
+    fs::remove_all(home);
+    fs::create_directories(home);
+    fs::create_directory_symlink(cache, home / "hub");
+    scoped_env unset_cache("HF_HUB_CACHE", "");
+    scoped_env env("HF_HOME", home.string());
+    CHECK(io::hf_hub_cache_dir() == home / "hub");
+    CHECK(run_cli({"estimate", "TestOrg/Tiny-Llama-2B", "--gpu", "h100"}).code == 0);
+  }
+  SECTION("not cached: where it looked and how to download it") {
+    scoped_env env("HF_HUB_CACHE", cache.string());
+    const auto r = run_cli({"estimate", "Qwen/Qwen2.5-0.5B"});
+    check_usage_error(r, "huggingface-cli download Qwen/Qwen2.5-0.5B config.json");
+    CHECK_THAT(r.err, Catch::Contains((cache / "models--Qwen--Qwen2.5-0.5B").string()));
+  }
+  SECTION("a refs/main that is not a commit hash is not followed") {
+    std::ofstream(repo / "refs" / "main") << "../../../etc";
+    scoped_env env("HF_HUB_CACHE", cache.string());
+    // the only snapshot with a config.json is still found
+    CHECK(io::find_hf_config(cache, "TestOrg/Tiny-Llama-2B") == repo / "snapshots" / "0123abcd" / "config.json");
+  }
+  CHECK_FALSE(io::is_hf_model_id("../etc/passwd"));
+  CHECK_FALSE(io::is_hf_model_id("a/b/c"));
+  CHECK_FALSE(io::is_hf_model_id("./my-model"));
+  CHECK_FALSE(io::is_hf_model_id("org/model.json"));
+  CHECK(io::is_hf_model_id("Qwen/Qwen2.5-0.5B"));
+}
+
+TEST_CASE("hardening: presets for the MoE and other shared configs, by the names users type", "[hardening]") {
+  struct row {
+    const char* arg;
+    std::int64_t total;
+  };
+  for (const row& r : {row{"Mixtral-8x7B", 46'702'792'704}, row{"mistralai/Mixtral-8x7B-v0.1", 46'702'792'704},
+                       row{"Qwen3-30B-A3B", 30'532'122'624}, row{"DeepSeek-V3", 671'026'419'200},
+                       row{"deepseek-ai/DeepSeek-V3-Base", 671'026'419'200}}) {
+    INFO(r.arg);
+    const auto res = run_cli({"estimate", r.arg, "--instance", "ml.p6-b200.48xlarge", "--format", "json"});
+    REQUIRE(res.code == 0);
+    CHECK(nlohmann::json::parse(res.out)["params"]["total"] == r.total);
+  }
+  for (const char* name : {"gpt2", "gpt2-xl", "falcon-7b", "Phi-3-mini-128k-instruct", "gemma-2-9b-it", "Mixtral-8x22B-v0.1"}) {
+    INFO(name);
+    CHECK(run_cli({"estimate", name, "--gpu", "b200", "--seq", "1024"}).code == 0);
+  }
+  // a name more than one preset extends is not guessed
+  check_usage_error(run_cli({"estimate", "Mistral-7B"}), "several presets match: mistral-7b-instruct-v0.3, mistral-7b-v0.1");
+}
+
+TEST_CASE("hardening: every shared config is a bundled preset (byte for byte)", "[hardening]") {
+  if (!test::have_shared()) return;
+  for (const auto& dir : {test::shared_dir() / "models", test::shared_dir() / "models" / "more"})
+    for (const auto& e : fs::directory_iterator(dir)) {
+      if (e.path().extension() != ".json") continue;
+      std::string stem = e.path().stem().string();
+      for (auto& c : stem) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+      const auto preset = fs::path(BWPLAN_SOURCE_DIR) / "configs" / "models" / (stem + ".json");
+      INFO(e.path().string());
+      REQUIRE(fs::exists(preset));
+      CHECK(io::read_text_file(preset) == io::read_text_file(e.path()));
+    }
+}
