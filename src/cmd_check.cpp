@@ -132,6 +132,17 @@ std::string status_word(const plan_outcome& po) {
   return po.findings.empty() ? "ok" : "pass with warnings";
 }
 
+/// " (best plan found: 53.3% bf16; 92.8% with nvfp4)": the best plan in the plan's precision and, when another
+/// precision does better, the best of any precision (both MFU against the bf16 dense peak).
+std::string best_note(const check_result& r) {
+  if (!r.best) return "";
+  std::string s = " (best plan found: ";
+  if (r.best_same_precision) s += fmt::format("{:.1f}% in {}", 100 * r.best_same_precision->throughput.mfu, to_string(r.config.format));
+  if (!r.best_same_precision || r.best->config.format != r.config.format)
+    s += fmt::format("{}{:.1f}% with {}", r.best_same_precision ? "; " : "", 100 * r.best->throughput.mfu, to_string(r.best->config.format));
+  return s + ")";
+}
+
 void write_text(std::ostream& out, const std::vector<plan_outcome>& all) {
   int errors = 0, warnings = 0, invalid = 0;
   for (const auto& po : all) {
@@ -152,7 +163,7 @@ void write_text(std::ostream& out, const std::vector<plan_outcome>& all) {
                          human(r.memory->device_peak()), human(r.memory->capacity),
                          r.memory->fits ? fmt::format("{:.1f}% free", 100 * r.memory->headroom()) : std::string("does not fit"),
                          r.throughput->tokens_per_s, 100 * r.throughput->mfu,
-                         r.best ? fmt::format(" (best plan found: {:.1f}%)", 100 * r.best->throughput.mfu) : "");
+                         best_note(r));
     else
       out << fmt::format("{}: {}: not evaluated ({})\n", po.file, status_word(po), po.model);
   }

@@ -102,8 +102,7 @@ runner register_estimate(CLI::App& app, context& ctx) {
       if (o->output.empty()) {
         ctx.out << text;
       } else {
-        std::ofstream f(o->output, std::ios::binary);
-        if (!(f << text) || !f.flush()) throw invalid_request("--output: cannot write " + o->output);
+        write_output_file(o->output, text, "--output");
       }
       return success;
     }

@@ -9,7 +9,9 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <fstream>
 #include <optional>
 #include <ostream>
@@ -22,7 +24,13 @@ struct recommend_options {
   std::string model;
   target_options target;
   std::string seq = "4096";
-  std::int64_t global_batch_tokens = 4'194'304;
+  std::string global_batch_tokens = "4194304";  ///< --global-batch-tokens (K/M/B suffixes, powers of 1000)
+  double seq_tolerance = 0.10;                  ///< --seq auto: throughput a longer sequence may give up
+  // pinned settings (the search keeps them fixed)
+  std::int64_t mbs = 0;                          ///< --mbs (0: searched)
+  std::string ac;                                ///< --ac (empty: searched)
+  std::string master;                            ///< --master (empty: fp32)
+  std::string precision;                         ///< --precision: one format (= --precisions with one name)
   double headroom = 0.05;
   int top = 5;
   std::string format = "table";
@@ -48,14 +56,17 @@ struct recommend_options {
 /// aggressive adds nvfp4; NVIDIA/AWS Blackwell guidance, docs/precision.md#recommendation).
 std::vector<compute_format> formats_for(const recommend_options& o, const hardware_catalog& cat, const gpu_spec& gpu) {
   std::vector<compute_format> out;
-  if (!o.precisions.empty()) {
-    std::string list = o.precisions;
+  if (!o.precision.empty() && !o.precisions.empty())
+    throw invalid_request("--precision pins one format and --precisions lists several: give one of them");
+  if (!o.precisions.empty() || !o.precision.empty()) {
+    const std::string flag = o.precision.empty() ? "--precisions" : "--precision";
+    std::string list = o.precision.empty() ? o.precisions : o.precision;
     std::size_t start = 0;
     while (start <= list.size()) {
       const std::size_t comma = list.find(',', start);
       const std::string name = list.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
       const auto f = parse_format(name);
-      if (!f) throw invalid_request("--precisions: unknown format '" + name + "' (" + precision_names() + ")");
+      if (!f) throw invalid_request(flag + ": unknown format '" + name + "' (" + precision_names() + ")");
       require_support(cat, gpu, *f);
       if (std::find(out.begin(), out.end(), *f) == out.end()) out.push_back(*f);
       if (comma == std::string::npos) break;
@@ -92,7 +103,7 @@ std::string format_reason(const model_spec& m, const plan_result& r, const recom
     bool tried = false, fit = false;
     for (const auto& c : r.best_per_format) if (c.config.format == f) fit = true;
     (void)tried;
-    if (!fit && o.precisions.empty() && supports(gpu, f)) {
+    if (!fit && o.precisions.empty() && o.precision.empty() && supports(gpu, f)) {
       // formats outside the tier are named so the user knows what --numerics left out
       if (f == compute_format::nvfp4 && o.numerics != "aggressive") cmp.push_back("nvfp4 needs --numerics aggressive");
       if (f == compute_format::fp8 && o.numerics == "conservative") cmp.push_back("fp8 needs --numerics balanced");
@@ -308,8 +319,7 @@ int emit(context& ctx, const recommend_options& o, const model_spec& m, const re
     if (o.output.empty()) {
       ctx.out << text;
     } else {
-      std::ofstream f(o.output, std::ios::binary);
-      if (!(f << text) || !f.flush()) throw invalid_request("--output: cannot write " + o.output);
+      write_output_file(o.output, text, "--output");
       spdlog::info("wrote {}", o.output);
     }
     return success;
@@ -345,9 +355,22 @@ runner register_recommend(CLI::App& app, context& ctx) {
                   "search space: all (DDP, FSDP full, HSDP across nodes, shard-grad-op; tp 1/2/4/8) | dp (DDP and FSDP full, tp 1)")
       ->check(CLI::IsMember({"all", "dp"}))
       ->capture_default_str();
-  sub->add_option("--seq,--seq-len", o->seq, "sequence length in tokens, or 'auto' (best plan per length up to the context)")->capture_default_str();
-  sub->add_option("--global-batch-tokens", o->global_batch_tokens, "tokens per optimizer step for the whole job")->capture_default_str()
-      ->check(int_range(1, max_global_batch_tokens));
+  sub->add_option("--seq,--seq-len", o->seq,
+                  "sequence length in tokens, or 'auto': the best plan for every length up to the context, and the longest "
+                  "whose tokens/s is within --seq-tolerance of the fastest ranked first")
+      ->capture_default_str();
+  sub->add_option("--seq-tolerance", o->seq_tolerance, "with --seq auto: share of the best tokens/s a longer sequence may give up")
+      ->capture_default_str();
+  sub->add_option("--global-batch-tokens", o->global_batch_tokens,
+                  "tokens per optimizer step for the whole job (suffixes K, M, B: 4M = 4,000,000); plans round it up to whole "
+                  "micro-batches, and the table says by how much")
+      ->capture_default_str();
+  sub->add_option("--mbs,--micro-batch-size", o->mbs, "pin the micro-batch size (default: searched, powers of two)");
+  sub->add_option("--ac", o->ac, "pin activation checkpointing: none | full | every-K | selective-op | selective-attn (default: searched)")
+      ->option_text("none|full|every-K|selective-op|selective-attn");
+  sub->add_option("--master", o->master, "master weights: fp32 | bf16 (default fp32)")->check(CLI::IsMember({"fp32", "bf16"}));
+  sub->add_option("--precision", o->precision, "pin one format (the same as --precisions with one name)")
+      ->option_text("bf16|fp8|fp8-rowwise|mxfp8|nvfp4");
   sub->add_option("--headroom", o->headroom, "share of GPU memory kept free at the peak (0-1)")->capture_default_str()
       ->check(finite_range(0, max_headroom));
   sub->add_option("--top", o->top, "plans to show")->capture_default_str();
@@ -389,8 +412,26 @@ runner register_recommend(CLI::App& app, context& ctx) {
     plan_request req = o->parallel == "all" && !launcher ? full_search(t.gpu, o->target.nodes, formats_for(*o, cat, t.gpu)) : plan_request{};
     if (o->parallel != "all" || launcher) req.formats = formats_for(*o, cat, t.gpu);
     req.nodes = o->target.nodes;
-    req.global_batch_tokens = o->global_batch_tokens;
+    {
+      const double g = parse_token_count(o->global_batch_tokens, "--global-batch-tokens");
+      if (g > static_cast<double>(plan_limits::max_global_batch) * 1024)
+        throw invalid_request(fmt::format("--global-batch-tokens: at most {} tokens, got '{}'",
+                                          plan_limits::max_global_batch * 1024, o->global_batch_tokens));
+      req.global_batch_tokens = static_cast<std::int64_t>(std::llround(g));
+    }
     req.headroom = o->headroom;
+    // pinned settings
+    if (o->mbs != 0) {
+      if (o->mbs < 1 || o->mbs > plan_limits::max_micro_batch)
+        throw invalid_request(fmt::format("--mbs: must be between 1 and {}, got {}", plan_limits::max_micro_batch, o->mbs));
+      req.min_micro_batch = req.max_micro_batch = o->mbs;
+    }
+    if (!o->ac.empty()) {
+      const auto a = parse_checkpointing(o->ac);
+      if (!a) throw invalid_request("--ac: unknown value '" + o->ac + "' (none, full, every-K, selective-op, selective-attn)");
+      req.checkpointings = {*a};
+    }
+    if (!o->master.empty()) req.master = o->master == "bf16" ? master_weights::bf16 : master_weights::fp32;
     const bool auto_seq = o->seq == "auto";
     if (auto_seq) {
       req.seq_lens.clear();
@@ -435,8 +476,30 @@ runner register_recommend(CLI::App& app, context& ctx) {
     const std::string where = t.instance ? fmt::format("{} x {} ({} x {})", req.nodes, t.instance->id, world, t.gpu.id)
                                          : fmt::format("{} x {}", world, t.gpu.id);
     std::string explanation;
-    if (r.ranked.size() >= 2) explanation = why(r.ranked[0], r.ranked[1]);
-    else if (r.ranked.size() == 1) explanation = "the only configuration that fits";
+    std::string seq_note;
+    if (auto_seq && !r.ranked.empty()) {
+      // The question --seq auto answers: the longest sequence that keeps most of the best throughput. Rows: the best
+      // plan of each length, longest first; #1 is the longest within the tolerance of the fastest.
+      if (!(o->seq_tolerance >= 0 && o->seq_tolerance < 1))
+        throw invalid_request(fmt::format("--seq-tolerance: must be in [0, 1), got {}", o->seq_tolerance));
+      double fastest = 0;
+      for (const auto& p : r.ranked) fastest = std::max(fastest, p.throughput.tokens_per_s);
+      std::stable_sort(r.ranked.begin(), r.ranked.end(), [](const plan_candidate& a, const plan_candidate& b) {
+        return a.config.seq_len > b.config.seq_len;
+      });
+      const auto keep = std::find_if(r.ranked.begin(), r.ranked.end(), [&](const plan_candidate& p) {
+        return p.throughput.tokens_per_s >= (1 - o->seq_tolerance) * fastest;
+      });
+      std::rotate(r.ranked.begin(), keep, keep + 1);
+      seq_note = fmt::format("sequence {}: the longest whose tokens/s ({:.0f}) is within {:.0f}% of the fastest length's ({:.0f}); "
+                             "the other rows are the best plan of each length, longest first",
+                             r.ranked.front().config.seq_len, r.ranked.front().throughput.tokens_per_s, 100 * o->seq_tolerance,
+                             fastest);
+    }
+    if (!seq_note.empty()) explanation = seq_note;
+    else if (r.ranked.size() >= 2) explanation = why(r.ranked[0], r.ranked[1]);
+    else if (r.ranked.size() == 1) explanation = r.fitting > 1 ? fmt::format("the best of {} configurations that fit", r.fitting)
+                                                               : "the only configuration that fits";
     if (r.ranked.size() > static_cast<std::size_t>(o->top)) r.ranked.resize(static_cast<std::size_t>(o->top));
     const std::string precision_line = format_reason(m, r, *o, t.gpu);
     if (!o->emit.empty()) {
@@ -463,14 +526,24 @@ runner register_recommend(CLI::App& app, context& ctx) {
     } else if (o->format == "markdown") {
       ctx.out << plans_markdown(m, where, req, r, explanation);
     } else {
-      ctx.out << fmt::format("{} on {}: {} configurations evaluated, {} fit with {:.0f}% headroom\n\n", m.name, where,
-                             r.evaluated, r.fitting, 100 * req.headroom);
+      ctx.out << fmt::format("{} on {}: {} configurations evaluated, {} fit with {:.0f}% headroom; global batch {} tokens asked\n",
+                             m.name, where, r.evaluated, r.fitting, 100 * req.headroom, req.global_batch_tokens);
+      if (!r.ranked.empty() && global_batch_tokens(r.ranked.front().config) != req.global_batch_tokens)
+        ctx.out << fmt::format("global batch: plan #1 runs {} tokens per step ({} sequences of {}), {:+.1f}% from the {} asked: the "
+                               "accumulation rounds up to whole micro-batches\n",
+                               global_batch_tokens(r.ranked.front().config),
+                               r.ranked.front().config.micro_batch * r.ranked.front().config.grad_accum * r.ranked.front().config.dp(),
+                               r.ranked.front().config.seq_len,
+                               100.0 * (static_cast<double>(global_batch_tokens(r.ranked.front().config)) /
+                                            static_cast<double>(req.global_batch_tokens) - 1),
+                               req.global_batch_tokens);
+      ctx.out << "\n";
       if (!r.ranked.empty()) {
         const term_style st = style_for(ctx.out, o->ascii);
         // every setting in which the plans differ gets a column (differing_columns)
         std::vector<training_config> cfgs;
         for (const auto& p : r.ranked) cfgs.push_back(p.config);
-        const std::vector<bool> show = differing_columns(cfgs);
+        const std::vector<bool> show = differing_columns(cfgs, m.is_moe() ? std::vector<std::string_view>{"ep"} : std::vector<std::string_view>{});
         const auto proto = setting_columns(cfgs.front());
         std::vector<std::size_t> width(proto.size());
         for (std::size_t k = 0; k < proto.size(); ++k) {

@@ -121,7 +121,7 @@ std::string plans_markdown(const model_spec& m, const std::string& where, const 
     // every setting in which the plans differ gets a column (differing_columns)
     std::vector<training_config> cfgs;
     for (const auto& p : r.ranked) cfgs.push_back(p.config);
-    const std::vector<bool> show = differing_columns(cfgs);
+    const std::vector<bool> show = differing_columns(cfgs, m.is_moe() ? std::vector<std::string_view>{"ep"} : std::vector<std::string_view>{});
     const auto R = md_align::right;
     std::vector<md_column> cols{{"#", R}};
     const auto proto = setting_columns(cfgs.front());

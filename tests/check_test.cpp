@@ -251,10 +251,10 @@ TEST_CASE("check rules: each fires on a plan made for it and stays quiet on the 
     CHECK(j.code == 1);
     REQUIRE(fired(j.report, "BWP005").size() == 1);
     CHECK_THAT(fired(j.report, "BWP005")[0]["message"].get<std::string>(),
-               Catch::Contains("tp=3 does not divide num_attention_heads=32") && Catch::Contains("does not divide the 8 GPUs"));
+               Catch::Contains("tensor parallelism 3 does not divide the 32 attention heads") && Catch::Contains("does not divide the world size 8"));
     CHECK(fired(j.report, "BWP005")[0]["line"] == line_of(f, "tp"));
     const auto layers = check_json(write_plan("r5b", with(base_plan(), {{"pp", "5"}})));
-    CHECK_THAT(fired(layers.report, "BWP005").at(0)["message"].get<std::string>(), Catch::Contains("pp=5 does not divide num_hidden_layers=32"));
+    CHECK_THAT(fired(layers.report, "BWP005").at(0)["message"].get<std::string>(), Catch::Contains("pipeline parallelism 5 does not divide the 32 layers"));
     const auto div = check_json(write_plan("r5q", with(base_plan(), {{"tp", "2"}})));  // divides: evaluated (issue 4)
     CHECK(fired(div.report, "BWP005").empty());
     CHECK(fired(div.report, "BWP009").empty());
@@ -406,7 +406,7 @@ TEST_CASE("estimate --plan reads the plan; flags given as well override it", "[c
   CHECK(jo["config"]["loss"] == "chunked");  // the rest still from the plan
   const auto bad = run_cli({"estimate", "--plan", plan, "--mbs", "3"});
   CHECK(bad.code == 2);
-  CHECK_THAT(bad.err, Catch::Contains("global_batch_size 256 is not divisible by micro-batch 3 x data-parallel size 8 = 24"));
+  CHECK_THAT(bad.err, Catch::Contains("global_batch_size: global batch 256 is not divisible by micro-batch 3 x data-parallel size 8 = 24"));
   const auto fp8 = write_plan("est_fp8", with(base_plan(), {{"precision", "\"fp8\""}}));
   const auto e8 = run_cli({"estimate", "--plan", fp8, "--format", "json"});
   REQUIRE(e8.code == 0);
@@ -415,7 +415,7 @@ TEST_CASE("estimate --plan reads the plan; flags given as well override it", "[c
   CHECK(nv.code == 2);
   CHECK_THAT(nv.err, Catch::Contains("--precision nvfp4 is not supported on h100"));
   const auto tp = write_plan("est_tp", with(base_plan(), {{"pp", "2"}}));
-  CHECK_THAT(run_cli({"estimate", "--plan", tp}).err, Catch::Contains("pp=2: this release models data, tensor and context parallelism only"));
+  CHECK_THAT(run_cli({"estimate", "--plan", tp}).err, Catch::Contains("/pp: pipeline parallelism 2 is not modelled by this release"));
   const auto tp2 = write_plan("est_tp2", with(base_plan(), {{"tp", "2"}}));
   const auto e2 = run_cli({"estimate", "--plan", tp2, "--format", "json"});
   REQUIRE(e2.code == 0);

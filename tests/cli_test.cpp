@@ -187,7 +187,7 @@ TEST_CASE("cli: recommend plans MoE models with expert parallelism (Mixtral, Qwe
     CHECK(best["params"]["active"].get<std::int64_t>() < best["params"]["total"].get<std::int64_t>());
     const auto t = run_cli({"recommend", model});
     REQUIRE(t.code == 0);
-    CHECK_THAT(t.out, Catch::Contains(" ep ") && Catch::Contains("why: "));
+    CHECK_THAT(t.out, Catch::Contains(" EP ") && Catch::Contains("why: "));
   }
 }
 
@@ -207,7 +207,7 @@ TEST_CASE("cli: recommend plans DeepSeek-V3 on the nodes it needs with expert pa
   CHECK(best["params"]["mtp"].get<std::int64_t>() > 11'000'000'000);
   const auto t = run_cli({"recommend", model, "--nodes", "10"});
   REQUIRE(t.code == 0);
-  CHECK_THAT(t.out, Catch::Contains(" ep "));
+  CHECK_THAT(t.out, Catch::Contains(" EP "));
 }
 
 TEST_CASE("cli: estimate takes --ep for MoE models only", "[cli]") {

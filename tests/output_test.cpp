@@ -132,7 +132,7 @@ TEST_CASE("sweep: --vary specs expand ranges, lists and steps", "[sweep]") {
   CHECK(parse_vary("mbs=1..64:x2").values == std::vector<std::string>{"1", "2", "4", "8", "16", "32", "64"});
   CHECK(parse_vary("seq=2048,4096,8192").values == std::vector<std::string>{"2048", "4096", "8192"});
   CHECK(parse_vary("mbs=2..10:4,32").values == std::vector<std::string>{"2", "6", "10", "32"});
-  CHECK(parse_vary("ac=none,full,2,0").values == std::vector<std::string>{"none", "full", "2", "none"});
+  CHECK(parse_vary("ac=none,full,2,0").values == std::vector<std::string>{"none", "full", "every-2", "none"});
   CHECK(parse_vary("seq_len=1024").key == "seq");
   for (const char* bad : {"mbs", "=4", "foo=1", "mbs=", "mbs=4..1", "mbs=1..8:x1", "mbs=1..8:0", "mbs=a", "mbs=1,,2",
                           "sharding=zero3", "ac=-1", "mbs=1..1000000"}) {

@@ -67,7 +67,8 @@ TEST_CASE("search_plans: ranked by tokens/s, all fitting, every candidate legal"
   const plan_result r = search_plans(m, catalog().gpu("b200"), &inst, req, 10);
   REQUIRE(r.ranked.size() == 10);
   CHECK(r.fitting > 100);
-  CHECK(r.evaluated == plan_search_size(req, 8));
+  CHECK(r.evaluated > 0);
+  CHECK(r.evaluated <= plan_search_size(req, 8));  // the size is the progress bar's bound: tp not dividing the heads is skipped
   for (std::size_t i = 0; i < r.ranked.size(); ++i) {
     const auto& c = r.ranked[i].config;
     CHECK(violations(c).empty());
@@ -165,7 +166,7 @@ TEST_CASE("bug: recommend tables showed no precision, TP, data-parallel degree o
   CHECK_THAT(t.out, Catch::Contains("precision") && Catch::Contains(" DP ") && Catch::Contains("GBS tok"));
   const auto md = run_cli({"recommend", "Llama-3.1-70B", "--instance", "ml.p6-b200.48xlarge", "--top", "8", "--format", "markdown"});
   REQUIRE(md.code == 0);
-  CHECK_THAT(md.out, Catch::Contains("| precision |") && Catch::Contains("| DP |") && Catch::Contains("| GBS tok |"));
+  CHECK_THAT(md.out, Catch::Contains(" precision |") && Catch::Contains(" DP |") && Catch::Contains(" GBS tok |"));
   // two plans that differ only in TP show a TP column
   const auto j = run_cli({"recommend", "Llama-3.1-70B", "--instance", "ml.p6-b200.48xlarge", "--top", "8", "--format", "json"});
   std::set<int> tps;
@@ -228,7 +229,8 @@ TEST_CASE("bug: docs contradicted the code (ep, tp/cp, BWP009's fix, docs/ci.md'
   CHECK(std::string(r9->summary).find("pipeline") != std::string::npos);
   // docs/ci.md's sample output is what `bwplan check` prints for the bundled example
   const std::string ci = slurp((docs / "ci.md").string());
-  const auto r = run_cli({"check", (fs::path(BWPLAN_SOURCE_DIR) / "configs" / "examples" / "llama-3.1-8b-p6-b200.json").string()});
+  const auto ex = fs::path(BWPLAN_SOURCE_DIR) / "configs" / "examples";
+  const auto r = run_cli({"check", (ex / "llama-3.1-70b-one-h100.json").string(), (ex / "llama-3.1-8b-p6-b200.json").string()});
   std::istringstream lines(r.out);
   std::string line;
   while (std::getline(lines, line)) {

@@ -312,7 +312,7 @@ TEST_CASE("sagemaker: the request carries the plan", "[sagemaker]") {
   CHECK(hp["max_seq_length"] == "8192");
   CHECK(hp["max_steps"] == "500");
   CHECK(hp["gradient_checkpointing"] == "true");
-  CHECK(hp["activation_checkpointing_every"] == "2");
+  CHECK(hp["activation_checkpointing"] == "every-2");
   CHECK(hp["fsdp"] == "\"full_shard auto_wrap\"");
   CHECK(hp["fsdp_transformer_layer_cls_to_wrap"] == "\"LlamaDecoderLayer\"");
   CHECK(hp["model_id"] == "\"meta-llama/Llama-3.1-8B\"");
@@ -427,7 +427,7 @@ TEST_CASE("cli: bwplan sagemaker prints a valid request, and bad inputs exit 2 w
     CHECK_THAT(r.err, Catch::Contains("ResourceConfig.InstanceType: value 'ml.p6-b200.96xlarge' is not one of the 151 values of "
                                       "TrainingInstanceType (closest: 'ml.p6-b200.48xlarge') (from --instance)"));
   }
-  SECTION("instance count below 1") { fails({"--nodes", "0"}, "--nodes: must be >= 1, got 0"); }
+  SECTION("instance count below 1") { fails({"--nodes", "0"}, "--nodes: must be between 1 and 4096, got 0"); }
   SECTION("hyperparameter over the limits") {
     fails({"--hyperparameter", "notes=" + std::string(2600, 'n')}, "HyperParameters.notes: value length 2602 is above the maximum 2500");
   }

@@ -228,10 +228,10 @@ TEST_CASE("estimate: invalid parallel layouts are one-line errors (exit 2)", "[s
     return r.err;
   };
   CHECK_THAT(err({"--tp", "3"}), Catch::Contains("does not divide"));
-  CHECK_THAT(err({"--sharding", "hybrid", "--shard-group", "3"}), Catch::Contains("--shard-group 3 does not divide"));
-  CHECK_THAT(err({"--shard-group", "4"}), Catch::Contains("--shard-group needs --sharding hybrid"));
+  CHECK_THAT(err({"--sharding", "hybrid", "--shard-group", "3"}), Catch::Contains("--shard-group: shard group 3 does not divide"));
+  CHECK_THAT(err({"--shard-group", "4"}), Catch::Contains("--shard-group: a shard group needs sharding hybrid"));
   CHECK_THAT(err({"--tp", "16"}), Catch::Contains("within a node"));
-  CHECK_THAT(err({"--ep", "2"}), Catch::Contains("ep=2"));
+  CHECK_THAT(err({"--ep", "2"}), Catch::Contains("--ep: expert parallelism needs a MoE model"));
   const auto ok = run_cli({"estimate", "Llama-3.1-8B", "--instance", "ml.p5.48xlarge", "--nodes", "2", "--sharding", "hybrid",
                            "--tp", "2", "--cp", "2", "--seq", "16384"});
   INFO(ok.err);

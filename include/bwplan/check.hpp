@@ -88,7 +88,8 @@ struct check_result {
   training_config config;                      ///< as evaluated (gradient accumulation derived)
   std::optional<memory_estimate> memory;       ///< absent when the plan could not be evaluated (BWP009, BWP005, BWP006)
   std::optional<throughput_estimate> throughput;
-  std::optional<plan_candidate> best;          ///< best plan of search_plans for the same model, hardware, sequence and batch
+  std::optional<plan_candidate> best;          ///< best plan of the full search (every precision) for the same model, hardware, sequence and batch
+  std::optional<plan_candidate> best_same_precision;  ///< best plan of that search in the plan's own precision (BWP007's yardstick)
   std::vector<std::string> skipped;            ///< rule IDs not applied (plan not evaluable or disabled)
 };
 
@@ -282,6 +283,8 @@ inline std::string_view rule_for(const plan_violation& v) {
   req.optimizer = c.optimizer;
   const plan_result best = search_plans(m, in.gpu, in.instance, req, 1);
   if (!best.ranked.empty()) res.best = best.ranked.front();
+  for (const auto& b : best.best_per_format)
+    if (b.config.format == c.format) res.best_same_precision = b;
   const std::string best_hint =
       res.best ? "; the best plan found for this model, hardware and batch: " + detail::plan_settings(res.best->config) +
                      " (peak " + gib_str(res.best->memory.device_peak()) + ", MFU " +
@@ -310,15 +313,21 @@ inline std::string_view rule_for(const plan_violation& v) {
          {"/headroom", "/micro_batch_size"});
   }
 
-  // ---- BWP007: MFU against the best plan
-  if (me.fits && res.best && te.mfu < settings.min_mfu_ratio * res.best->throughput.mfu)
+  // ---- BWP007: MFU against the best plan in the plan's own precision (a precision is a numerics choice: a
+  // bf16 plan is not "far below" an nvfp4 one; the best plan of any precision is named beside it)
+  if (me.fits && res.best_same_precision && te.mfu < settings.min_mfu_ratio * res.best_same_precision->throughput.mfu) {
+    const plan_candidate& b = *res.best_same_precision;
+    std::string other;
+    if (res.best && res.best->config.format != c.format)
+      other = "; the best plan of any precision runs " + std::string(to_string(res.best->config.format)) + " at " +
+              fmt_double("%.0f", res.best->throughput.tokens_per_s) + " tokens/s";
     fire("BWP007",
          "MFU " + fmt_double("%.1f%%", 100 * te.mfu) + " is under " + fmt_double("%.0f%%", 100 * settings.min_mfu_ratio) +
-             " of the best plan's " + fmt_double("%.1f%%", 100 * res.best->throughput.mfu) + " (" +
-             fmt_double("%.0f", te.tokens_per_s) + " vs " + fmt_double("%.0f", res.best->throughput.tokens_per_s) + " tokens/s)",
-         "use the best plan's settings: " + detail::plan_settings(res.best->config) + " (peak " +
-             gib_str(res.best->memory.device_peak()) + ")",
+             " of the best " + to_string(c.format) + " plan's " + fmt_double("%.1f%%", 100 * b.throughput.mfu) + " (" +
+             fmt_double("%.0f", te.tokens_per_s) + " vs " + fmt_double("%.0f", b.throughput.tokens_per_s) + " tokens/s)" + other,
+         "use the best plan's settings: " + detail::plan_settings(b.config) + " (peak " + gib_str(b.memory.device_peak()) + ")",
          {"/micro_batch_size", "/activation_checkpointing", "/sharding", "/precision"});
+  }
 
   // ---- BWP008: step time
   if (c.grad_accum > 1 && te.step.raw() > settings.max_step_time_s) {

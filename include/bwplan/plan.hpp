@@ -11,6 +11,7 @@
 #include <bwplan/precision.hpp>
 #include <bwplan/training.hpp>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <optional>
@@ -299,14 +300,17 @@ struct setting_column {
 
 /// Which of setting_columns() to show for `rows`: the core columns (micro-batch, sequence, accumulation, DP,
 /// global batch, checkpointing, sharding, precision) always, and every other column in which two rows differ.
-/// A table built from this names every setting in which its rows differ.
-[[nodiscard]] inline std::vector<bool> differing_columns(const std::vector<training_config>& rows) {
+/// A table built from this names every setting in which its rows differ. `always`: keys shown regardless (e.g.
+/// "ep" for a MoE model).
+[[nodiscard]] inline std::vector<bool> differing_columns(const std::vector<training_config>& rows,
+                                                        const std::vector<std::string_view>& always = {}) {
   const std::vector<setting_column> proto = setting_columns(training_config{});
   std::vector<bool> show(proto.size(), false);
   for (std::size_t i = 0; i < proto.size(); ++i) {
     const std::string_view k = proto[i].key;
     show[i] = k == "micro_batch_size" || k == "seq_len" || k == "grad_accum" || k == "dp" || k == "global_batch_tokens" ||
-              k == "activation_checkpointing" || k == "sharding" || k == "precision";
+              k == "activation_checkpointing" || k == "sharding" || k == "precision" ||
+              std::find(always.begin(), always.end(), k) != always.end();
   }
   if (rows.empty()) return show;
   const auto first = setting_columns(rows.front());

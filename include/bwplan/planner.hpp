@@ -23,7 +23,8 @@ struct plan_request {
   int nodes = 1;                                   ///< instances
   std::vector<std::int64_t> seq_lens{4096};        ///< candidate sequence lengths, tokens
   std::int64_t global_batch_tokens = 4'194'304;    ///< target tokens per optimizer step (whole job)
-  std::int64_t max_micro_batch = 256;              ///< largest micro-batch size tried
+  std::int64_t min_micro_batch = 1;                ///< smallest micro-batch size tried (= max to pin one)
+  std::int64_t max_micro_batch = 256;              ///< largest micro-batch size tried (powers of two from the smallest)
   double headroom = 0.05;                          ///< share of capacity kept free at the peak
   std::vector<checkpointing> checkpointings{checkpointing::none(), checkpointing::full(), checkpointing::full(2),
                                             checkpointing::full(4), checkpointing::selective_op()};  ///< checkpointing tried
@@ -46,8 +47,8 @@ struct plan_request {
                                                  eps * std::max<std::size_t>(1, req.formats.size()));
   for (std::int64_t seq : req.seq_lens) {
     if (seq < 1) continue;
-    for (std::int64_t mbs = 1; mbs <= req.max_micro_batch; mbs *= 2) {
-      if (mbs * seq * world > req.global_batch_tokens && mbs > 1) break;
+    for (std::int64_t mbs = req.min_micro_batch; mbs >= 1 && mbs <= req.max_micro_batch; mbs *= 2) {
+      if (mbs * seq * world > req.global_batch_tokens && mbs > req.min_micro_batch) break;
       n += per_mbs;
     }
   }
@@ -103,9 +104,9 @@ struct plan_result {
     if (m.positions > 0 && seq > m.positions) continue;  // learned positions (gpt2) cap the sequence
     plan_candidate best_seq{};
     bool have_seq = false;
-    for (std::int64_t mbs = 1; mbs <= req.max_micro_batch; mbs *= 2) {
+    for (std::int64_t mbs = req.min_micro_batch; mbs >= 1 && mbs <= req.max_micro_batch; mbs *= 2) {
       const std::int64_t tokens = mbs * seq * world;
-      if (tokens > req.global_batch_tokens && mbs > 1) break;
+      if (tokens > req.global_batch_tokens && mbs > req.min_micro_batch) break;
       for (sharding sh : req.shardings) {
        for (int tp : req.tps) {
         if (tp < 1 || tp > per_node || world % tp != 0 || m.heads % tp != 0 || m.kv_heads % tp != 0) continue;
