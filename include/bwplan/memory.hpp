@@ -2,6 +2,9 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
 
+// The memory model: named terms (bwplan::terms), each a function with its source, and the liveness walk
+// (compose_memory) that adds them up at the moments each is alive. @sa docs/methodology.md#memory
+
 #include <bwplan/hardware.hpp>
 #include <bwplan/model.hpp>
 #include <bwplan/moe.hpp>
@@ -80,10 +83,140 @@ struct memory_estimate {
   }
 };
 
-namespace detail {
+/// The terms of the memory model, one function each. Every `bytes` is per GPU, after tensor, context,
+/// expert and data-parallel sharding; per-token inventories are bytes per token of one block.
+namespace terms {
 
-/// Per-token byte counts of one block for one configuration (see estimate_memory).
-struct activation_terms {
+// ---------------------------------------------------------------------------------------------------------
+// Shape of one step
+
+/// Which blocks recompute in backward and which run their linear layers in a low-precision format.
+struct block_layout {
+  std::int64_t layers = 0;   ///< L, blocks of the model
+  std::int64_t q_first = 0;  ///< first block whose linears run in the compute format (L for bf16)
+  std::int64_t q_end = 0;    ///< one past the last such block
+  checkpointing ac;          ///< activation checkpointing of the plan
+
+  /// Whether block `i` runs its GEMMs (and saves its linear inputs) in the low-precision format.
+  [[nodiscard]] constexpr bool quantized(std::int64_t i) const noexcept { return i >= q_first && i < q_end; }
+  /// Whether block `i` is recomputed whole in backward (full or every-K checkpointing).
+  [[nodiscard]] constexpr bool checkpointed(std::int64_t i) const noexcept {
+    return ac.recomputes_blocks() && i % ac.every == 0;
+  }
+};
+
+/// The dimensions of one training step on one GPU that the memory terms read (the symbols of
+/// docs/methodology.md). Tensor parallelism (Megatron-style with sequence parallel and a vocabulary-parallel
+/// embedding/head, as torchtitan applies it) divides every weight by tp; context parallelism splits each
+/// sequence over cp ranks and sequence parallel the remaining tokens over tp, so each GPU holds T / (tp · cp)
+/// tokens of activations. Routed experts are divided by ep (MoE only) except in the FSDP-sharded state, where
+/// experts are sharded over ep × (world / ep) = world ranks like the rest.
+struct memory_shape {
+  double P = 0;            ///< parameters stored per GPU before data-parallel sharding (÷ tp; experts ÷ ep without FSDP)
+  double Pb = 0;           ///< parameters of one block (÷ tp, experts ÷ ep)
+  double block_full = 0;   ///< parameters of one block, experts and tp undivided (the FSDP gradient of one block)
+  double lin = 0;          ///< linear-layer weights of one block (÷ tp)
+  double head_w = 0;       ///< LM head matrix V·h (÷ tp)
+  double root_params = 0;  ///< embedding + LM head + final norm (÷ tp): the FSDP2 root module
+  double gemm_weights = 0; ///< every weight that runs as a GEMM, blocks and head (÷ tp): what autocast caches
+  double T = 0;            ///< tokens of one micro-batch on this GPU: micro-batch × sequence ÷ (tp · cp)
+  double V = 0;            ///< vocabulary
+  double h = 0;            ///< hidden size
+  double F = 0;            ///< MLP width a token runs through (MoE: top-k experts + shared, averaged over blocks)
+  double n = 1;            ///< N, GPUs a model-state shard is spread over (1 without sharding)
+  double w = 4;            ///< bytes per stored parameter, gradient and AdamW state: 4 (fp32 master) or 2 (bf16)
+  bool fsdp = false;       ///< any FSDP mode (full, hybrid, grad-op)
+  bool grad_op = false;    ///< SHARD_GRAD_OP: gathered blocks kept from forward to backward
+  bool amp = false;        ///< torch.autocast over fp32 weights (no sharding, fp32 master)
+  bool accum = false;      ///< gradient accumulation (more than one micro-batch per step)
+  bool ddp = false;        ///< DDP over more than one GPU (sharding none, FSDP mesh > 1)
+  bool multi_process = false;  ///< a process group exists (FSDP, or more than one GPU)
+  bool fp8_all_gather = false; ///< FSDP2 gathers FP8 weights
+  master_weights master = master_weights::fp32;
+  loss_impl loss = loss_impl::standard;
+  optimizer_impl optimizer = optimizer_impl::fused;
+  format_traits format;    ///< traits of the compute format on this GPU
+  block_layout blocks;     ///< which blocks are checkpointed, which are quantized
+};
+
+/// The shape of configuration `c` of model `m` on `gpu` (see memory_shape). Does not validate `c`.
+[[nodiscard]] inline memory_shape memory_shape_of(const model_spec& m, const training_config& c, const gpu_spec& gpu) {
+  const parameter_count pc_full = count_parameters(m);
+  const parameter_count pc = detail::ep_local(pc_full, m, c.ep);  // routed experts / ep (MoE only)
+  memory_shape s;
+  s.fsdp = c.sharded();
+  s.grad_op = c.shard == sharding::grad_op;
+  s.amp = !s.fsdp && c.master == master_weights::fp32;
+  s.accum = c.grad_accum > 1;
+  s.ddp = !s.fsdp && c.fsdp_mesh() > 1;
+  s.multi_process = s.fsdp || c.world_size > 1;
+  s.fp8_all_gather = c.fp8_all_gather;
+  s.n = c.shard_size();
+  s.w = c.master == master_weights::fp32 ? 4 : 2;
+  s.master = c.master;
+  s.loss = c.loss;
+  s.optimizer = c.optimizer;
+  const double tpd = c.tp;
+  s.P = static_cast<double>(s.fsdp ? pc_full.total() : pc.total()) / tpd;
+  s.Pb = static_cast<double>(pc.block()) / tpd;
+  s.block_full = static_cast<double>(pc_full.block());
+  s.lin = static_cast<double>(pc.block_linear) / tpd;
+  s.head_w = static_cast<double>(m.vocab * m.hidden) / tpd;
+  s.root_params = static_cast<double>(pc.embedding + pc.lm_head + pc.final_norm) / tpd;
+  s.gemm_weights = static_cast<double>(pc.gemm_weights()) / tpd;
+  s.T = static_cast<double>(c.tokens_per_micro_batch()) / (tpd * c.cp);
+  s.V = static_cast<double>(m.vocab);
+  s.h = static_cast<double>(m.hidden);
+  s.F = detail::mlp_width_per_token(m);
+  s.format = traits(c.format, gpu);
+  const std::int64_t L = m.layers;
+  const bf16_blocks keep = c.bf16_kept();
+  s.blocks.layers = L;
+  s.blocks.ac = c.ac;
+  s.blocks.q_first = c.format == compute_format::bf16 ? L : keep.first;
+  s.blocks.q_end = c.format == compute_format::bf16 ? L : std::max(s.blocks.q_first, L - keep.last_for(L));
+  return s;
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Model states
+
+/// Parameters, AdamW states and gradients: the state a step keeps, and the gradients backward produces.
+struct model_states {
+  bytes parameters;             ///< w·P/N: the optimizer's copy of the parameters
+  bytes optimizer_states;       ///< 2·w·P/N: AdamW `exp_avg` and `exp_avg_sq`
+  bytes gradients;              ///< w·P/N: every gradient, as backward leaves them (sharded under FSDP)
+  bytes accumulated_gradients;  ///< w·P/N kept across micro-batches when accumulating, else 0
+  bytes block_gradient;         ///< what one block's backward adds to the held gradients (0 when accumulating)
+  bytes head_gradient;          ///< LM head gradient once the standard loss's backward ran
+};
+
+/// Model states of one step (AdamW, step ≥ 2, gradients set to None after the optimizer step).
+///
+/// `w·P/N` parameters, `2·w·P/N` AdamW states, `w·P/N` gradients (w = 4 with fp32 master weights, 2 for pure
+/// bf16; N = shard size). Gradients are kept between micro-batches when accumulating. During backward each
+/// block adds its gradient: under FSDP2 the reduce-scattered shard `w·P_block/N` (experts and tp undivided),
+/// without sharding `w·P_block`; the LM head's gradient appears first (FSDP2: the bf16 unsharded gradient of the
+/// root, reduce-scattered at the end of backward). Sources: PyTorch `torch.optim.AdamW` (two states per
+/// parameter, `set_to_none`), FSDP2 `fully_shard` docs (sharded parameters, gradients and states;
+/// `MixedPrecisionPolicy` with fp32 reduce), ZeRO (Rajbhandari et al. 2020, arXiv:1910.02054).
+[[nodiscard]] inline model_states model_state_bytes(const memory_shape& s) noexcept {
+  const double w = s.w, g = s.w, P = s.P, n = s.n;
+  model_states r;
+  r.parameters = bytes::base(w * P / n);
+  r.optimizer_states = bytes::base(2 * w * P / n);
+  r.gradients = bytes::base(g * P / n);
+  if (s.accum) r.accumulated_gradients = bytes::base(g * P / n);
+  r.block_gradient = bytes::base(s.accum ? 0 : (s.fsdp ? g * s.block_full / n : g * s.Pb));
+  r.head_gradient = bytes::base(s.fsdp ? 2 * s.head_w : (s.accum ? 0 : g * s.head_w));
+  return r;
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Saved activations
+
+/// Per-token byte counts of one block for one configuration (see activation_bytes_per_token).
+struct activation_inventory {
   double block_saved;   ///< bytes autograd saves for one block without checkpointing
   double selective_op;  ///< bytes kept under torchtitan per-op selective checkpointing
   double checkpoint;    ///< bytes saved for one fully checkpointed block (its input)
@@ -96,14 +229,19 @@ struct activation_terms {
 /// is fp32 and each linear saves its own bf16 cast of its input (3 for Q/K/V, 2 for gate/up). With a
 /// low-precision format `t` (`quantized`), linear layers save their inputs in `t.saved_input_bytes` per
 /// element instead of bf16 (Q/K/V input, attention output into O, gate/up input, SwiGLU product into down).
-[[nodiscard]] constexpr activation_terms activation_bytes_per_token(const model_spec& m, bool amp,
-                                                                    const format_traits& t = {},
-                                                                    bool quantized = false) noexcept {
+///
+/// Sources: PyTorch autograd saved-tensor semantics (what each op's backward keeps), Korthikanti et al. 2022
+/// (arXiv:2205.05198) for the per-block inventory, adapted to RMSNorm, SwiGLU, GQA, FlashAttention/SDPA (no s²
+/// term) and no dropout; torchtitan `_op_sac_save_list` for per-op SAC; Transformer Engine / torchao for the
+/// saved low-precision inputs; calibrated against `h200-calibration.jsonl`.
+[[nodiscard]] constexpr activation_inventory activation_bytes_per_token(const model_spec& m, bool amp,
+                                                                        const format_traits& t = {},
+                                                                        bool quantized = false) noexcept {
   const double h = static_cast<double>(m.hidden), q = static_cast<double>(m.q_dim());
-  const double kv = static_cast<double>(m.kv_dim()), f = mlp_width_per_token(m);
+  const double kv = static_cast<double>(m.kv_dim()), f = detail::mlp_width_per_token(m);
   const double a = static_cast<double>(m.heads);
   const double rs = amp ? 4 : 2;  // residual stream element size
-  activation_terms r{};
+  activation_inventory r{};
   // two norms: input (residual dtype) and, for bf16, the normalized output shared by the next linears
   double norms = amp ? 2 * (4 * h) + (3 + 2) * 2 * h  // fp32 inputs + per-linear bf16 casts
                      : 2 * (2 * h + 2 * h);
@@ -117,7 +255,7 @@ struct activation_terms {
     attn += s * q;                                   // O-projection input (SDPA keeps its bf16 output too)
     mlp += -2 * f + s * f;                           // down-projection input
   }
-  r.block_saved = norms + attn + mlp + 8 + moe_mla_saved_per_token(m);  // + fp32 rstd of both norms
+  r.block_saved = norms + attn + mlp + 8 + detail::moe_mla_saved_per_token(m);  // + fp32 rstd of both norms
   r.checkpoint = rs * h;
   r.lse = 4 * a;
   // per-op SAC: block input, attention output + LSE, and every other matmul output (q, v, gate, down)
@@ -128,105 +266,299 @@ struct activation_terms {
   return r;
 }
 
-}  // namespace detail
+/// Activations saved from the forward to the backward pass, per block and in all.
+struct saved_activations {
+  activation_inventory high_precision;  ///< per token, blocks whose linears run in bf16
+  activation_inventory low_precision;   ///< per token, blocks whose linears run in the compute format
+  block_layout blocks;                  ///< which blocks are checkpointed / quantized
+  double T = 0;                         ///< tokens per GPU of one micro-batch
+  bytes checkpoint;                     ///< what a fully checkpointed block keeps: its input, T·(2 or 4)·h
+  bytes final_saved;                    ///< final norm input + LM head input, T·(2 or 4)·h + 2·T·h
+  bytes all_blocks;                     ///< Σ block(i) over every block, summed from block 0 up
 
-/// Peak per-GPU memory of one steady-state training step (AdamW, step ≥ 2, gradients set to None).
-///
-/// A liveness walk over the step: static state (parameters w·P/N, AdamW states 2·w·P/N, w = 4 for fp32
-/// master, 2 for bf16; N = FSDP shard size), then the forward pass adds each block's saved activations
-/// (all of them, the per-op SAC subset, or only its input when checkpointed), bf16 weight copies (autocast
-/// cache or FSDP2 all-gathered blocks and root), quantized weight copies of low-precision blocks, the loss
-/// buffers (standard: bf16 logits 2·T·V + fp32 logits 4·T·V + log-softmax 4·T·V; the log-softmax is saved);
-/// backward frees them block by block while gradients accumulate, recomputing checkpointed parts; the
-/// optimizer step adds foreach temporaries (w·P/N). T = micro-batch × sequence tokens. Attention is
-/// FlashAttention/SDPA (no s² term; saved q, k, v, out, log-sum-exp at GQA size). Sources: PyTorch autograd
-/// saved-tensor semantics, FSDP2 `fully_shard` docs, Korthikanti et al. 2022 (arXiv:2205.05198) for the
-/// per-block inventory, torchtitan `_op_sac_save_list`, Transformer Engine / torchao low-precision docs;
-/// calibrated against `h200-calibration.jsonl`. @sa docs/methodology.md#memory
-///
-/// Throws invalid_request if `c` is invalid (see validate).
-[[nodiscard]] inline memory_estimate estimate_memory(const model_spec& m, const training_config& c, const gpu_spec& gpu,
-                                                     const runtime_overheads& rt = {}) {
-  validate(c);
-  detail::validate_moe(m, c);
-  const parameter_count pc_full = count_parameters(m);
-  const parameter_count pc = detail::ep_local(pc_full, m, c.ep);  // routed experts / ep (MoE only)
-  const bool fsdp = c.sharded();
-  const bool grad_op = c.shard == sharding::grad_op;
-  const bool amp = !fsdp && c.master == master_weights::fp32;
-  const bool accum = c.grad_accum > 1;
-  const double n = c.shard_size();
-  const double w = c.master == master_weights::fp32 ? 4 : 2;  // bytes per stored parameter, gradient, state
-  const double g = w;
-  // Tensor parallelism (Megatron-style, with sequence parallel and a vocabulary-parallel embedding/head as
-  // torchtitan applies it) divides every weight by tp; context parallelism splits each sequence over cp ranks
-  // and sequence parallel the remaining tokens over tp, so each GPU holds T / (tp · cp) tokens of activations.
-  const double tpd = c.tp;
-  // Stored state per GPU: under FSDP experts are sharded over ep × (world/ep) = world ranks, like the rest
-  const double P = static_cast<double>(fsdp ? pc_full.total() : pc.total()) / tpd;
-  const double Pb = static_cast<double>(pc.block()) / tpd;
-  const double lin = static_cast<double>(pc.block_linear) / tpd;
-  const double head_w = static_cast<double>(m.vocab * m.hidden) / tpd;
-  const double root_params = static_cast<double>(pc.embedding + pc.lm_head + pc.final_norm) / tpd;
-  const double T = static_cast<double>(c.tokens_per_micro_batch()) / (tpd * c.cp);
-  const double V = static_cast<double>(m.vocab);
-  const double h = static_cast<double>(m.hidden);
-  const std::int64_t L = m.layers;
-  const format_traits ft = traits(c.format, gpu);
-  const auto act_hp = detail::activation_bytes_per_token(m, amp, ft, false);
-  const auto act_lp = detail::activation_bytes_per_token(m, amp, ft, true);
-  const bf16_blocks keep = c.bf16_kept();
-  const std::int64_t q_first = c.format == compute_format::bf16 ? L : keep.first;
-  const std::int64_t q_end = c.format == compute_format::bf16 ? L : std::max(q_first, L - keep.last_for(L));
-  auto quantized = [&](std::int64_t i) { return i >= q_first && i < q_end; };
-
-  memory_breakdown base;
-  base.parameters = bytes::base(w * P / n);
-  base.optimizer_states = bytes::base(2 * w * P / n);
-  base.workspace = rt.cublas_workspace;
-  if (!fsdp && c.fsdp_mesh() > 1) base.ddp_buckets = bytes::base(g * P);
-  if (accum) base.gradients = bytes::base(g * P / n);  // kept across micro-batches
-
-  const double ck = act_hp.checkpoint * T;
-  const double amp_block = amp ? 2 * lin : 0;  // autocast bf16 copies of one block's weights
-  const double amp_head = amp ? 2 * head_w : 0;
-  const double root = fsdp ? 2 * root_params : 0;  // FSDP2 root (embedding, head, final norm) stays gathered
-  // current + prefetched block as gathered: bf16, or fp8 with FP8 all-gather
-  const double gathered = fsdp && !grad_op ? 2 * (c.fp8_all_gather ? 1 : 2) * Pb : 0;
-  // SHARD_GRAD_OP (reshard_after_forward=False): every block stays gathered (bf16) from its forward to its backward
-  const double kept_block = grad_op ? 2 * Pb : 0;
-  const double kept_all = kept_block * static_cast<double>(L);
-  const double wcopy = ft.weight_copy_bytes * lin;  // quantized copies of one low-precision block
-  // per-block quantities
-  auto full_saved = [&](std::int64_t i) { return (quantized(i) ? act_lp : act_hp).block_saved * T; };
-  auto saved = [&](std::int64_t i) {
-    if (c.checkpointed(i)) return ck;
-    const auto& a = quantized(i) ? act_lp : act_hp;
-    if (c.ac.mode == ac_mode::selective_op) return a.selective_op * T;
-    if (c.ac.mode == ac_mode::selective_attn) return (a.block_saved - a.lse) * T;
+  /// Inventory (per token) of block `i`.
+  [[nodiscard]] constexpr const activation_inventory& inventory(std::int64_t i) const noexcept {
+    return blocks.quantized(i) ? low_precision : high_precision;
+  }
+  /// Every tensor autograd saves for block `i` without checkpointing (what a recompute rebuilds).
+  [[nodiscard]] constexpr double full_block(std::int64_t i) const noexcept { return inventory(i).block_saved * T; }
+  /// Bytes a block with inventory `a` keeps from its forward to its backward, `checkpointed` or not: its input
+  /// when checkpointed; the per-op SAC subset; everything but the attention core's LSE (Megatron selective); all.
+  [[nodiscard]] constexpr double kept(const activation_inventory& a, bool checkpointed) const noexcept {
+    if (checkpointed) return checkpoint.raw();
+    if (blocks.ac.mode == ac_mode::selective_op) return a.selective_op * T;
+    if (blocks.ac.mode == ac_mode::selective_attn) return (a.block_saved - a.lse) * T;
     return a.block_saved * T;
-  };
-  auto keeps_amp = [&](std::int64_t i) { return !c.checkpointed(i) ? amp_block : 0.0; };
-  double saved_all = 0, amp_after = 0;
-  for (std::int64_t i = 0; i < L; ++i) { saved_all += saved(i); amp_after += keeps_amp(i); }
-  const double final_saved = act_hp.final_saved * T;
+  }
+  /// Bytes block `i` keeps from its forward to its backward (see kept).
+  [[nodiscard]] constexpr double block(std::int64_t i) const noexcept { return kept(inventory(i), blocks.checkpointed(i)); }
+};
 
-  // Loss buffers.
-  double loss_saved = 0, loss_fwd_transient = 0, loss_bwd_transient = 0, loss_grad = 0;
-  if (c.loss == loss_impl::standard) {
-    loss_saved = 4 * T * V;                // fp32 log-softmax output
-    loss_fwd_transient = (2 + 4) * T * V;  // bf16 logits + fp32 upcast alive with it
-    loss_bwd_transient = (4 + 4) * T * V;  // grads of log-softmax output and of the fp32 logits
+/// Saved activations of one micro-batch of `m` (see activation_bytes_per_token for the per-token inventory).
+/// Full checkpointing keeps each recomputed block's input only; per-op SAC keeps torchtitan's save list;
+/// Megatron's selective recompute drops the attention core (with FlashAttention only its log-sum-exp).
+/// Sources: as activation_bytes_per_token; torchtitan `_apply_ac_to_transformer_block` for every-K blocks.
+[[nodiscard]] constexpr saved_activations saved_activation_bytes(const model_spec& m, const memory_shape& s) noexcept {
+  saved_activations r;
+  r.high_precision = activation_bytes_per_token(m, s.amp, s.format, false);
+  r.low_precision = activation_bytes_per_token(m, s.amp, s.format, true);
+  r.blocks = s.blocks;
+  r.T = s.T;
+  r.checkpoint = bytes::base(r.high_precision.checkpoint * s.T);
+  r.final_saved = bytes::base(r.high_precision.final_saved * s.T);
+  double all = 0;
+  for (std::int64_t i = 0; i < s.blocks.layers; ++i) all += r.block(i);
+  r.all_blocks = bytes::base(all);
+  return r;
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Loss buffers
+
+/// Bytes of the loss over the vocabulary at the moments they are alive.
+struct loss_buffers {
+  bytes saved;               ///< kept from the loss's forward to its backward
+  bytes forward_transient;   ///< alive with `saved` when the loss's forward runs
+  bytes backward_transient;  ///< alive with `saved` when the loss's backward starts
+  bytes head_gradient;       ///< chunked: the LM head's weight gradient, accumulated during the forward (0 when accumulating)
+};
+
+/// Loss buffers of one micro-batch.
+///
+/// Standard (`F.cross_entropy(logits.float(), labels)`): the bf16 logits `2·T·V` and their fp32 upcast `4·T·V`
+/// are alive with the fp32 log-softmax `4·T·V`, which autograd saves; backward starts with the gradients of the
+/// log-softmax output and of the fp32 logits `(4 + 4)·T·V`. Chunked (Liger-Kernel fused linear cross-entropy,
+/// `LigerFusedLinearCrossEntropyFunction`): chunks of `next_pow2(ceil(T / ceil(V / h)))` tokens, each holding
+/// bf16 logits and their fp32 gradient `(2 + 4)·chunk·V`; the gradient w.r.t. the head input `2·T·h` is computed
+/// in forward and saved, and the head weight gradient is accumulated in forward (`w·V·h`, bf16 under FSDP).
+[[nodiscard]] inline loss_buffers loss_buffer_bytes(const memory_shape& s) noexcept {
+  const double T = s.T, V = s.V, h = s.h, g = s.w;
+  loss_buffers r;
+  if (s.loss == loss_impl::standard) {
+    r.saved = bytes::base(4 * T * V);                    // fp32 log-softmax output
+    r.forward_transient = bytes::base((2 + 4) * T * V);  // bf16 logits + fp32 upcast alive with it
+    r.backward_transient = bytes::base((4 + 4) * T * V); // grads of log-softmax output and of the fp32 logits
   } else {
-    // Liger-Kernel fused linear cross-entropy: chunk = next_pow2(ceil(T / ceil(V / h))) tokens
     const double inc = std::ceil(V / h);
     double chunk = 1;
     while (chunk < std::ceil(T / inc)) chunk *= 2;
     chunk = std::min(chunk, T);
-    loss_saved = 2 * T * h;                              // gradient w.r.t. the head input, computed in forward
-    loss_grad = (accum ? 0 : (fsdp ? 2 : g)) * head_w;   // head weight gradient, accumulated in forward
-    loss_fwd_transient = (2 + 4) * chunk * V;            // chunk logits bf16 + fp32 gradient
+    r.saved = bytes::base(2 * T * h);                                          // gradient w.r.t. the head input
+    r.head_gradient = bytes::base((s.accum ? 0 : (s.fsdp ? 2 : g)) * s.head_w);  // head weight gradient
+    r.forward_transient = bytes::base((2 + 4) * chunk * V);                    // chunk logits bf16 + fp32 gradient
   }
+  return r;
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Weight copies and communication buffers
+
+/// Copies of the weights in the compute dtype, and the buffers of data-parallel communication.
+struct weight_copies {
+  bytes autocast_block;          ///< autocast's bf16 copy of one block's linear weights, 2·lin
+  bytes autocast_head;           ///< autocast's bf16 copy of the LM head, 2·V·h
+  bytes autocast_blocks;         ///< every block's copies while the last block runs, 2·lin·L
+  bytes autocast_all;            ///< every GEMM weight's copy (blocks and head) when the loss runs
+  bytes autocast_after_forward;  ///< copies kept after the forward: non-checkpointed blocks (Σ) — without the head
+  bytes fsdp_root;               ///< FSDP2 root module (embedding, head, final norm), gathered bf16 all step
+  bytes fsdp_gathered;           ///< FSDP2 current + prefetched block, gathered (bf16, or fp8 with FP8 all-gather)
+  bytes grad_op_block;           ///< SHARD_GRAD_OP: one block kept gathered (bf16) from its forward to its backward
+  bytes grad_op_all;             ///< SHARD_GRAD_OP: every block kept gathered, L · grad_op_block
+  bytes quantized_block;         ///< low-precision copies of one block's weights (and transposes) while it runs
+  bytes ddp_buckets;             ///< DDP gradient buckets, w·P
+};
+
+/// Weight copies and communication buffers of one step.
+///
+/// torch.autocast caches the bf16 cast of every weight used under grad mode until autocast exits (blocks
+/// recomputed under checkpointing drop theirs after the forward and cast again in the recompute: PyTorch
+/// `autocast` weight cache). FSDP2 keeps the root module gathered, and all-gathers the current block with the
+/// next one prefetched (`fully_shard` docs, `reshard_after_forward`; FP8 all-gather halves them, torchao
+/// `enable_fsdp_float8_all_gather`); with `reshard_after_forward=False` (SHARD_GRAD_OP) every block stays
+/// gathered from its forward to its backward. A low-precision block holds its weights' quantized copies
+/// (`format_traits::weight_copy_bytes` per element: Transformer Engine / torchao). DDP holds one bucket copy of
+/// every gradient (`torch.nn.parallel.DistributedDataParallel`, `gradient_as_bucket_view=False`).
+[[nodiscard]] constexpr weight_copies weight_copy_bytes(const memory_shape& s) noexcept {
+  const double L = static_cast<double>(s.blocks.layers);
+  weight_copies r;
+  const double amp_block = s.amp ? 2 * s.lin : 0;
+  r.autocast_block = bytes::base(amp_block);
+  r.autocast_head = bytes::base(s.amp ? 2 * s.head_w : 0);
+  r.autocast_blocks = bytes::base(s.amp ? 2 * s.lin * L : 0);
+  r.autocast_all = bytes::base(2 * s.gemm_weights * (s.amp ? 1 : 0));
+  double after = 0;  // a sum of zeros without autocast
+  if (amp_block != 0)
+    for (std::int64_t i = 0; i < s.blocks.layers; ++i) after += !s.blocks.checkpointed(i) ? amp_block : 0.0;
+  r.autocast_after_forward = bytes::base(after);
+  r.fsdp_root = bytes::base(s.fsdp ? 2 * s.root_params : 0);
+  r.fsdp_gathered = bytes::base(s.fsdp && !s.grad_op ? 2 * (s.fp8_all_gather ? 1 : 2) * s.Pb : 0);
+  const double kept_block = s.grad_op ? 2 * s.Pb : 0;
+  r.grad_op_block = bytes::base(kept_block);
+  r.grad_op_all = bytes::base(kept_block * L);
+  r.quantized_block = bytes::base(s.format.weight_copy_bytes * s.lin);
+  if (s.ddp) r.ddp_buckets = bytes::base(s.w * s.P);
+  return r;
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Transient working sets
+
+/// Working buffers alive only while one operation runs.
+struct transient_buffers {
+  bytes activation_gradients;    ///< gradients of a block's activations while it runs backward, T·(4h + 4F)
+  bytes block_gradient_buffers;  ///< a block's weight gradients before they are reduced or accumulated
+  bytes checkpointed_forward;    ///< intermediates of a checkpointed block's forward (nothing saved), T·6F
+  bytes root_reduce_scatter;     ///< FSDP2 root gradients at the end of backward (bf16 + fp32 copy)
+  bytes optimizer;               ///< foreach AdamW: one full-size temporary list, w·P/N (fused: 0)
+};
+
+/// Transient working sets of one step.
+///
+/// Activation gradients of the block running backward (fp32 residual + MLP-width buffers); its weight gradients
+/// as autograd produces them: under FSDP2 the unsharded bf16 gradient `2·P_block`, its fp32 copy for the
+/// reduce-scatter (`MixedPrecisionPolicy(reduce_dtype=float32)`) and the gathered blocks still held (`wc`); without
+/// sharding the gradient `w·P_block`, or bf16 `2·lin` when accumulating into fp32 gradients (autocast). A
+/// checkpointed block's forward runs without saving, holding its MLP intermediates `6·T·F`. At the end of
+/// backward FSDP2 reduce-scatters the root's gradients. `foreach` AdamW (`torch.optim.AdamW(foreach=True)`,
+/// `_multi_tensor_adamw`) allocates a full-size intermediate list; `fused` none. Sources: PyTorch autograd,
+/// FSDP2 `torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py` (reduce-scatter input), torch.optim.
+[[nodiscard]] constexpr transient_buffers transient_bytes(const memory_shape& s, const saved_activations& a,
+                                                         const weight_copies& wc) noexcept {
+  const bool fp32_master = s.master == master_weights::fp32;
+  transient_buffers r;
+  r.activation_gradients = bytes::base(a.high_precision.grad_temp * s.T);
+  r.block_gradient_buffers = bytes::base(s.fsdp ? 2 * s.Pb + (fp32_master ? 4 * s.Pb : 0) + wc.fsdp_gathered.raw()
+                                                : (s.accum ? 2 * s.lin : s.w * s.Pb));
+  r.checkpointed_forward = bytes::base(s.T * (6 * s.F));
+  r.root_reduce_scatter = bytes::base(s.fsdp ? 2 * s.root_params + (fp32_master ? 4 * s.root_params : 0) : 0);
+  if (s.optimizer == optimizer_impl::foreach) r.optimizer = bytes::base(s.w * s.P / s.n);
+  return r;
+}
+
+/// Bytes the recompute of a block rebuilds in its backward: its full inventory `full` less what it kept `kept`
+/// (0 when nothing is recomputed). Source: torch.utils.checkpoint (non-reentrant) and torchtitan SAC.
+[[nodiscard]] constexpr double recompute(double kept, double full) noexcept { return kept < full ? full - kept : 0; }
+
+/// Bytes the recompute of block `i` rebuilds in its backward (see recompute(kept, full)).
+[[nodiscard]] constexpr double recompute(const saved_activations& a, std::int64_t i) noexcept {
+  return recompute(a.block(i), a.full_block(i));
+}
+
+/// Working set of block `i` while its forward runs: a checkpointed block's intermediates, else everything it
+/// is saving.
+[[nodiscard]] constexpr double forward_working_set(const saved_activations& a, const transient_buffers& t,
+                                                   std::int64_t i) noexcept {
+  return a.blocks.checkpointed(i) ? t.checkpointed_forward.raw() : a.full_block(i);
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Allocator
+
+/// What the PyTorch caching allocator and the process hold beyond the allocated tensors.
+struct allocator_overheads {
+  bytes workspace;         ///< cuBLAS/cuBLASLt workspaces and small tensors (allocated, every moment)
+  bytes logits_segment;    ///< standard loss: the freed bf16-logits segment, 2·T·V, that the fp32 requests cannot reuse
+  double fragmentation = 0;  ///< share of the activation churn (activations + transient + logits at the peak) left as slack
+  bool stream_pool = false;  ///< FSDP2 over more than one shard without accumulation: the reduce-scatter stream's pool
+  bytes non_pytorch;       ///< CUDA context and NCCL, outside the allocator
+  bytes capacity;          ///< bytes CUDA can use on the GPU
+};
+
+/// Allocator and process overheads of one configuration.
+///
+/// The CUDA context and NCCL communicator buffers are measured (runtime_overheads, H200, PyTorch 2.11); NCCL
+/// only once a process group exists. The caching allocator (PyTorch `CUDACachingAllocator`, docs "CUDA
+/// semantics: memory management") rounds and splits segments: the freed bf16-logits segment cannot serve the
+/// larger fp32 requests of the loss backward, and a share of the activation churn stays reserved.
+[[nodiscard]] inline allocator_overheads allocator_bytes(const memory_shape& s, const gpu_spec& gpu,
+                                                         const runtime_overheads& rt) {
+  allocator_overheads r;
+  r.workspace = rt.cublas_workspace;
+  r.logits_segment = bytes::base(s.loss == loss_impl::standard ? 2 * s.T * s.V : 0);
+  r.fragmentation = rt.fragmentation;
+  r.stream_pool = s.fsdp && s.n > 1 && !s.accum;
+  r.non_pytorch = rt.cuda_context + (s.multi_process ? rt.nccl : bytes{});
+  r.capacity = gpu.cuda_capacity();
+  return r;
+}
+
+/// Allocator slack at the peak moment `at_peak`: the logits segment plus the fragmentation share of the
+/// activation churn (calibrated on the reserved bytes of `h200-calibration.jsonl`).
+[[nodiscard]] constexpr double fragmentation_slack(const allocator_overheads& a, const memory_breakdown& at_peak) noexcept {
+  return a.logits_segment.raw() + a.fragmentation * (at_peak.activations + at_peak.transient + at_peak.logits).raw();
+}
+
+/// FSDP2 reduce-scatter pool at the peak: FSDP2 allocates reduce-scatter outputs (the sharded gradients) on its
+/// reduce-scatter stream; the caching allocator keeps per-stream pools, so those segments cannot reuse the
+/// activation memory freed on the compute stream and the reserved peak carries every gradient shard (w·P/N) on
+/// top of the compute-stream peak, less the gradients already counted there. Only with more than one shard and
+/// outside the optimizer step. Source: PyTorch caching allocator per-stream pools; FSDP2
+/// `_fsdp_collectives.py`; calibrated on torchtitan's FSDP 8 vs 128 GPU figures (docs/scaling.md#6).
+[[nodiscard]] constexpr double reduce_scatter_pool(const allocator_overheads& a, const model_states& ms,
+                                                   const memory_breakdown& at_peak, step_phase phase) noexcept {
+  const double pool = (a.stream_pool && phase != step_phase::optimizer) ? ms.gradients.raw() - at_peak.gradients.raw() : 0;
+  return std::max(0.0, pool);
+}
+
+}  // namespace terms
+
+/// The terms of the memory model for one configuration (see bwplan::terms): what compose_memory adds up.
+/// Change one term here (pipeline stages, LoRA adapters, CPU offload) and compose_memory carries it through
+/// every moment of the step.
+struct memory_terms {
+  terms::memory_shape shape;
+  terms::model_states states;
+  terms::saved_activations activations;
+  terms::loss_buffers loss;
+  terms::weight_copies weights;
+  terms::transient_buffers transient;
+  terms::allocator_overheads allocator;
+};
+
+/// Every memory term of configuration `c` of `m` on `gpu`. Throws invalid_request if `c` is invalid (see
+/// validate) or its expert parallelism does not fit `m`.
+[[nodiscard]] inline memory_terms compute_memory_terms(const model_spec& m, const training_config& c, const gpu_spec& gpu,
+                                                       const runtime_overheads& rt = {}) {
+  validate(c);
+  detail::validate_moe(m, c);
+  memory_terms t;
+  t.shape = terms::memory_shape_of(m, c, gpu);
+  t.states = terms::model_state_bytes(t.shape);
+  t.activations = terms::saved_activation_bytes(m, t.shape);
+  t.loss = terms::loss_buffer_bytes(t.shape);
+  t.weights = terms::weight_copy_bytes(t.shape);
+  t.transient = terms::transient_bytes(t.shape, t.activations, t.weights);
+  t.allocator = terms::allocator_bytes(t.shape, gpu, rt);
+  return t;
+}
+
+/// The liveness walk over one steady-state step: adds the terms at the moments each is alive and keeps the
+/// largest moment of each phase.
+///
+/// Before forward: model states + workspace (+ DDP buckets; + gradients when accumulating). Forward: each
+/// finished block's saved activations, the weight copies alive (autocast cache or FSDP2 root and gathered
+/// blocks, quantized copies of the block running), the last block's working set, the loss buffers. Backward:
+/// the loss backward, then block by block from the last: the activations of blocks below, the recompute of the
+/// block, the gradients of blocks above, the activation gradients and block gradient buffers; at its end the
+/// FSDP2 root reduce-scatter. Optimizer: the gradients and the optimizer's temporaries. Reserved adds the
+/// allocator's slack at the peak moment.
+[[nodiscard]] inline memory_estimate compose_memory(const memory_terms& t) {
+  const terms::memory_shape& s = t.shape;
+  const terms::saved_activations& act = t.activations;
+  const terms::weight_copies& wc = t.weights;
+  const std::int64_t L = s.blocks.layers;
+
+  memory_breakdown base;
+  base.parameters = t.states.parameters;
+  base.optimizer_states = t.states.optimizer_states;
+  base.workspace = t.allocator.workspace;
+  base.ddp_buckets = wc.ddp_buckets;
+  base.gradients = t.states.accumulated_gradients;  // kept across micro-batches
+
+  const double root = wc.fsdp_root.raw();
+  const double kept_all = wc.grad_op_all.raw();
+  const double saved_all = act.all_blocks.raw();
+  const double final_saved = act.final_saved.raw();
 
   memory_breakdown best = base;
   step_phase best_phase = step_phase::forward;
@@ -234,64 +566,67 @@ struct activation_terms {
   memory_breakdown phase_best[3] = {base, base, base};
   double phase_total[3] = {-1, -1, -1};
   auto consider = [&](const memory_breakdown& b, step_phase p) {
-    const double t = b.total().raw();
-    if (t > best_total) { best_total = t; best = b; best_phase = p; }
+    const double v = b.total().raw();
+    if (v > best_total) { best_total = v; best = b; best_phase = p; }
     const auto i = static_cast<std::size_t>(p);
-    if (t > phase_total[i]) { phase_total[i] = t; phase_best[i] = b; }
-    return t;
+    if (v > phase_total[i]) { phase_total[i] = v; phase_best[i] = b; }
+    return v;
   };
 
   memory_estimate e;
-  // ---- forward
+  // ---- forward: the loss running
   memory_breakdown f = base;
-  f.compute_weights = bytes::base(root + kept_all + 2 * static_cast<double>(pc.gemm_weights()) / tpd * (amp ? 1 : 0));
+  f.compute_weights = bytes::base(root + kept_all + wc.autocast_all.raw());
   f.activations = bytes::base(saved_all + final_saved);
-  f.logits = bytes::base(loss_saved + loss_fwd_transient);
-  f.gradients += bytes::base(loss_grad);
+  f.logits = t.loss.saved + t.loss.forward_transient;
+  f.gradients += t.loss.head_gradient;
   double fwd_peak = consider(f, step_phase::forward);
   {  // last block running: its working set, the gathered blocks and its quantized weights
     memory_breakdown lb = base;
     const std::int64_t i = L - 1;
-    lb.compute_weights = bytes::base(root + gathered + kept_all + (amp ? 2 * lin * static_cast<double>(L) : 0) + (quantized(i) ? wcopy : 0));
-    lb.activations = bytes::base(saved_all - saved(i));
-    lb.transient = bytes::base(c.checkpointed(i) ? T * (6 * detail::mlp_width_per_token(m)) : full_saved(i));
+    lb.compute_weights = bytes::base(root + wc.fsdp_gathered.raw() + kept_all + wc.autocast_blocks.raw() +
+                                     (s.blocks.quantized(i) ? wc.quantized_block.raw() : 0));
+    lb.activations = bytes::base(saved_all - act.block(i));
+    lb.transient = bytes::base(terms::forward_working_set(act, t.transient, i));
     fwd_peak = std::max(fwd_peak, consider(lb, step_phase::forward));
   }
   memory_breakdown after_fwd = base;
-  after_fwd.compute_weights = bytes::base(root + kept_all + amp_head + amp_after);
+  after_fwd.compute_weights = bytes::base(root + kept_all + wc.autocast_head.raw() + wc.autocast_after_forward.raw());
   after_fwd.activations = bytes::base(saved_all + final_saved);
-  after_fwd.logits = bytes::base(loss_saved);
-  after_fwd.gradients += bytes::base(loss_grad);
+  after_fwd.logits = t.loss.saved;
+  after_fwd.gradients += t.loss.head_gradient;
 
   // ---- backward
   double bwd_peak = 0;
-  {
+  {  // the loss backward
     memory_breakdown lp = after_fwd;
-    lp.transient = bytes::base(loss_bwd_transient);
+    lp.transient = t.loss.backward_transient;
     bwd_peak = consider(lp, step_phase::backward);
   }
-  const double head_grad = c.loss == loss_impl::chunked ? loss_grad : (fsdp ? 2 * head_w : (accum ? 0 : g * head_w));
-  const double gres = accum ? 0 : (fsdp ? g * static_cast<double>(pc_full.block()) / n : g * Pb);
-  const double block_grad_tmp = fsdp ? 2 * Pb + (c.master == master_weights::fp32 ? 4 * Pb : 0) + gathered
-                                     : (accum ? 2 * lin : g * Pb);
-  const double gtmp = act_hp.grad_temp * T;
+  const double head_grad = s.loss == loss_impl::chunked ? t.loss.head_gradient.raw() : t.states.head_gradient.raw();
+  const double gres = t.states.block_gradient.raw();
+  const double tr = t.transient.activation_gradients.raw() + t.transient.block_gradient_buffers.raw();
+  const double amp_block = wc.autocast_block.raw();
+  const double kept_block = wc.grad_op_block.raw();
+  const double wcopy = wc.quantized_block.raw();
   // Walk blocks L-1 … 0; the best candidate is rebuilt as a breakdown afterwards.
-  double acts = saved_all, cw = amp_after, grads = head_grad, best_block = -1;
+  double acts = saved_all, cw = wc.autocast_after_forward.raw(), grads = head_grad, best_block = -1;
   std::int64_t best_i = -1;
   double best_acts = 0, best_cw = 0, best_grads = 0, best_tr = 0;
   const double static_part = base.total().raw() + root;
   for (std::int64_t i = L - 1; i >= 0; --i) {
-    const double recompute = saved(i) < full_saved(i) ? full_saved(i) - saved(i) : 0;
-    const double extra_cw = (c.checkpointed(i) ? amp_block : 0) + (quantized(i) ? wcopy : 0) +
-                            kept_block * static_cast<double>(i + 1);
-    const double tr = gtmp + block_grad_tmp;
-    const double t = static_part + acts + recompute + cw + extra_cw + grads + tr;
-    if (t > best_block) {
-      best_block = t; best_i = i;
+    const bool ck = s.blocks.checkpointed(i), qz = s.blocks.quantized(i);
+    const terms::activation_inventory& inv = qz ? act.low_precision : act.high_precision;
+    const double saved_i = act.kept(inv, ck);
+    const double recompute = terms::recompute(saved_i, inv.block_saved * act.T);
+    const double extra_cw = (ck ? amp_block : 0) + (qz ? wcopy : 0) + kept_block * static_cast<double>(i + 1);
+    const double v = static_part + acts + recompute + cw + extra_cw + grads + tr;
+    if (v > best_block) {
+      best_block = v; best_i = i;
       best_acts = acts + recompute; best_cw = cw + extra_cw; best_grads = grads; best_tr = tr;
     }
-    acts -= saved(i);
-    cw -= keeps_amp(i);
+    acts -= saved_i;
+    cw -= !ck ? amp_block : 0.0;
     grads += gres;
   }
   if (best_i >= 0) {
@@ -303,16 +638,16 @@ struct activation_terms {
     bwd_peak = std::max(bwd_peak, consider(b, step_phase::backward));
   }
   memory_breakdown after_bwd = base;
-  if (!accum) after_bwd.gradients = bytes::base(g * P / n);
+  after_bwd.gradients = t.states.gradients;
   {  // end of backward: FSDP root reduce-scatter
     memory_breakdown eb = after_bwd;
-    eb.compute_weights = bytes::base(root);
-    eb.transient = bytes::base(fsdp ? 2 * root_params + (c.master == master_weights::fp32 ? 4 * root_params : 0) : 0);
+    eb.compute_weights = wc.fsdp_root;
+    eb.transient = t.transient.root_reduce_scatter;
     bwd_peak = std::max(bwd_peak, consider(eb, step_phase::backward));
   }
   // ---- optimizer
   memory_breakdown o = after_bwd;
-  if (c.optimizer == optimizer_impl::foreach) o.transient = bytes::base(w * P / n);
+  o.transient = t.transient.optimizer;
   const double opt_peak = consider(o, step_phase::optimizer);
 
   e.at_peak = best;
@@ -327,21 +662,37 @@ struct activation_terms {
   e.before_forward = base.total();
   e.after_forward = after_fwd.total();
   e.after_backward = after_bwd.total();
-  // Allocator slack: the freed bf16-logits segment cannot serve the larger fp32 requests of the loss
-  // backward; plus a share of the activation churn.
-  const double frag = (c.loss == loss_impl::standard ? 2 * T * V : 0) +
-                      rt.fragmentation * (best.activations + best.transient + best.logits).raw();
-  // FSDP2 allocates reduce-scatter outputs (the sharded gradients) on its reduce-scatter stream; the caching
-  // allocator keeps per-stream pools, so those segments cannot reuse the activation memory freed on the compute
-  // stream and the reserved peak carries all gradient shards (g·P/N) on top of the compute-stream peak.
-  // Calibrated on torchtitan's FSDP 8 vs 128 GPU figures (docs/scaling.md#6); only with more than one shard,
-  // so single-GPU numbers (h200-calibration.jsonl) are unchanged.
-  const double rs_pool = (fsdp && n > 1 && !accum && best_phase != step_phase::optimizer) ? g * P / n - best.gradients.raw() : 0;
-  e.peak_reserved = e.peak_allocated + bytes::base(frag + std::max(0.0, rs_pool));
-  e.non_pytorch = rt.cuda_context + ((fsdp || c.world_size > 1) ? rt.nccl : bytes{});
-  e.capacity = gpu.cuda_capacity();
+  const double frag = terms::fragmentation_slack(t.allocator, best);
+  e.peak_reserved = e.peak_allocated + bytes::base(frag + terms::reduce_scatter_pool(t.allocator, t.states, best, best_phase));
+  e.non_pytorch = t.allocator.non_pytorch;
+  e.capacity = t.allocator.capacity;
   e.fits = e.device_peak() <= e.capacity;
   return e;
 }
+
+/// Peak per-GPU memory of one steady-state training step (AdamW, step ≥ 2, gradients set to None):
+/// compose_memory(compute_memory_terms(m, c, gpu, rt)).
+///
+/// The terms (bwplan::terms): model states (parameters w·P/N, AdamW states 2·w·P/N, w = 4 for fp32 master, 2
+/// for bf16; N = FSDP shard size; gradients), saved activations (per block: all of them, the per-op SAC subset,
+/// or only the input when checkpointed; final norm and head input), loss buffers (standard: bf16 logits 2·T·V +
+/// fp32 logits 4·T·V + log-softmax 4·T·V, the log-softmax saved; chunked: one chunk), weight copies and
+/// communication buffers (autocast cache, FSDP2 gathered blocks and root, grad-op kept blocks, quantized copies,
+/// DDP buckets), transient working sets (activation gradients, block gradient buffers, recompute, foreach
+/// optimizer temporaries) and the allocator (fragmentation, FSDP2 reduce-scatter pool, context and NCCL).
+/// T = micro-batch × sequence tokens. Attention is FlashAttention/SDPA (no s² term). Sources on each term;
+/// calibrated against `h200-calibration.jsonl`. @sa docs/methodology.md#memory
+///
+/// Throws invalid_request if `c` is invalid (see validate).
+[[nodiscard]] inline memory_estimate estimate_memory(const model_spec& m, const training_config& c, const gpu_spec& gpu,
+                                                     const runtime_overheads& rt = {}) {
+  return compose_memory(compute_memory_terms(m, c, gpu, rt));
+}
+
+namespace detail {
+/// Former names of the per-token activation inventory (kept for existing callers).
+using activation_terms = terms::activation_inventory;
+using terms::activation_bytes_per_token;
+}  // namespace detail
 
 }  // namespace bwplan

@@ -181,49 +181,114 @@ struct throughput_estimate {
   return calls * (frac * per_dir / bw.raw() + k.collective_latency_s);
 }
 
-/// Step time, tokens/s and MFU of configuration `c` on `gpu`.
-///
-/// Roofline per op class: GEMM FLOPs / (bf16 peak · gemm_max · h/(h + h½)); attention FLOPs (backward
-/// 2.5× forward, FlashAttention-2 paper) / (peak · attention); element-wise bytes / (HBM · memory);
-/// a fixed cost per kernel. FSDP adds all-gather of bf16 blocks in forward and backward and a
-/// reduce-scatter of gradients, overlapped with compute (only the excess is exposed, plus the first
-/// block's gather); DDP all-reduces gradients overlapped with backward. `inst` may be null (no EFA).
-/// @sa docs/methodology.md#throughput
-[[nodiscard]] inline throughput_estimate estimate_throughput(const model_spec& m, const training_config& c,
-                                                             const gpu_spec& gpu, const instance_spec* inst = nullptr,
-                                                             const throughput_calibration& k = {}) {
-  validate(c);
-  detail::validate_moe(m, c);
+/// The terms of the throughput model, one function each: compute per op class, communication per
+/// parallelism, and the overlap model. Times are seconds on one GPU.
+namespace terms {
+
+// ---------------------------------------------------------------------------------------------------------
+// Shape of one step
+
+/// The dimensions of one training step on one GPU that the throughput terms read (docs/methodology.md symbols).
+struct throughput_shape {
+  double T = 0;      ///< tokens of one micro-batch each GPU computes: micro-batch × sequence ÷ (tp · cp)
+  double b = 0;      ///< micro-batch (sequences)
+  double s = 0;      ///< sequence length
+  double h = 0;      ///< hidden size
+  double V = 0;      ///< vocabulary
+  double f = 0;      ///< MLP width a token runs through, with the MoE capacity factor
+  double q = 0;      ///< query width a·d
+  double kv = 0;     ///< key/value width g·d
+  double L = 0;      ///< blocks
+  double Lb = 1;     ///< max(1, L): blocks as FSDP2 units (+1 for the root)
+  double nck = 0;    ///< blocks recomputed whole (full / every-K checkpointing)
+  double nq = 0;     ///< blocks whose GEMMs run in the low-precision format
+  double lin = 0;    ///< GEMM weights a token runs through per block (MoE: activated experts, averaged over blocks)
+  double P = 0;      ///< parameters stored per GPU before data-parallel sharding (÷ tp)
+  double Pc = 0;     ///< parameters gathered / all-reduced per GPU (÷ tp; experts ÷ ep)
+  double root_gemm = 0;  ///< embedding + LM head parameters ÷ tp (gathered in bf16 under FP8 all-gather)
+  double n = 1;      ///< FSDP shard size
+  double w = 4;      ///< bytes per stored parameter, gradient and state
+  double ga = 1;     ///< micro-batches per optimizer step
+  double peak = 0;   ///< bf16 dense peak (FLOP/s)
+  double peak_lp = 0;  ///< dense peak of the compute format (FLOP/s; the bf16 peak when the catalog has none)
+  double hbm = 0;    ///< achieved HBM bandwidth (byte/s): datasheet × calibration `memory`
+  double recompute_passes = 0;  ///< blocks whose element-wise kernels run again: nck, or L/2 under selective checkpointing
+  bool fsdp = false; ///< any FSDP mode
+  bool amp = false;  ///< autocast over fp32 weights (fp32 residual stream)
+  int gpn = 1;       ///< GPUs per node the job uses, min(gpus per node, world)
+  format_traits format;  ///< traits of the compute format on this GPU
+};
+
+/// The shape of configuration `c` of `m` on `gpu` (see throughput_shape). Does not validate `c`.
+[[nodiscard]] inline throughput_shape throughput_shape_of(const model_spec& m, const training_config& c, const gpu_spec& gpu,
+                                                          const throughput_calibration& k) {
   const parameter_count pc_full = count_parameters(m);
   const parameter_count pc = detail::ep_local(pc_full, m, c.ep);  // routed experts / ep (MoE only)
-  const bool fsdp = c.sharded();
-  const bool amp = !fsdp && c.master == master_weights::fp32;
-  // tokens of one micro-batch each GPU computes: context parallel splits the sequence, tensor parallel the work
-  const double T = static_cast<double>(c.tokens_per_micro_batch()) / (static_cast<double>(c.tp) * c.cp);
-  const double b = static_cast<double>(c.micro_batch), s = static_cast<double>(c.seq_len);
-  const double h = static_cast<double>(m.hidden), V = static_cast<double>(m.vocab);
-  const double f = detail::mlp_width_per_token(m, c.moe_capacity_factor);
-  const double q = static_cast<double>(m.q_dim()), kv = static_cast<double>(m.kv_dim());
-  const double L = static_cast<double>(m.layers);
-  const double nck = static_cast<double>(c.checkpointed_blocks(m.layers));
-  // GEMM weights a token runs through per block (MoE: activated experts, averaged over blocks)
-  const double lin = m.is_moe() ? static_cast<double>(pc_full.active_gemm_weights() - pc_full.embedding) / static_cast<double>(m.layers)
-                                : static_cast<double>(pc.block_linear);
-  const double P = static_cast<double>(fsdp ? pc_full.total() : pc.total()) / c.tp;  // stored per GPU before ÷n
-  const double Pc = static_cast<double>(pc.total()) / c.tp;  // gathered / all-reduced per GPU (experts / ep)
-  const double n = c.shard_size();
-  const double w = c.master == master_weights::fp32 ? 4 : 2;
-  const double peak = gpu.peak("bf16").value_or(flop_rate{}).raw();
-  const double hbm = gpu.hbm_bandwidth.raw() * k.memory;
+  throughput_shape r;
+  r.fsdp = c.sharded();
+  r.amp = !r.fsdp && c.master == master_weights::fp32;
+  r.T = static_cast<double>(c.tokens_per_micro_batch()) / (static_cast<double>(c.tp) * c.cp);
+  r.b = static_cast<double>(c.micro_batch);
+  r.s = static_cast<double>(c.seq_len);
+  r.h = static_cast<double>(m.hidden);
+  r.V = static_cast<double>(m.vocab);
+  r.f = detail::mlp_width_per_token(m, c.moe_capacity_factor);
+  r.q = static_cast<double>(m.q_dim());
+  r.kv = static_cast<double>(m.kv_dim());
+  r.L = static_cast<double>(m.layers);
+  r.Lb = std::max(1.0, r.L);
+  r.nck = static_cast<double>(c.checkpointed_blocks(m.layers));
+  r.nq = static_cast<double>(c.quantized_blocks(m.layers));
+  r.lin = m.is_moe() ? static_cast<double>(pc_full.active_gemm_weights() - pc_full.embedding) / static_cast<double>(m.layers)
+                     : static_cast<double>(pc.block_linear);
+  r.P = static_cast<double>(r.fsdp ? pc_full.total() : pc.total()) / c.tp;
+  r.Pc = static_cast<double>(pc.total()) / c.tp;
+  r.root_gemm = static_cast<double>(pc.embedding + pc.lm_head) / c.tp;
+  r.n = c.shard_size();
+  r.w = c.master == master_weights::fp32 ? 4 : 2;
+  r.ga = static_cast<double>(c.grad_accum);
+  r.peak = gpu.peak("bf16").value_or(flop_rate{}).raw();
+  r.format = traits(c.format, gpu);
+  r.peak_lp = gpu.peak(r.format.rate_key).value_or(flop_rate::base(r.peak)).raw();
+  r.hbm = gpu.hbm_bandwidth.raw() * k.memory;
+  r.recompute_passes =
+      (c.ac.mode == ac_mode::selective_op || c.ac.mode == ac_mode::selective_attn) ? 0.5 * r.L : r.nck;
+  r.gpn = std::max(1, std::min(c.gpus_per_node, c.world_size));
+  return r;
+}
 
-  // per micro-batch
-  const format_traits ft = traits(c.format, gpu);
-  const double nq = static_cast<double>(c.quantized_blocks(m.layers));  // blocks whose GEMMs run in c.format
-  const double block_gemm = 2 * T * lin;
-  const double head_gemm = 2 * T * V * h;
-  const double attn_fwd = 2 * b * s * s * q / (static_cast<double>(c.tp) * c.cp);  // causal: QK^T + PV at half; load-balanced CP
+// ---------------------------------------------------------------------------------------------------------
+// Compute per op class (one micro-batch)
+
+/// GEMM time of one micro-batch, by precision.
+struct gemm_terms {
+  flops block;              ///< forward GEMM FLOPs of one block, 2·T·lin
+  flops head;               ///< forward FLOPs of the LM head, 2·T·V·h
+  flops recompute_high;     ///< recomputed GEMM FLOPs of bf16 blocks
+  flops recompute_low;      ///< recomputed GEMM FLOPs of low-precision blocks
+  flop_rate high_rate;      ///< achieved bf16 GEMM rate: peak · gemm_max · h / (h + h½)
+  flop_rate low_rate;       ///< achieved rate of the compute format
+  seconds high_precision;   ///< bf16 blocks: forward, backward (2×) and recompute
+  seconds low_precision;    ///< low-precision blocks: forward, backward (2×) and recompute
+  seconds lm_head;          ///< LM head, forward and backward, at peak · gemm_max
+  /// Sum of the three, in this order.
+  [[nodiscard]] constexpr seconds total() const noexcept { return high_precision + low_precision + lm_head; }
+};
+
+/// GEMMs of one micro-batch: `2·T·lin` per block forward, twice that backward, plus the recompute (full
+/// checkpointing: whole blocks; per-op SAC: the matmuls it does not save, k, o and up in bf16, all of them when
+/// the format's GEMMs are outside the save list), at `peak · gemm_max · h/(h + h½)`. A low-precision format runs
+/// at its own peak, with the half-efficiency width grown by √(peak ratio) (docs/precision.md#speed) and its
+/// `relative_gemm_efficiency`. Sources: Narayanan et al. 2021 (arXiv:2104.04473) for the FLOP count; the
+/// efficiency curve fitted on `h200-calibration.jsonl` (790/989 TFLOP/s on an 8192³ bf16 matmul).
+[[nodiscard]] inline gemm_terms gemm_time(const throughput_shape& s, const training_config& c,
+                                          const throughput_calibration& k) noexcept {
+  const double T = s.T, h = s.h, L = s.L, nq = s.nq, peak = s.peak, peak_lp = s.peak_lp;
+  const format_traits& ft = s.format;
+  gemm_terms r;
+  const double block_gemm = 2 * T * s.lin;
+  const double head_gemm = 2 * T * s.V * h;
   const double gemm_eff = k.gemm_max * h / (h + k.gemm_half_width);
-  const double peak_lp = gpu.peak(ft.rate_key).value_or(flop_rate::base(peak)).raw();
   // A faster tensor-core format needs larger matrices to reach the same efficiency, so the half-efficiency
   // width grows with the format's peak ratio to bf16 (as its square root: reconciles the size dependence with
   // the published end-to-end speed-ups, docs/precision.md#speed).
@@ -232,121 +297,353 @@ struct throughput_estimate {
   const double hp_rate = peak * gemm_eff;
   // recomputed GEMM FLOPs per block (forward only): full checkpointing recomputes the block; per-op SAC the
   // matmuls it does not save (k, o, up for bf16; all of them when the format's GEMMs are not saved)
-  const double kvp = static_cast<double>(m.kv_dim());
-  const double sac_hp = 2 * T * (h * kvp + q * h + h * f);
+  const double sac_hp = 2 * T * (h * s.kv + s.q * h + h * s.f);
   const double sac_lp = ft.sac_saves_gemm_outputs ? sac_hp : block_gemm;
-  double recompute_hp = nck * block_gemm * (L - nq) / std::max(1.0, L);
-  double recompute_lp = nck * block_gemm * nq / std::max(1.0, L);
-  double recompute_attn = nck * attn_fwd;
+  double recompute_hp = s.nck * block_gemm * (L - nq) / std::max(1.0, L);
+  double recompute_lp = s.nck * block_gemm * nq / std::max(1.0, L);
   if (c.ac.mode == ac_mode::selective_op) { recompute_hp = (L - nq) * sac_hp; recompute_lp = nq * sac_lp; }
-  if (c.ac.mode == ac_mode::selective_attn) recompute_attn = L * attn_fwd;
-  const double t_gemm = (3 * (L - nq) * block_gemm + recompute_hp) / hp_rate + (3 * nq * block_gemm + recompute_lp) / lp_rate +
-                        3 * head_gemm / (peak * k.gemm_max);
-  const double t_attn = (L * attn_fwd * 3.5 + recompute_attn) / (peak * k.attention);
-  const double rs = amp ? 4 : 2;
+  r.block = flops::base(block_gemm);
+  r.head = flops::base(head_gemm);
+  r.recompute_high = flops::base(recompute_hp);
+  r.recompute_low = flops::base(recompute_lp);
+  r.high_rate = flop_rate::base(hp_rate);
+  r.low_rate = flop_rate::base(lp_rate);
+  r.high_precision = seconds::base((3 * (L - nq) * block_gemm + recompute_hp) / hp_rate);
+  r.low_precision = seconds::base((3 * nq * block_gemm + recompute_lp) / lp_rate);
+  r.lm_head = seconds::base(3 * head_gemm / (peak * k.gemm_max));
+  return r;
+}
+
+/// Attention time of one micro-batch.
+struct attention_terms {
+  flops forward;    ///< forward FLOPs of one block's attention, 2·b·s²·q ÷ (tp · cp) (causal half)
+  flops recompute;  ///< recomputed attention FLOPs (checkpointed blocks; every block under Megatron selective)
+  seconds time;     ///< forward + backward (2.5× forward) + recompute, at peak · attention
+};
+
+/// Attention (FlashAttention/SDPA, causal): `2·2·b·s²·q/2` forward per block (QKᵀ and PV at half; context
+/// parallel load-balanced), backward 2.5× forward (FlashAttention-2 paper, Dao 2023), recompute for checkpointed
+/// blocks (Megatron selective recompute: every block's core attention, Korthikanti et al. 2022), at the
+/// calibrated fraction `attention` of the bf16 peak.
+[[nodiscard]] inline attention_terms attention_time(const throughput_shape& s, const training_config& c,
+                                                    const throughput_calibration& k) noexcept {
+  const double attn_fwd = 2 * s.b * s.s * s.s * s.q / (static_cast<double>(c.tp) * c.cp);  // causal: QK^T + PV at half; load-balanced CP
+  double recompute_attn = s.nck * attn_fwd;
+  if (c.ac.mode == ac_mode::selective_attn) recompute_attn = s.L * attn_fwd;
+  attention_terms r;
+  r.forward = flops::base(attn_fwd);
+  r.recompute = flops::base(recompute_attn);
+  r.time = seconds::base((s.L * attn_fwd * 3.5 + recompute_attn) / (s.peak * k.attention));
+  return r;
+}
+
+/// Memory-bound kernels of one micro-batch: bytes moved through HBM, by kind.
+struct memory_bound_terms {
+  bytes elementwise;   ///< norms, RoPE, SwiGLU, residuals, per block and per recomputed block
+  bytes loss;          ///< the loss over T·V (standard: fp32 upcast, log-softmax and their gradients; chunked: less)
+  bytes casts;         ///< fp32 master weights cast to bf16 (autocast per use; FSDP2 before the gather and after)
+  bytes quantization;  ///< quantizing activations and weights of low-precision blocks
+  seconds time;        ///< (elementwise + loss + casts + quantization) / achieved HBM bandwidth
+};
+
+/// Element-wise, loss and cast kernels of one micro-batch at the calibrated fraction `memory` of HBM bandwidth.
+/// Per block `T·(10·rs·h + 20·F + 12·(q + 2kv))` bytes (rs = 4 under autocast, else 2); the loss `20·T·V`
+/// (standard) or `8·T·V` (chunked); casts of fp32 master weights `6·P/N` (×2 under FSDP2); quantization casts
+/// fused into the producing kernels (TE fused norm+cast, torch.compile epilogues) cost the quantized write,
+/// twice per micro-batch for activations and for weights read in bf16 (FSDP re-gathers them). Sources: kernel
+/// byte counts of the PyTorch eager ops; docs/precision.md#speed for the casts; calibrated on
+/// `h200-calibration.jsonl`.
+[[nodiscard]] inline memory_bound_terms memory_bound_time(const throughput_shape& s, const training_config& c) noexcept {
+  const double T = s.T, h = s.h, f = s.f, q = s.q, kv = s.kv, V = s.V;
+  const format_traits& ft = s.format;
+  const double rs = s.amp ? 4 : 2;
   const double block_bytes = T * (h * rs * 10 + f * 2 * 10 + (q + 2 * kv) * 2 * 6);
-  const double n_recompute_blocks = (c.ac.mode == ac_mode::selective_op || c.ac.mode == ac_mode::selective_attn) ? 0.5 * L : nck;
   const double loss_bytes = c.loss == loss_impl::standard ? T * V * 20 : T * V * 8;
-  const double cast_bytes = c.master == master_weights::fp32 ? (fsdp ? 2 : 1) * 6 * P / n : 0;
-  // quantization casts (memory-bound). Activation casts are fused into the producing kernel (TE's fused
-  // norm+cast, torch.compile epilogues), so they cost the quantized write: twice per micro-batch (forward
-  // input, backward output gradient; both orientations). Weights are read in bf16 and quantized in forward
-  // and backward (FSDP re-gathers them).
+  const double cast_bytes = c.master == master_weights::fp32 ? (s.fsdp ? 2 : 1) * 6 * s.P / s.n : 0;
   const double act_elems = T * (2 * h + q + f);
   const double dual = ft.weight_copy_bytes > 0 ? ft.weight_copy_bytes / std::max(ft.quantized_bytes, 1e-9) : 1;
-  const double quant_bytes = nq * (2 * act_elems * dual * ft.quantized_bytes + 2 * lin * (2 + dual * ft.quantized_bytes));
-  const double t_mem_mb = ((L + n_recompute_blocks) * block_bytes + loss_bytes + cast_bytes + quant_bytes) / hbm;
-  const double t_launch = (3 * L + n_recompute_blocks + (nq > 0 ? 2 * nq : 0)) * 15 * k.launch_s;
-  const double t_mb = t_gemm + t_attn + t_mem_mb + t_launch;
+  const double quant_bytes = s.nq * (2 * act_elems * dual * ft.quantized_bytes + 2 * s.lin * (2 + dual * ft.quantized_bytes));
+  const double elementwise = (s.L + s.recompute_passes) * block_bytes;
+  memory_bound_terms r;
+  r.elementwise = bytes::base(elementwise);
+  r.loss = bytes::base(loss_bytes);
+  r.casts = bytes::base(cast_bytes);
+  r.quantization = bytes::base(quant_bytes);
+  r.time = seconds::base((elementwise + loss_bytes + cast_bytes + quant_bytes) / s.hbm);
+  return r;
+}
 
-  // optimizer (once per step): fused AdamW reads p, g, m, v and writes p, m, v
-  const double t_opt = 7 * w * P / n / hbm;
+/// Fixed kernel cost of one micro-batch: 15 kernels per block in forward, twice that in backward, again per
+/// recomputed block and twice per low-precision block (its casts), at `launch_s` each (launch and tail, fitted
+/// on `h200-calibration.jsonl`).
+[[nodiscard]] constexpr seconds launch_time(const throughput_shape& s, const throughput_calibration& k) noexcept {
+  return seconds::base((3 * s.L + s.recompute_passes + (s.nq > 0 ? 2 * s.nq : 0)) * 15 * k.launch_s);
+}
 
-  // communication (see collective_time and docs/scaling.md)
-  const double ga = static_cast<double>(c.grad_accum);
-  const int gpn = std::max(1, std::min(c.gpus_per_node, c.world_size));
-  auto group = [&](int ranks, int stride) {  // `ranks` GPUs spaced `stride` apart in the node-major rank order
-    comm_group g;
-    g.ranks = ranks;
-    g.per_node = std::max(1, std::min(ranks, gpn / std::max(1, stride)));
-    g.groups_per_node = std::max(1, gpn / g.per_node);
-    return g;
-  };
-  auto coll = [&](collective_kind kd, double size, const comm_group& g) {
-    return collective_time(kd, bytes::base(size), g, gpu, inst, k).raw();
-  };
-  const int mesh = c.fsdp_mesh();
-  const int shard_n = c.shard_size();
-  const double Lb = std::max(1.0, L);
-  double dp_comm = 0, dp_exposed = 0, tp_comm = 0, cp_comm = 0, cp_exposed = 0;
-  if (fsdp && shard_n > 1) {
-    const comm_group sg = group(shard_n, c.tp);
-    const double ag_bytes = c.fp8_all_gather ? Pc + static_cast<double>(pc.embedding + pc.lm_head) / c.tp : 2 * Pc;
-    const double gathers = c.shard == sharding::grad_op ? 1.0 : 2.0;  // grad-op keeps forward's gather for backward
-    const double ag = gathers * (Lb + 1) * coll(collective_kind::all_gather, ag_bytes / (Lb + 1), sg);
-    const double rs_b = (Lb + 1) * coll(collective_kind::reduce_scatter, w * Pc / (Lb + 1), sg);
-    const double per_mb = ag + rs_b;
-    const double first = coll(collective_kind::all_gather, ag_bytes / (Lb + 1), sg);
-    dp_comm = ga * per_mb;
-    dp_exposed = ga * (std::max(0.0, per_mb - t_mb) + first);
+/// Optimizer step (once per step): fused AdamW reads p, g, m, v and writes p, m, v, `7·w·P/N` bytes at the
+/// achieved HBM bandwidth (`torch.optim.AdamW(fused=True)`, one memory-bound kernel).
+[[nodiscard]] constexpr seconds optimizer_time(const throughput_shape& s) noexcept {
+  return seconds::base(7 * s.w * s.P / s.n / s.hbm);
+}
+
+/// Compute of one micro-batch, by op class.
+struct compute_terms {
+  gemm_terms gemm;
+  attention_terms attention;
+  memory_bound_terms memory_bound;
+  seconds launch;
+  /// GEMM + attention + memory-bound + launch of one micro-batch, in this order.
+  [[nodiscard]] constexpr seconds micro_batch() const noexcept {
+    return gemm.total() + attention.time + memory_bound.time + launch;
   }
-  if (c.shard == sharding::hybrid && mesh / shard_n > 1) {  // all-reduce of gradient shards across replicas, once per step
-    const comm_group rg = group(mesh / shard_n, c.tp * shard_n);
-    const double ar = coll(collective_kind::all_reduce, w * Pc / shard_n, rg);
+};
+
+// ---------------------------------------------------------------------------------------------------------
+// Communication per parallelism
+
+/// Communicator of `ranks` GPUs spaced `stride` apart in the node-major rank order, on nodes of `gpn` GPUs:
+/// how many of its ranks share a node and how many such communicators run at once on a node.
+[[nodiscard]] constexpr comm_group comm_group_of(int ranks, int stride, int gpn) noexcept {
+  comm_group g;
+  g.ranks = ranks;
+  g.per_node = std::max(1, std::min(ranks, gpn / std::max(1, stride)));
+  g.groups_per_node = std::max(1, gpn / g.per_node);
+  return g;
+}
+
+/// FSDP2 collectives of one micro-batch.
+struct fsdp_collectives {
+  bool active = false;    ///< FSDP over more than one shard
+  seconds per_micro_batch;  ///< all-gathers (forward, and backward unless grad-op) and gradient reduce-scatters
+  seconds first_gather;     ///< the first unit's all-gather, which nothing hides
+};
+
+/// FSDP2 (full, hybrid within the shard group, grad-op): per micro-batch each of the L + 1 units (blocks and
+/// root) is all-gathered in forward and again in backward (grad-op keeps the forward's), in bf16 or, with FP8
+/// all-gather, fp8 blocks and a bf16 root; gradients are reduce-scattered in the master dtype. Sources: FSDP2
+/// `fully_shard` docs and `_fsdp_collectives.py`; torchao FP8 all-gather; collective_time for each call.
+[[nodiscard]] inline fsdp_collectives fsdp_communication(const throughput_shape& s, const training_config& c, const gpu_spec& gpu,
+                                                         const instance_spec* inst, const throughput_calibration& k) noexcept {
+  fsdp_collectives r;
+  const int shard_n = c.shard_size();
+  if (!(s.fsdp && shard_n > 1)) return r;
+  const comm_group sg = comm_group_of(shard_n, c.tp, s.gpn);
+  const double Lb = s.Lb;
+  const double ag_bytes = c.fp8_all_gather ? s.Pc + s.root_gemm : 2 * s.Pc;
+  const double gathers = c.shard == sharding::grad_op ? 1.0 : 2.0;  // grad-op keeps forward's gather for backward
+  const double ag = gathers * (Lb + 1) * collective_time(collective_kind::all_gather, bytes::base(ag_bytes / (Lb + 1)), sg, gpu, inst, k).raw();
+  const double rs_b = (Lb + 1) * collective_time(collective_kind::reduce_scatter, bytes::base(s.w * s.Pc / (Lb + 1)), sg, gpu, inst, k).raw();
+  r.active = true;
+  r.per_micro_batch = seconds::base(ag + rs_b);
+  r.first_gather = collective_time(collective_kind::all_gather, bytes::base(ag_bytes / (Lb + 1)), sg, gpu, inst, k);
+  return r;
+}
+
+/// HSDP: one all-reduce per step of the gradient shards `w·Pc/N` across the mesh / N replicas (0 unless
+/// hybrid sharding with more than one replica). Source: FSDP2 HSDP (`fully_shard` with a 2-D mesh).
+[[nodiscard]] inline seconds hsdp_all_reduce(const throughput_shape& s, const training_config& c, const gpu_spec& gpu,
+                                             const instance_spec* inst, const throughput_calibration& k) noexcept {
+  const int mesh = c.fsdp_mesh(), shard_n = c.shard_size();
+  if (!(c.shard == sharding::hybrid && mesh / shard_n > 1)) return seconds{};
+  const comm_group rg = comm_group_of(mesh / shard_n, c.tp * shard_n, s.gpn);
+  return collective_time(collective_kind::all_reduce, bytes::base(s.w * s.Pc / shard_n), rg, gpu, inst, k);
+}
+
+/// DDP: one all-reduce of every gradient `w·Pc` per step (no_sync on the earlier micro-batches); 0 unless
+/// sharding none over more than one GPU. Source: `torch.nn.parallel.DistributedDataParallel` (bucketed
+/// all-reduce overlapped with backward).
+[[nodiscard]] inline seconds ddp_all_reduce(const throughput_shape& s, const training_config& c, const gpu_spec& gpu,
+                                            const instance_spec* inst, const throughput_calibration& k) noexcept {
+  const int mesh = c.fsdp_mesh();
+  if (!(!s.fsdp && mesh > 1)) return seconds{};
+  return collective_time(collective_kind::all_reduce, bytes::base(s.w * s.Pc), comm_group_of(mesh, c.tp, s.gpn), gpu, inst, k);
+}
+
+/// Tensor parallelism with sequence parallel, per step: per block an all-gather before and a reduce-scatter
+/// after attention and MLP, in forward, in backward and in the recompute of checkpointed blocks; bf16
+/// activations of the replica's T·tp tokens. Sources: Korthikanti et al. 2022 (arXiv:2205.05198) sequence
+/// parallelism; torchtitan `parallelize` (SequenceParallel).
+[[nodiscard]] inline seconds tensor_parallel_communication(const throughput_shape& s, const training_config& c, const gpu_spec& gpu,
+                                                           const instance_spec* inst, const throughput_calibration& k) noexcept {
+  if (c.tp <= 1) return seconds{};
+  const double act = 2 * s.T * c.tp * s.h;
+  const comm_group tg = comm_group_of(c.tp, 1, s.gpn);
+  const double per = collective_time(collective_kind::all_gather, bytes::base(act), tg, gpu, inst, k).raw() +
+                     collective_time(collective_kind::reduce_scatter, bytes::base(act), tg, gpu, inst, k).raw();
+  return seconds::base(s.ga * (2 * 2 * s.L + 2 * s.nck) * per);
+}
+
+/// Context parallelism (ring attention), per step: every rank receives the other ranks' K and V (forward,
+/// recompute), K/V again and the dK/dV reduction (backward): an all-gather-sized exchange of K, V per pass.
+/// Sources: torch `context_parallel` (torch/distributed/tensor/experimental/_attention.py); torchtitan CP.
+[[nodiscard]] inline seconds context_parallel_communication(const throughput_shape& s, const training_config& c, const gpu_spec& gpu,
+                                                            const instance_spec* inst, const throughput_calibration& k) noexcept {
+  if (c.cp <= 1) return seconds{};
+  const double kvb = 2 * 2 * s.b * s.s * s.kv / c.tp;
+  const comm_group cg = comm_group_of(c.cp, c.tp, s.gpn);
+  const double per = collective_time(collective_kind::all_gather, bytes::base(kvb), cg, gpu, inst, k).raw();
+  const double passes = 3.0 * s.L + s.nck + (c.ac.mode == ac_mode::selective_attn ? s.L : 0);
+  return seconds::base(s.ga * passes * per);
+}
+
+/// Expert parallelism, per step: moe_all_to_all_s per micro-batch.
+[[nodiscard]] inline seconds expert_parallel_communication(const model_spec& m, const throughput_shape& s, const training_config& c,
+                                                           const gpu_spec& gpu, const instance_spec* inst,
+                                                           const throughput_calibration& k) {
+  return seconds::base(s.ga * moe_all_to_all_s(m, c, gpu, inst, k));
+}
+
+/// Collective time of one step by parallelism (before overlap).
+struct communication_terms {
+  fsdp_collectives fsdp;     ///< per micro-batch
+  seconds hsdp_all_reduce;   ///< per step
+  bool hsdp = false;         ///< hybrid sharding with more than one replica
+  seconds ddp_all_reduce;    ///< per step
+  bool ddp = false;          ///< DDP over more than one GPU
+  seconds tensor_parallel;   ///< per step
+  seconds context_parallel;  ///< per step
+  seconds expert_parallel;   ///< per step
+  double micro_batches = 1;  ///< ga
+  double blocks = 1;         ///< max(1, L)
+};
+
+/// Every communication term of one step.
+[[nodiscard]] inline communication_terms communication(const model_spec& m, const throughput_shape& s, const training_config& c,
+                                                       const gpu_spec& gpu, const instance_spec* inst,
+                                                       const throughput_calibration& k) {
+  communication_terms r;
+  r.fsdp = fsdp_communication(s, c, gpu, inst, k);
+  r.hsdp = c.shard == sharding::hybrid && c.fsdp_mesh() / c.shard_size() > 1;
+  r.hsdp_all_reduce = hsdp_all_reduce(s, c, gpu, inst, k);
+  r.ddp = !s.fsdp && c.fsdp_mesh() > 1;
+  r.ddp_all_reduce = ddp_all_reduce(s, c, gpu, inst, k);
+  r.tensor_parallel = tensor_parallel_communication(s, c, gpu, inst, k);
+  r.context_parallel = context_parallel_communication(s, c, gpu, inst, k);
+  r.expert_parallel = expert_parallel_communication(m, s, c, gpu, inst, k);
+  r.micro_batches = s.ga;
+  r.blocks = s.Lb;
+  return r;
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Overlap
+
+/// Collective time of one step by parallelism: data parallel = ga × FSDP per micro-batch + HSDP all-reduce, or
+/// the DDP all-reduce.
+[[nodiscard]] constexpr communication_breakdown communication_total(const communication_terms& t) noexcept {
+  double dp = 0;
+  if (t.fsdp.active) dp = t.micro_batches * t.fsdp.per_micro_batch.raw();
+  if (t.hsdp) dp += t.hsdp_all_reduce.raw();
+  if (t.ddp) dp = t.ddp_all_reduce.raw();
+  return {seconds::base(dp), t.tensor_parallel, t.context_parallel, t.expert_parallel};
+}
+
+/// What of each parallelism's communication is not hidden behind compute (`micro_batch` = compute of one
+/// micro-batch, `attention` = its attention part).
+///
+/// FSDP2 prefetches the next unit's all-gather and reduce-scatters on their own streams: only the excess of a
+/// micro-batch's collectives over its compute is exposed, plus the first unit's gather (FSDP2 docs, implicit
+/// prefetching). The HSDP and DDP all-reduces overlap with the backward (2/3 of the compute, less what FSDP
+/// already uses) and expose at least the last bucket (1/L of it) (DDP bucketing, PyTorch DDP design notes).
+/// Sequence-parallel collectives are not overlapped (no async TP) and the MoE all-to-all sits on the critical
+/// path of every MoE block: all exposed. Ring attention overlaps its K/V exchange with the attention kernels.
+[[nodiscard]] constexpr communication_breakdown exposed_communication(const communication_terms& t, seconds micro_batch,
+                                                                      seconds attention) noexcept {
+  const double ga = t.micro_batches, Lb = t.blocks, t_mb = micro_batch.raw();
+  double dp_comm = 0, dp_exposed = 0;
+  if (t.fsdp.active) {
+    const double per_mb = t.fsdp.per_micro_batch.raw();
+    dp_comm = ga * per_mb;
+    dp_exposed = ga * (std::max(0.0, per_mb - t_mb) + t.fsdp.first_gather.raw());
+  }
+  if (t.hsdp) {
+    const double ar = t.hsdp_all_reduce.raw();
     const double slack = std::max(0.0, (2.0 / 3.0) * t_mb - dp_comm / ga);
-    dp_comm += ar;
     dp_exposed += std::max(0.0, ar - slack) + ar / Lb;
   }
-  if (!fsdp && mesh > 1) {  // DDP: one all-reduce of the gradients per step (no_sync on earlier micro-batches)
-    const double ar = coll(collective_kind::all_reduce, w * Pc, group(mesh, c.tp));
-    dp_comm = ar;
+  if (t.ddp) {
+    const double ar = t.ddp_all_reduce.raw();
     dp_exposed = std::max(0.0, ar - (2.0 / 3.0) * t_mb) + ar / Lb;
   }
-  if (c.tp > 1) {
-    // sequence parallel: per block an all-gather before and a reduce-scatter after attention and MLP, in forward,
-    // in backward and in the recompute of checkpointed blocks; bf16 activations of the replica's T·tp tokens.
-    // Not overlapped (no async TP): all exposed.
-    const double act = 2 * T * c.tp * h;
-    const comm_group tg = group(c.tp, 1);
-    const double per = coll(collective_kind::all_gather, act, tg) + coll(collective_kind::reduce_scatter, act, tg);
-    tp_comm = ga * (2 * 2 * L + 2 * nck) * per;
-  }
-  if (c.cp > 1) {
-    // ring attention: every rank receives the other ranks' K and V (forward, recompute), K/V again and the dK/dV
-    // reduction (backward): an all-gather-sized exchange of K,V per pass, overlapped with attention.
-    const double kvb = 2 * 2 * b * s * kv / c.tp;
-    const comm_group cg = group(c.cp, c.tp);
-    const double per = coll(collective_kind::all_gather, kvb, cg);
-    const double passes = 3.0 * L + nck + (c.ac.mode == ac_mode::selective_attn ? L : 0);
-    cp_comm = ga * passes * per;
-    cp_exposed = std::max(0.0, cp_comm - ga * t_attn);
-  }
-  double t_comm = dp_comm + tp_comm + cp_comm;
-  double t_exposed = dp_exposed + tp_comm + cp_exposed;
-  // expert-parallel all-to-all: on the critical path of every MoE block (not overlapped)
-  const double a2a = ga * moe_all_to_all_s(m, c, gpu, inst, k);
-  t_comm += a2a;
-  t_exposed += a2a;
+  const double cp_exposed = std::max(0.0, t.context_parallel.raw() - ga * attention.raw());
+  return {seconds::base(dp_exposed), t.tensor_parallel, seconds::base(cp_exposed), t.expert_parallel};
+}
 
+}  // namespace terms
+
+/// The terms of the throughput model for one configuration (see bwplan::terms): what compose_throughput adds up.
+struct throughput_terms {
+  terms::throughput_shape shape;
+  terms::compute_terms compute;      ///< one micro-batch
+  seconds optimizer;                 ///< once per step
+  terms::communication_terms comm;   ///< before overlap
+  flops forward_per_micro_batch;     ///< forward FLOPs of one micro-batch (MFU numerator ÷ 3 ÷ ga)
+  double tokens_per_step = 0;        ///< T × ga × world size
+  int world_size = 1;                ///< GPUs in the job
+};
+
+/// Every throughput term of configuration `c` of `m` on `gpu` (`inst` may be null: no EFA). Throws
+/// invalid_request if `c` is invalid or its expert parallelism does not fit `m`.
+[[nodiscard]] inline throughput_terms compute_throughput_terms(const model_spec& m, const training_config& c, const gpu_spec& gpu,
+                                                               const instance_spec* inst = nullptr,
+                                                               const throughput_calibration& k = {}) {
+  validate(c);
+  detail::validate_moe(m, c);
+  throughput_terms t;
+  t.shape = terms::throughput_shape_of(m, c, gpu, k);
+  t.compute.gemm = terms::gemm_time(t.shape, c, k);
+  t.compute.attention = terms::attention_time(t.shape, c, k);
+  t.compute.memory_bound = terms::memory_bound_time(t.shape, c);
+  t.compute.launch = terms::launch_time(t.shape, k);
+  t.optimizer = terms::optimizer_time(t.shape);
+  t.comm = terms::communication(m, t.shape, c, gpu, inst, k);
+  t.forward_per_micro_batch = flops::base(forward_flops_per_token(m, c.seq_len) * t.shape.T);
+  t.tokens_per_step = t.shape.T * t.shape.ga * c.world_size;  // = micro-batch tokens × accumulation × data-parallel degree
+  t.world_size = c.world_size;
+  return t;
+}
+
+/// Step time, tokens/s and MFU from the terms: micro-batches × compute + optimizer + exposed communication.
+[[nodiscard]] inline throughput_estimate compose_throughput(const throughput_terms& t) {
+  const double ga = t.shape.ga, peak = t.shape.peak;
+  const double t_mb = t.compute.micro_batch().raw();
+  const double t_opt = t.optimizer.raw();
+  const terms::compute_terms& cp = t.compute;
   throughput_estimate e;
-  const double fwd_flops = forward_flops_per_token(m, c.seq_len) * T;
-  e.step_flops.model = flops::base(3 * fwd_flops * ga);
-  e.step_flops.recompute = flops::base((recompute_hp + recompute_lp + recompute_attn) * ga);
-  e.gemm = seconds::base(ga * t_gemm);
-  e.attention = seconds::base(ga * t_attn);
-  e.memory_bound = seconds::base(ga * (t_mem_mb + t_launch) + t_opt);
+  e.step_flops.model = flops::base(3 * t.forward_per_micro_batch.raw() * ga);
+  e.step_flops.recompute =
+      flops::base((cp.gemm.recompute_high.raw() + cp.gemm.recompute_low.raw() + cp.attention.recompute.raw()) * ga);
+  e.gemm = seconds::base(ga * cp.gemm.total().raw());
+  e.attention = seconds::base(ga * cp.attention.time.raw());
+  e.memory_bound = seconds::base(ga * (cp.memory_bound.time.raw() + cp.launch.raw()) + t_opt);
   e.compute = seconds::base(ga * t_mb + t_opt);
-  e.communication = seconds::base(t_comm);
-  e.exposed_communication = seconds::base(t_exposed);
+  e.comm = terms::communication_total(t.comm);
+  e.exposed = terms::exposed_communication(t.comm, cp.micro_batch(), cp.attention.time);
+  e.communication = e.comm.total();
+  e.exposed_communication = e.exposed.total();
   e.step = e.compute + e.exposed_communication;
-  e.comm = {seconds::base(dp_comm), seconds::base(tp_comm), seconds::base(cp_comm), seconds::base(a2a)};
-  e.exposed = {seconds::base(dp_exposed), seconds::base(tp_comm), seconds::base(cp_exposed), seconds::base(a2a)};
-  const double tokens = T * ga * c.world_size;  // = micro-batch tokens × accumulation × data-parallel degree
+  const double tokens = t.tokens_per_step;
   e.tokens_per_step = tokens;
   e.tokens_per_s = tokens / e.step.raw();
-  e.tokens_per_s_per_gpu = e.tokens_per_s / c.world_size;
+  e.tokens_per_s_per_gpu = e.tokens_per_s / t.world_size;
   e.mfu = peak > 0 ? (e.step_flops.model.raw() / e.step.raw()) / peak : 0;
   return e;
+}
+
+/// Step time, tokens/s and MFU of configuration `c` on `gpu`:
+/// compose_throughput(compute_throughput_terms(m, c, gpu, inst, k)).
+///
+/// Roofline per op class (bwplan::terms): GEMM FLOPs / (bf16 peak · gemm_max · h/(h + h½)) and the compute
+/// format's rate (gemm_time); attention FLOPs (backward 2.5× forward, FlashAttention-2 paper) / (peak ·
+/// attention) (attention_time); element-wise, loss and cast bytes / (HBM · memory) (memory_bound_time); a fixed
+/// cost per kernel (launch_time); the optimizer (optimizer_time). Communication per parallelism: FSDP2
+/// all-gathers and reduce-scatters, HSDP and DDP all-reduces, sequence-parallel collectives, ring-attention
+/// K/V exchange, expert all-to-all (collective_time for each call); the overlap model (exposed_communication)
+/// decides what is exposed. `inst` may be null (no EFA). @sa docs/methodology.md#throughput
+[[nodiscard]] inline throughput_estimate estimate_throughput(const model_spec& m, const training_config& c,
+                                                             const gpu_spec& gpu, const instance_spec* inst = nullptr,
+                                                             const throughput_calibration& k = {}) {
+  return compose_throughput(compute_throughput_terms(m, c, gpu, inst, k));
 }
 
 /// Wall time and money to train a token budget.

@@ -1,0 +1,431 @@
+// The terms of the memory and throughput models (bwplan::terms) against hand-derived values for Llama-3.2-1B,
+// and the terms composing to the estimates' totals.
+#include <bwplan/bwplan.hpp>
+
+#include <catch2/catch.hpp>
+
+#include <vector>
+
+using namespace bwplan;
+
+namespace {
+
+// Llama-3.2-1B: h 2048, L 16, a 32, g 8, d 64, F 8192, V 128256, tied embeddings.
+// Per block: Q, O 2·2048·2048 = 8,388,608; K, V 2·2048·512 = 2,097,152; MLP 3·2048·8192 = 50,331,648 → linear
+// 60,817,408; norms 2·2048 → block 60,821,504. Embedding 128256·2048 = 262,668,288; final norm 2048.
+// Total 16·60,821,504 + 262,668,288 + 2048 = 1,235,814,400.
+model_spec llama_1b() {
+  model_spec m;
+  m.name = "llama-1b";
+  m.family = "llama";
+  m.hidden = 2048;
+  m.layers = 16;
+  m.heads = 32;
+  m.kv_heads = 8;
+  m.head_dim = 64;
+  m.intermediate = 8192;
+  m.vocab = 128256;
+  m.max_context = 131072;
+  m.tied_embeddings = true;
+  return m;
+}
+constexpr double P = 1'235'814'400;
+constexpr double Pb = 60'821'504;
+constexpr double lin = 60'817'408;
+constexpr double emb = 262'668'288;
+constexpr double V = 128256, h = 2048, F = 8192, L = 16;
+
+gpu_spec h100() {
+  gpu_spec g;
+  g.id = "h100";
+  g.architecture = "hopper";
+  g.hbm_total = 80 * gib;
+  g.hbm_bandwidth = 3.35 * tb_per_s;
+  g.nvlink_per_direction = 450 * gb_per_s;
+  g.dense_flops["bf16"] = 989 * tflop_per_s;
+  g.dense_flops["fp8"] = 1979 * tflop_per_s;
+  return g;
+}
+
+instance_spec p5() {
+  instance_spec i;
+  i.id = "ml.p5.48xlarge";
+  i.gpu = "h100";
+  i.gpus_per_node = 8;
+  i.efa_per_node = 400 * gb_per_s;
+  return i;
+}
+
+training_config one_gpu(master_weights mw = master_weights::fp32) {
+  training_config c;
+  c.seq_len = 2048;
+  c.master = mw;
+  return c;
+}
+
+training_config fsdp8(master_weights mw = master_weights::fp32) {
+  training_config c = one_gpu(mw);
+  c.world_size = 8;
+  c.shard = sharding::full;
+  return c;
+}
+
+}  // namespace
+
+TEST_CASE("terms: the hand-derived model matches count_parameters", "[terms]") {
+  const parameter_count pc = count_parameters(llama_1b());
+  CHECK(static_cast<double>(pc.total()) == P);
+  CHECK(static_cast<double>(pc.block()) == Pb);
+  CHECK(static_cast<double>(pc.block_linear) == lin);
+  CHECK(static_cast<double>(pc.embedding) == emb);
+}
+
+TEST_CASE("terms: model states of a 1B model, fp32 master vs bf16, unsharded and sharded over 8", "[terms][memory]") {
+  const model_spec m = llama_1b();
+  const gpu_spec g = h100();
+  SECTION("fp32 master, one GPU: 4 + 8 + 4 bytes per parameter") {
+    const auto ms = terms::model_state_bytes(terms::memory_shape_of(m, one_gpu(), g));
+    CHECK(ms.parameters.raw() == 4 * P);
+    CHECK(ms.optimizer_states.raw() == 8 * P);
+    CHECK(ms.gradients.raw() == 4 * P);
+    CHECK(ms.accumulated_gradients.raw() == 0);
+    CHECK(ms.block_gradient.raw() == 4 * Pb);
+    CHECK(ms.head_gradient.raw() == 4 * V * h);
+  }
+  SECTION("bf16, one GPU: 2 + 4 + 2 bytes per parameter") {
+    const auto ms = terms::model_state_bytes(terms::memory_shape_of(m, one_gpu(master_weights::bf16), g));
+    CHECK(ms.parameters.raw() == 2 * P);
+    CHECK(ms.optimizer_states.raw() == 4 * P);
+    CHECK(ms.gradients.raw() == 2 * P);
+    CHECK(ms.block_gradient.raw() == 2 * Pb);
+    CHECK(ms.head_gradient.raw() == 2 * V * h);
+  }
+  SECTION("fp32 master, FSDP over 8: everything / 8; the head's unsharded gradient is bf16") {
+    const auto ms = terms::model_state_bytes(terms::memory_shape_of(m, fsdp8(), g));
+    CHECK(ms.parameters.raw() == 4 * P / 8);
+    CHECK(ms.optimizer_states.raw() == 8 * P / 8);
+    CHECK(ms.gradients.raw() == 4 * P / 8);
+    CHECK(ms.block_gradient.raw() == 4 * Pb / 8);
+    CHECK(ms.head_gradient.raw() == 2 * V * h);
+  }
+  SECTION("bf16, FSDP over 8") {
+    const auto ms = terms::model_state_bytes(terms::memory_shape_of(m, fsdp8(master_weights::bf16), g));
+    CHECK(ms.parameters.raw() == 2 * P / 8);
+    CHECK(ms.optimizer_states.raw() == 4 * P / 8);
+    CHECK(ms.gradients.raw() == 2 * P / 8);
+  }
+  SECTION("accumulation keeps the gradients across micro-batches; blocks add none in backward") {
+    training_config c = fsdp8();
+    c.grad_accum = 4;
+    const auto ms = terms::model_state_bytes(terms::memory_shape_of(m, c, g));
+    CHECK(ms.accumulated_gradients.raw() == 4 * P / 8);
+    CHECK(ms.block_gradient.raw() == 0);
+  }
+}
+
+TEST_CASE("terms: saved activations per block and per checkpointing mode", "[terms][memory]") {
+  const model_spec m = llama_1b();
+  const gpu_spec g = h100();
+  // bf16 (no autocast), per token: norms 2·(2h + 2h) = 16384; attention 2q + 4kv + 2q + 4a = 10368;
+  // SwiGLU 8F = 65536; rstd 8 → 92296. Per-op SAC: 2h + 2q + 4a + 8 + (2q + 2kv + 2F + 2h) = 33928.
+  const auto bf = terms::activation_bytes_per_token(m, false);
+  CHECK(bf.block_saved == 92296);
+  CHECK(bf.selective_op == 33928);
+  CHECK(bf.checkpoint == 2 * h);
+  CHECK(bf.final_saved == 4 * h);
+  CHECK(bf.grad_temp == 4 * h + 4 * F);
+  CHECK(bf.lse == 4 * 32);
+  // autocast over fp32 weights: fp32 norm inputs 2·4h and five bf16 casts 5·2h = 18h instead of 8h
+  const auto amp = terms::activation_bytes_per_token(m, true);
+  CHECK(amp.block_saved == 92296 + 10 * h);
+  CHECK(amp.checkpoint == 4 * h);
+  // the former name still answers
+  CHECK(detail::activation_bytes_per_token(m, false).block_saved == bf.block_saved);
+
+  const double T = 2048;
+  training_config c = one_gpu(master_weights::bf16);
+  SECTION("no checkpointing: every block saves its inventory") {
+    const auto a = terms::saved_activation_bytes(m, terms::memory_shape_of(m, c, g));
+    CHECK(a.block(0) == 92296 * T);
+    CHECK(a.all_blocks.raw() == L * 92296 * T);
+    CHECK(a.final_saved.raw() == 4 * h * T);
+    CHECK(terms::recompute(a, 0) == 0);
+  }
+  SECTION("every-2: blocks 0, 2, …, 14 keep their input and recompute the rest") {
+    c.ac = checkpointing::full(2);
+    const auto a = terms::saved_activation_bytes(m, terms::memory_shape_of(m, c, g));
+    CHECK(a.block(0) == 2 * h * T);
+    CHECK(a.block(1) == 92296 * T);
+    CHECK(a.all_blocks.raw() == 8 * 2 * h * T + 8 * 92296 * T);
+    CHECK(terms::recompute(a, 0) == (92296 - 2 * h) * T);
+    CHECK(terms::recompute(a, 1) == 0);
+  }
+  SECTION("per-op SAC and Megatron selective recompute") {
+    c.ac = checkpointing::selective_op();
+    CHECK(terms::saved_activation_bytes(m, terms::memory_shape_of(m, c, g)).block(3) == 33928 * T);
+    c.ac = checkpointing::selective_attn();
+    CHECK(terms::saved_activation_bytes(m, terms::memory_shape_of(m, c, g)).block(3) == (92296 - 128) * T);
+  }
+  SECTION("fp8 blocks save their linear inputs in 1 byte") {
+    c.format = compute_format::fp8;
+    const auto a = terms::saved_activation_bytes(m, terms::memory_shape_of(m, c, g));
+    // shared norm outputs 2·2h → 1·2h (−4096); the O-projection input + 1·q (+2048); down input 2F → 1F (−8192)
+    CHECK(a.low_precision.block_saved == 82056);
+    CHECK(a.block(0) == a.low_precision.block_saved * T);
+  }
+}
+
+TEST_CASE("terms: loss buffers, standard vs chunked", "[terms][memory]") {
+  const model_spec m = llama_1b();
+  const gpu_spec g = h100();
+  const double T = 2048;
+  training_config c = one_gpu();
+  const auto st = terms::loss_buffer_bytes(terms::memory_shape_of(m, c, g));
+  CHECK(st.saved.raw() == 4 * T * V);
+  CHECK(st.forward_transient.raw() == 6 * T * V);
+  CHECK(st.backward_transient.raw() == 8 * T * V);
+  CHECK(st.head_gradient.raw() == 0);
+  c.loss = loss_impl::chunked;
+  // chunk = next_pow2(ceil(2048 / ceil(128256 / 2048))) = next_pow2(ceil(2048 / 63)) = next_pow2(33) = 64
+  const auto ch = terms::loss_buffer_bytes(terms::memory_shape_of(m, c, g));
+  CHECK(ch.saved.raw() == 2 * T * h);
+  CHECK(ch.forward_transient.raw() == 6 * 64 * V);
+  CHECK(ch.backward_transient.raw() == 0);
+  CHECK(ch.head_gradient.raw() == 4 * V * h);  // fp32 gradient of the head, computed in forward
+  training_config f = fsdp8();
+  f.loss = loss_impl::chunked;
+  CHECK(terms::loss_buffer_bytes(terms::memory_shape_of(m, f, g)).head_gradient.raw() == 2 * V * h);
+  f.grad_accum = 2;
+  CHECK(terms::loss_buffer_bytes(terms::memory_shape_of(m, f, g)).head_gradient.raw() == 0);
+}
+
+TEST_CASE("terms: weight copies and communication buffers", "[terms][memory]") {
+  const model_spec m = llama_1b();
+  const gpu_spec g = h100();
+  SECTION("FSDP2: the root and the current + prefetched block gathered in bf16") {
+    const auto w = terms::weight_copy_bytes(terms::memory_shape_of(m, fsdp8(), g));
+    CHECK(w.fsdp_root.raw() == 2 * (emb + h));
+    CHECK(w.fsdp_gathered.raw() == 2 * 2 * Pb);
+    CHECK(w.autocast_all.raw() == 0);
+    CHECK(w.ddp_buckets.raw() == 0);
+  }
+  SECTION("FP8 all-gather halves the gathered blocks") {
+    training_config c = fsdp8();
+    c.format = compute_format::fp8;
+    c.fp8_all_gather = true;
+    const auto w = terms::weight_copy_bytes(terms::memory_shape_of(m, c, g));
+    CHECK(w.fsdp_gathered.raw() == 2 * 1 * Pb);
+    CHECK(w.quantized_block.raw() == 2 * lin);  // Hopper keeps the fp8 weight and its transpose
+  }
+  SECTION("grad-op keeps every block gathered") {
+    training_config c = fsdp8();
+    c.shard = sharding::grad_op;
+    const auto w = terms::weight_copy_bytes(terms::memory_shape_of(m, c, g));
+    CHECK(w.fsdp_gathered.raw() == 0);
+    CHECK(w.grad_op_block.raw() == 2 * Pb);
+    CHECK(w.grad_op_all.raw() == L * 2 * Pb);
+  }
+  SECTION("autocast caches a bf16 copy of every GEMM weight; DDP holds gradient buckets") {
+    training_config c = one_gpu();
+    c.world_size = 8;
+    const auto w = terms::weight_copy_bytes(terms::memory_shape_of(m, c, g));
+    CHECK(w.autocast_block.raw() == 2 * lin);
+    CHECK(w.autocast_head.raw() == 2 * V * h);
+    CHECK(w.autocast_blocks.raw() == 2 * lin * L);
+    CHECK(w.autocast_all.raw() == 2 * (L * lin + emb));
+    CHECK(w.autocast_after_forward.raw() == L * 2 * lin);
+    CHECK(w.ddp_buckets.raw() == 4 * P);
+    c.ac = checkpointing::full();  // checkpointed blocks drop their copies after the forward
+    CHECK(terms::weight_copy_bytes(terms::memory_shape_of(m, c, g)).autocast_after_forward.raw() == 0);
+  }
+}
+
+TEST_CASE("terms: transient working sets and the allocator", "[terms][memory]") {
+  const model_spec m = llama_1b();
+  const gpu_spec g = h100();
+  const double T = 2048;
+  training_config c = fsdp8();
+  c.optimizer = optimizer_impl::foreach;
+  const memory_terms t = compute_memory_terms(m, c, g);
+  CHECK(t.transient.activation_gradients.raw() == (4 * h + 4 * F) * T);
+  // unsharded bf16 gradient 2·Pb + its fp32 copy 4·Pb + the gathered blocks 4·Pb
+  CHECK(t.transient.block_gradient_buffers.raw() == 2 * Pb + 4 * Pb + 4 * Pb);
+  CHECK(t.transient.root_reduce_scatter.raw() == 6 * (emb + h));
+  CHECK(t.transient.optimizer.raw() == 4 * P / 8);
+  CHECK(t.transient.checkpointed_forward.raw() == 6 * F * T);
+  const runtime_overheads rt{};
+  CHECK(t.allocator.logits_segment.raw() == 2 * T * V);
+  CHECK(t.allocator.non_pytorch == rt.cuda_context + rt.nccl);
+  CHECK(t.allocator.capacity == g.cuda_capacity());
+  CHECK(t.allocator.stream_pool);
+  const memory_terms one = compute_memory_terms(m, one_gpu(), g);
+  CHECK(one.allocator.non_pytorch == rt.cuda_context);
+  CHECK_FALSE(one.allocator.stream_pool);
+  CHECK(one.transient.optimizer.raw() == 0);  // fused AdamW
+}
+
+TEST_CASE("terms: the memory terms compose to the estimate", "[terms][memory]") {
+  const model_spec m = llama_1b();
+  const gpu_spec g = h100();
+  for (const training_config& c0 : {one_gpu(), fsdp8(), fsdp8(master_weights::bf16)}) {
+    training_config c = c0;
+    c.optimizer = optimizer_impl::foreach;
+    const memory_terms t = compute_memory_terms(m, c, g);
+    const memory_estimate e = estimate_memory(m, c, g);
+    const memory_estimate e2 = compose_memory(t);
+    CHECK(e.peak_reserved == e2.peak_reserved);
+    CHECK(e.peak_allocated == e2.peak_allocated);
+    // before the forward: model states + workspace + DDP buckets
+    CHECK(e.before_forward == t.states.parameters + t.states.optimizer_states + t.states.accumulated_gradients +
+                                  t.allocator.workspace + t.weights.ddp_buckets);
+    // after the backward every gradient is held
+    CHECK(e.after_backward ==
+          t.states.parameters + t.states.optimizer_states + t.states.gradients + t.allocator.workspace + t.weights.ddp_buckets);
+    // the optimizer step adds its temporaries
+    CHECK(e.optimizer_peak.raw() == Approx((e.after_backward + t.transient.optimizer).raw()));
+    // after the forward: saved activations, the final norm/head input, the saved loss buffer, the weight copies kept
+    CHECK(e.after_forward.raw() == Approx((e.before_forward + t.activations.all_blocks + t.activations.final_saved +
+                                           t.loss.saved + t.weights.fsdp_root + t.weights.autocast_head +
+                                           t.weights.autocast_after_forward).raw()));
+    // the loss backward is a moment of the backward pass
+    CHECK(e.backward_peak.raw() >= Approx((e.after_forward + t.loss.backward_transient).raw()));
+    // reserved = allocated + the allocator's slack at the peak moment
+    CHECK(e.peak_reserved.raw() ==
+          e.peak_allocated.raw() + (terms::fragmentation_slack(t.allocator, e.at_peak) +
+                                    terms::reduce_scatter_pool(t.allocator, t.states, e.at_peak, e.peak_phase)));
+    CHECK(e.non_pytorch == t.allocator.non_pytorch);
+  }
+}
+
+TEST_CASE("terms: changing one term changes the estimate by that term", "[terms][memory]") {
+  // What CPU offload of the optimizer states would do: the states leave the GPU at every moment of the step.
+  const model_spec m = llama_1b();
+  const gpu_spec g = h100();
+  memory_terms t = compute_memory_terms(m, fsdp8(), g);
+  const memory_estimate before = compose_memory(t);
+  const bytes states = t.states.optimizer_states;
+  t.states.optimizer_states = bytes{};
+  const memory_estimate after = compose_memory(t);
+  CHECK(after.before_forward.raw() == Approx((before.before_forward - states).raw()));
+  CHECK(after.peak_allocated.raw() == Approx((before.peak_allocated - states).raw()));
+  CHECK(after.optimizer_peak.raw() == Approx((before.optimizer_peak - states).raw()));
+}
+
+TEST_CASE("terms: compute per op class of one micro-batch", "[terms][throughput]") {
+  const model_spec m = llama_1b();
+  const gpu_spec g = h100();
+  const throughput_calibration k{};
+  const training_config c = one_gpu(master_weights::bf16);
+  const auto s = terms::throughput_shape_of(m, c, g, k);
+  const double T = 2048, peak = 989e12;
+  const auto gm = terms::gemm_time(s, c, k);
+  CHECK(gm.block.raw() == 2 * T * lin);
+  CHECK(gm.head.raw() == 2 * T * V * h);
+  CHECK(gm.high_rate.raw() == Approx(peak * 0.80 * h / (h + 1200)));
+  CHECK(gm.high_precision.raw() == Approx(3 * L * 2 * T * lin / (peak * 0.80 * h / (h + 1200))));
+  CHECK(gm.low_precision.raw() == 0);
+  CHECK(gm.lm_head.raw() == Approx(3 * 2 * T * V * h / (peak * 0.80)));
+  const auto at = terms::attention_time(s, c, k);
+  CHECK(at.forward.raw() == 2 * 1 * 2048.0 * 2048 * 2048);  // 2·b·s²·q
+  CHECK(at.time.raw() == Approx(L * at.forward.raw() * 3.5 / (peak * 0.45)));
+  CHECK(at.recompute.raw() == 0);
+  const auto mb = terms::memory_bound_time(s, c);
+  CHECK(mb.elementwise.raw() == L * T * (h * 2 * 10 + F * 2 * 10 + (2048 + 2 * 512) * 2 * 6));
+  CHECK(mb.loss.raw() == 20 * T * V);
+  CHECK(mb.casts.raw() == 0);  // bf16 master: no fp32 → bf16 casts
+  CHECK(mb.time.raw() == Approx((mb.elementwise + mb.loss).raw() / (3.35e12 * 0.5)));
+  CHECK(terms::launch_time(s, k).raw() == Approx(3 * L * 15 * 5e-6));
+  CHECK(terms::optimizer_time(s).raw() == Approx(7 * 2 * P / (3.35e12 * 0.5)));
+  // full checkpointing recomputes every block's forward GEMMs and attention
+  training_config ck = c;
+  ck.ac = checkpointing::full();
+  const auto s2 = terms::throughput_shape_of(m, ck, g, k);
+  CHECK(terms::gemm_time(s2, ck, k).recompute_high.raw() == Approx(L * 2 * T * lin));
+  CHECK(terms::attention_time(s2, ck, k).recompute.raw() == Approx(L * at.forward.raw()));
+}
+
+TEST_CASE("terms: the FSDP all-gather of one block is collective_time of its bf16 bytes", "[terms][throughput]") {
+  const model_spec m = llama_1b();
+  const gpu_spec g = h100();
+  const instance_spec i = p5();
+  const throughput_calibration k{};
+  const training_config c = fsdp8();
+  const auto s = terms::throughput_shape_of(m, c, g, k);
+  const auto f = terms::fsdp_communication(s, c, g, &i, k);
+  REQUIRE(f.active);
+  // L + 1 units (16 blocks and the root) of 2·P/17 bytes each, over the 8 GPUs of one node
+  const double unit = 2 * P / (L + 1);
+  const comm_group node{8, 8, 1};
+  const double ag = collective_time(collective_kind::all_gather, bytes::base(unit), node, g, &i, k).raw();
+  CHECK(f.first_gather.raw() == ag);
+  // by hand: 20 µs + 7 ring steps of 3.4 µs + 7/8 of the unit over NVLink at the message-size efficiency
+  const double msg = unit / 8;
+  const double bw = 450e9 * 0.80 * msg / (msg + 4.0 * 1048576);
+  CHECK(ag == Approx(20e-6 + 7 * 3.4e-6 + 7.0 / 8 * unit / bw));
+  const double rs = collective_time(collective_kind::reduce_scatter, bytes::base(4 * P / (L + 1)), node, g, &i, k).raw();
+  CHECK(f.per_micro_batch.raw() == Approx(2 * (L + 1) * ag + (L + 1) * rs));
+  // no other parallelism communicates
+  const auto cm = terms::communication(m, s, c, g, &i, k);
+  CHECK(cm.tensor_parallel.raw() == 0);
+  CHECK(cm.context_parallel.raw() == 0);
+  CHECK(cm.expert_parallel.raw() == 0);
+  CHECK_FALSE(cm.ddp);
+  CHECK_FALSE(cm.hsdp);
+}
+
+TEST_CASE("terms: overlap hides FSDP collectives behind compute, the first gather excepted", "[terms][throughput]") {
+  terms::communication_terms t;
+  t.fsdp.active = true;
+  t.fsdp.per_micro_batch = seconds::base(0.3);
+  t.fsdp.first_gather = seconds::base(0.01);
+  t.tensor_parallel = seconds::base(0.2);
+  t.context_parallel = seconds::base(0.5);
+  t.expert_parallel = seconds::base(0.05);
+  t.micro_batches = 2;
+  t.blocks = 16;
+  // compute 1 s per micro-batch, 0.2 s of it attention
+  const auto ex = terms::exposed_communication(t, seconds::base(1.0), seconds::base(0.2));
+  CHECK(ex.data_parallel.raw() == Approx(2 * 0.01));
+  CHECK(ex.tensor_parallel.raw() == 0.2);                // not overlapped
+  CHECK(ex.context_parallel.raw() == Approx(0.5 - 0.4));  // beyond ga × attention
+  CHECK(ex.expert_parallel.raw() == 0.05);
+  const auto tot = terms::communication_total(t);
+  CHECK(tot.data_parallel.raw() == Approx(0.6));
+  // a short micro-batch exposes the excess
+  CHECK(terms::exposed_communication(t, seconds::base(0.1), seconds::base(0.02)).data_parallel.raw() ==
+        Approx(2 * (0.3 - 0.1 + 0.01)));
+}
+
+TEST_CASE("terms: the throughput terms compose to the estimate", "[terms][throughput]") {
+  const model_spec m = llama_1b();
+  const gpu_spec g = h100();
+  const instance_spec i = p5();
+  std::vector<training_config> cs{one_gpu(), fsdp8()};
+  training_config tp = fsdp8(master_weights::bf16);
+  tp.world_size = 16;
+  tp.tp = 2;
+  tp.cp = 2;
+  tp.grad_accum = 4;
+  tp.ac = checkpointing::full(2);
+  cs.push_back(tp);
+  training_config hy = fsdp8();
+  hy.world_size = 16;
+  hy.shard = sharding::hybrid;
+  cs.push_back(hy);
+  for (const training_config& c : cs) {
+    const throughput_terms t = compute_throughput_terms(m, c, g, &i);
+    const throughput_estimate e = estimate_throughput(m, c, g, &i);
+    const double ga = static_cast<double>(c.grad_accum);
+    CHECK(e.tokens_per_s == compose_throughput(t).tokens_per_s);
+    CHECK(e.gemm.raw() == ga * t.compute.gemm.total().raw());
+    CHECK(e.attention.raw() == ga * t.compute.attention.time.raw());
+    CHECK(e.compute.raw() == ga * t.compute.micro_batch().raw() + t.optimizer.raw());
+    CHECK(e.communication == e.comm.total());
+    CHECK(e.exposed_communication == e.exposed.total());
+    CHECK(e.step == e.compute + e.exposed_communication);
+    CHECK(e.tokens_per_s == t.tokens_per_step / e.step.raw());
+    CHECK(e.tokens_per_step == Approx(ga * static_cast<double>(c.micro_batch * c.seq_len) / (c.tp * c.cp) * c.world_size));
+    CHECK(e.comm.tensor_parallel == t.comm.tensor_parallel);
+    CHECK(e.comm.context_parallel == t.comm.context_parallel);
+  }
+}
