@@ -347,7 +347,7 @@ runner register_recommend(CLI::App& app, context& ctx) {
   sub->add_option("--top", o->top, "plans to show")->capture_default_str();
   sub->add_option("--format", o->format, "table | json | markdown")->capture_default_str()->check(CLI::IsMember({"table", "json", "markdown"}));
   sub->add_flag("--ascii", o->ascii, "plain ASCII memory bars (the default when stdout is not a terminal)");
-  sub->add_option("--emit", o->emit, "print the best plan instead of the table: sagemaker (CreateTrainingJob request) | estimator | modeltrainer | plan (a plan file for bwplan check / --plan)")
+  sub->add_option("--emit", o->emit, "print the best plan instead of the table: sagemaker (CreateTrainingJob request) | estimator | modeltrainer | plan (a plan file for bwplan check / --plan); the SageMaker forms search only plans the reference trainer runs")
       ->check(CLI::IsMember({"sagemaker", "estimator", "modeltrainer", "plan"}));
   sub->add_option("-o,--output", o->output, "with --emit plan: write to FILE instead of stdout");
   sub->add_option("--precisions", o->precisions, "formats to search, comma-separated (bf16,fp8,fp8-rowwise,mxfp8,nvfp4); default: by --numerics");

@@ -457,13 +457,13 @@ job_request build_request(const plan_view& plan, const job_settings& s, std::chr
     try {
       hp[k] = io::decode_hyperparameter(*f, v);
     } catch (const plan_error& e) {
-      throw invalid_request("--hyperparameter " + e.violation().message);
+      throw invalid_request("--" + e.violation().message);  // "--hyperparameter 'seed': -1 is below the minimum 0"
     }
   }
   try {
     io::validate_hyperparameters(contract, hp);
   } catch (const plan_error& e) {
-    throw invalid_request("--hyperparameter " + e.violation().message);
+    throw plan_error(e.violation());
   }
   r.hyperparameters = hp;
   if (hp.value("model_init", std::string("pretrained")) != "random") {
