@@ -44,6 +44,21 @@ hardware_catalog context::catalog() const {
   return cat;
 }
 
+io::training_contract context::contract() const {
+  const auto path = configs() / "training-contract.json";
+  spdlog::debug("loading the training contract {}", path.string());
+  return io::load_contract(path);
+}
+
+std::filesystem::path context::trainer_dir() const {
+  namespace fs = std::filesystem;
+  const fs::path c = configs();
+  for (const fs::path& d : {c / "train", c.parent_path() / "apps" / "train", c / ".." / "apps" / "train"})
+    if (fs::exists(d / "train.py") && fs::exists(d / "contract.py")) return d.lexically_normal();
+  throw config_error((c / "train").string(), "", "the reference trainer (train.py, contract.py) is neither installed here nor in "
+                                                  "apps/train next to " + c.string());
+}
+
 model_spec context::model(const std::string& arg) const { return find_model(configs(), arg); }
 
 resolved_target resolve_target(const hardware_catalog& cat, const target_options& t, const std::string& default_instance) {

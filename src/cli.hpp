@@ -38,6 +38,12 @@ struct context {
   [[nodiscard]] hardware_catalog catalog() const;
   /// A model from a config.json path or a preset name in configs/models. Throws config_error/invalid_request.
   [[nodiscard]] model_spec model(const std::string& arg) const;
+  /// The training contract, <configs>/training-contract.json (docs/training-contract.md). Throws config_error.
+  [[nodiscard]] io::training_contract contract() const;
+  /// The reference trainer's source dir (train.py, bwtrain/, contract.py, requirements.txt): <configs>/train
+  /// when installed (share/bwplan/train), else apps/train next to the source tree's configs/. Throws
+  /// config_error when neither holds train.py.
+  [[nodiscard]] std::filesystem::path trainer_dir() const;
 };
 
 /// A registered subcommand: what to run once parsing succeeded.

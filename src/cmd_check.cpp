@@ -46,10 +46,11 @@ struct plan_outcome {
   std::vector<located_finding> findings;
 };
 
-/// Throws config_error for `what` at plan member `pointer` (located in the plan's text when present).
+/// Throws config_error for `what` at plan member `pointer` (located in the plan's text when present; in a
+/// SageMaker job, the member that carries the plan field).
 [[noreturn]] void fail_at(const plan_document& p, const std::string& pointer, const std::string& what) {
-  if (auto l = p.where(pointer)) throw config_error(p.file, pointer, what, l->line, l->column, l->byte);
-  throw config_error(p.file, pointer, what);
+  if (auto l = p.where(pointer)) throw config_error(p.file, p.pointer(pointer), what, l->line, l->column, l->byte);
+  throw config_error(p.file, p.pointer(pointer), what);
 }
 
 plan_outcome evaluate(const context& ctx, const hardware_catalog& cat, const std::string& file, severity fail_level) {
@@ -57,7 +58,7 @@ plan_outcome evaluate(const context& ctx, const hardware_catalog& cat, const std
   plan_outcome po;
   po.file = file;
   try {
-    const plan_document doc = io::load_plan(file);
+    const plan_document doc = io::load_plan(file, [&ctx] { return ctx.contract(); });
     plan p = doc.value;
     for (std::size_t i = 0; i < p.check.disable.size(); ++i) {
       const std::string& id = p.check.disable[i];
@@ -86,6 +87,7 @@ plan_outcome evaluate(const context& ctx, const hardware_catalog& cat, const std
     }
     for (const auto& v : resolve_world(p, t.instance ? t.instance->gpus_per_node : 0)) fail_at(doc, v.pointer, v.message);
     if (!doc.has("sharding")) p.training.shard = default_sharding(p.training.world_size);
+    for (const auto& v : io::job_violations(doc, p)) fail_at(doc, v.pointer, v.message);
     po.model = m.name;
     po.spec = m;
     po.gpu = t.gpu.id;
@@ -101,7 +103,7 @@ plan_outcome evaluate(const context& ctx, const hardware_catalog& cat, const std
       located_finding lf{f, "", 1, 1, f.level >= fail_level};
       for (const auto& ptr : f.pointers)
         if (auto l = doc.where(ptr)) {
-          lf.pointer = ptr;
+          lf.pointer = doc.pointer(ptr);
           lf.line = l->line;
           lf.column = l->column;
           break;

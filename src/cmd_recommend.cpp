@@ -325,9 +325,9 @@ int emit(context& ctx, const recommend_options& o, const model_spec& m, const re
     return success;
   }
   if (!t.instance) throw invalid_request("--emit: a SageMaker job runs on instances; give --instance instead of a bare --gpu");
-  sagemaker::job_settings job = o.job;
-  job.model_arg = o.model;
-  return emit_sagemaker(ctx, job, o.emit == "sagemaker" ? "request" : o.emit, {m, best.config, t.gpu, *t.instance, best.throughput});
+  const plan p = plan_of(o, t, nodes, headroom, best);
+  const io::training_contract contract = ctx.contract();
+  return emit_sagemaker(ctx, o.job, o.emit == "sagemaker" ? "request" : o.emit, {p, m, t.gpu, *t.instance, best.throughput, contract});
 }
 
 }  // namespace
@@ -376,7 +376,7 @@ runner register_recommend(CLI::App& app, context& ctx) {
   sub->add_option("--top", o->top, "plans to show")->capture_default_str();
   sub->add_option("--format", o->format, "table | json | markdown")->capture_default_str()->check(CLI::IsMember({"table", "json", "markdown"}));
   sub->add_flag("--ascii", o->ascii, "plain ASCII memory bars (the default when stdout is not a terminal)");
-  sub->add_option("--emit", o->emit, "print the best plan instead of the table: sagemaker (CreateTrainingJob request) | estimator | modeltrainer | plan (a plan file for bwplan check / --plan)")
+  sub->add_option("--emit", o->emit, "print the best plan instead of the table: sagemaker (CreateTrainingJob request) | estimator | modeltrainer | plan (a plan file for bwplan check / --plan); the SageMaker forms search only plans the reference trainer runs")
       ->check(CLI::IsMember({"sagemaker", "estimator", "modeltrainer", "plan"}));
   sub->add_option("-o,--output", o->output, "with --emit plan: write to FILE instead of stdout");
   sub->add_option("--precisions", o->precisions, "formats to search, comma-separated (bf16,fp8,fp8-rowwise,mxfp8,nvfp4); default: by --numerics");
@@ -406,11 +406,37 @@ runner register_recommend(CLI::App& app, context& ctx) {
     const resolved_target t = resolve_target(cat, tgt, "ml.p6-b200.48xlarge");
     if (o->top < 1) throw invalid_request("--top: must be >= 1, got " + std::to_string(o->top));
     if (!(o->headroom >= 0 && o->headroom < 1)) throw invalid_request(fmt::format("--headroom: must be in [0, 1), got {}", o->headroom));
-    // The SageMaker launchers set up FSDP or DDP only (docs/sagemaker.md), so --emit sagemaker/estimator/modeltrainer
-    // searches those; everything else searches what --parallel asks for.
+    // --emit sagemaker/estimator/modeltrainer launches the reference trainer: the search keeps only the plans it
+    // runs (the training contract's refusals, io::trainer_refusals); everything else searches what --parallel asks for.
     const bool launcher = !o->emit.empty() && o->emit != "plan";
-    plan_request req = o->parallel == "all" && !launcher ? full_search(t.gpu, o->target.nodes, formats_for(*o, cat, t.gpu)) : plan_request{};
-    if (o->parallel != "all" || launcher) req.formats = formats_for(*o, cat, t.gpu);
+    plan_request req = o->parallel == "all" ? full_search(t.gpu, o->target.nodes, formats_for(*o, cat, t.gpu)) : plan_request{};
+    if (o->parallel != "all") req.formats = formats_for(*o, cat, t.gpu);
+    std::shared_ptr<const io::training_contract> contract;
+    if (launcher) {
+      contract = std::make_shared<const io::training_contract>(ctx.contract());
+      if (m.is_moe())
+        throw invalid_request(fmt::format("--emit {}: {} is a mixture-of-experts model, and the reference trainer runs dense decoder models "
+                                          "only (T-model)", o->emit, m.name));
+      // formats the trainer never runs (mxfp8 on the PyTorch 2.11 image) leave the search; naming one is an error
+      std::vector<compute_format> runnable;
+      for (compute_format f : req.formats) {
+        plan probe;
+        probe.training.format = f;  // with FSDP, tp 1: only what the format itself makes the trainer refuse
+        probe.training.shard = sharding::full;
+        probe.training.world_size = 8;
+        const auto v = io::trainer_refusals(*contract, probe);
+        if (v.empty()) runnable.push_back(f);
+        else if (!o->precisions.empty()) throw invalid_request("--precisions: " + v.front().message);
+        else spdlog::info("--emit {}: not searching {}: {}", o->emit, to_string(f), v.front().message);
+      }
+      if (runnable.empty()) throw invalid_request("--emit " + o->emit + ": none of the formats searched is one the reference trainer runs");
+      req.formats = runnable;
+      req.admit = [contract](const training_config& c) {
+        plan p;
+        p.training = c;
+        return io::trainer_runs(*contract, p);
+      };
+    }
     req.nodes = o->target.nodes;
     {
       const double g = parse_token_count(o->global_batch_tokens, "--global-batch-tokens");

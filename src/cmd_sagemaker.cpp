@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include <fstream>
 #include <ostream>
 #include <utility>
 
@@ -51,7 +52,52 @@ std::string flag_for(const std::string& path) {
   return {};
 }
 
+/// Copies `from` to `to`, replacing it. Throws invalid_request naming --source-dir.
+void copy_into(const std::filesystem::path& from, const std::filesystem::path& to) {
+  std::error_code ec;
+  std::filesystem::copy_file(from, to, std::filesystem::copy_options::overwrite_existing, ec);
+  if (ec) throw invalid_request(fmt::format("--source-dir: cannot copy {} to {}: {}", from.string(), to.string(), ec.message()));
+}
+
+void write_text(const std::filesystem::path& to, const std::string& text) {
+  std::ofstream f(to, std::ios::binary);
+  if (!(f << text) || !f.flush()) throw invalid_request("--source-dir: cannot write " + to.string());
+}
+
 }  // namespace
+
+std::vector<std::string> write_source_dir(const context& ctx, const std::filesystem::path& dir, const sagemaker::job_request& r,
+                                          const plan& p) {
+  namespace fs = std::filesystem;
+  const fs::path from = ctx.trainer_dir();
+  std::error_code ec;
+  if (fs::exists(dir) && !fs::is_directory(dir)) throw invalid_request("--source-dir " + dir.string() + ": exists and is not a directory");
+  fs::create_directories(dir / "bwtrain", ec);
+  if (ec) throw invalid_request(fmt::format("--source-dir: cannot create {}: {}", dir.string(), ec.message()));
+  std::vector<std::string> written;
+  for (const char* f : {"train.py", "contract.py", "training-contract.json", "requirements.txt"}) {
+    fs::path src = from / f;
+    if (std::string(f) == "training-contract.json" && !fs::exists(src)) src = ctx.configs() / f;
+    copy_into(src, dir / f);
+    written.emplace_back(f);
+  }
+  for (const auto& e : fs::directory_iterator(from / "bwtrain"))
+    if (e.is_regular_file() && e.path().extension() == ".py") copy_into(e.path(), dir / "bwtrain" / e.path().filename());
+  written.emplace_back("bwtrain/");
+  // the bundled presets' config.json files: the trainer builds a preset from them with model_init random
+  fs::create_directories(dir / "models", ec);
+  if (fs::exists(ctx.configs() / "models"))
+    for (const auto& e : fs::directory_iterator(ctx.configs() / "models"))
+      if (e.is_regular_file() && e.path().extension() == ".json") copy_into(e.path(), dir / "models" / e.path().filename());
+  if (!r.model_file.empty()) copy_into(r.model_file, dir / r.model_in_source_dir);
+  written.emplace_back("models/");
+  // the plan the job runs, as a plan file (bwplan check DIR/plan.json)
+  plan sent = p;
+  if (!r.model_in_source_dir.empty()) sent.model = r.model_in_source_dir;
+  write_text(dir / "plan.json", io::plan_to_json(sent).dump(2) + "\n");
+  written.emplace_back("plan.json");
+  return written;
+}
 
 std::filesystem::path sagemaker_shapes_path(const context& ctx) {
   return ctx.configs() / "sagemaker" / "createtrainingjob-shapes.json";
@@ -63,18 +109,22 @@ void add_sagemaker_options(CLI::App* g, const std::shared_ptr<sagemaker::job_set
   g->add_option("--train-s3", s->channels, "input channel [NAME=]S3URI, repeatable (InputDataConfig; NAME defaults to train)");
   g->add_option("--checkpoint-s3", s->checkpoint_s3, "S3 prefix synced with /opt/ml/checkpoints (default <output>/<job>/checkpoints/)");
   g->add_option("--source-s3", s->source_s3, "S3 URI of sourcedir.tar.gz with the entry point (default s3://<output bucket>/<job>/source/sourcedir.tar.gz)");
+  g->add_option("--source-dir", s->source_dir,
+                "write the job's source dir here: the reference trainer (train.py, bwtrain/, contract.py, training-contract.json, "
+                "requirements.txt), the preset configs (models/) and the plan (plan.json); pack it with tar czf and upload it to --source-s3");
   g->add_option("--entry-point", s->entry_point, "training script inside sourcedir.tar.gz")->capture_default_str();
-  g->add_option("--region", s->region, "AWS region of the job and the image")->capture_default_str();
-  g->add_option("--framework-version", s->framework_version, "PyTorch version of the training image (2.6 ... 2.13)")->capture_default_str();
+  g->add_option("--region", s->region, "AWS region of the job and the image (default: the training plan's region, else us-west-2)");
+  g->add_option("--framework-version", s->framework_version, "PyTorch version of the training image (2.11 ... 2.13: the trainer needs >= 2.11)")
+      ->capture_default_str();
   g->add_option("--image-uri", s->image_uri, "training image URI, overriding the DLC lookup");
-  g->add_option("--distribution", s->distribution, "torch_distributed (torchrun + native FSDP) | smp (SageMaker model parallel v2)")
+  g->add_option("--distribution", s->distribution, "torch_distributed (torchrun; the trainer shards with FSDP2/DTensor)")
       ->capture_default_str()
       ->check(CLI::IsMember({"torch_distributed", "smp"}));
   g->add_option("--training-plan-arn", s->training_plan_arn, "Flexible Training Plan ARN (ResourceConfig.TrainingPlanArn)");
   g->add_option("--job-name", s->job_name, "TrainingJobName, used as given")->check(non_empty());
   g->add_option("--base-job-name", s->base_job_name, "job name stem; a -YYYY-MM-DD-HH-MM-SS-mmm timestamp is appended")
       ->check(non_empty());
-  g->add_option("--model-id", s->model_id, "Hugging Face model id passed to the script (default: from MODEL)");
+  g->add_option("--model-id", s->model_id, "the model the trainer loads (hyperparameter model): a Hugging Face id, an s3:// prefix or a preset (default: MODEL)");
   g->add_option("--max-steps", s->max_steps, "optimizer steps to run (default: from --train-tokens, else 1000)")
       ->check(int_range(1, sagemaker::max_steps_limit));
   g->add_option("--train-tokens", s->train_tokens, "tokens to train on; steps = ceil(tokens / tokens per step)")
@@ -89,15 +139,22 @@ void add_sagemaker_options(CLI::App* g, const std::shared_ptr<sagemaker::job_set
   g->add_option("--keep-alive", s->keep_alive_s, "warm-pool keep-alive, seconds (KeepAlivePeriodInSeconds, 0-21600)");
   g->add_option("--input-mode", s->input_mode, "TrainingInputMode: File | FastFile | Pipe")->capture_default_str();
   g->add_option("--tag", s->tags, "KEY=VALUE tag, repeatable");
-  g->add_option("--env", s->env, "KEY=VALUE container environment variable, repeatable");
-  g->add_option("--hyperparameter", s->hyperparameters, "KEY=VALUE script hyperparameter, repeatable (JSON numbers and booleans keep their type)");
+  g->add_option("--env", s->env, "KEY=VALUE container environment variable, repeatable (e.g. HF_TOKEN for gated models)");
+  g->add_option("--hyperparameter", s->hyperparameters,
+                "KEY=VALUE trainer setting outside the plan, repeatable: learning_rate, warmup_steps, seed, data, model_init, "
+                "checkpoint_dir, checkpoint_every, measure, measure_warmup, measure_steps, compile (docs/training-contract.md)");
   g->add_option("--subnet", s->subnets, "VPC subnet id, repeatable (VpcConfig)");
   g->add_option("--security-group", s->security_groups, "VPC security group id, repeatable (VpcConfig)");
   g->add_option("--retries", s->retries, "MaximumRetryAttempts (RetryStrategy, 1-30; 0 = none)");
 }
 
 int emit_sagemaker(const context& ctx, const sagemaker::job_settings& s, const std::string& format, const sagemaker::plan_view& plan) {
-  const sagemaker::job_request r = sagemaker::build_request(plan, s);
+  sagemaker::job_request r;
+  try {
+    r = sagemaker::build_request(plan, s);
+  } catch (const plan_error& e) {
+    throw flag_error(e.violation());  // what the trainer cannot run: the plan field's flag and the reason
+  }
   const auto path = sagemaker_shapes_path(ctx);
   spdlog::debug("validating the request against {}", path.string());
   const io::service_model model = io::service_model::load(path);
@@ -110,9 +167,18 @@ int emit_sagemaker(const context& ctx, const sagemaker::job_settings& s, const s
     for (std::size_t i = 1; i < violations.size(); ++i) spdlog::debug("also: {}", violations[i].to_string());
     throw invalid_request(msg);
   }
+  if (!s.source_dir.empty()) {
+    const auto written = write_source_dir(ctx, s.source_dir, r, plan.p);
+    std::string list;
+    for (const auto& w : written) list += (list.empty() ? "" : ", ") + w;
+    r.warnings.push_back(fmt::format("wrote the source dir {} ({}); upload it before submitting: tar czf sourcedir.tar.gz -C {} . && "
+                                     "aws s3 cp sourcedir.tar.gz {}",
+                                     s.source_dir, list, shell_quote(s.source_dir), r.source_s3));
+  }
   for (const auto& w : r.warnings) spdlog::warn("{}", w);
   spdlog::info("{}: {} steps, estimated {:.0f} s of training, MaxRuntimeInSeconds {}", r.job_name, r.steps, r.estimated_s,
                r.request["StoppingCondition"]["MaxRuntimeInSeconds"].get<std::int64_t>());
+  for (const auto& n : r.notes) spdlog::info("{}", n);
   if (format == "estimator") ctx.out << sagemaker::to_estimator(r).dump(2) << "\n";
   else if (format == "modeltrainer") ctx.out << sagemaker::to_modeltrainer(r).dump(2) << "\n";
   else ctx.out << r.request.dump(2) << "\n";
@@ -145,9 +211,8 @@ runner register_sagemaker(CLI::App& app, context& ctx) {
       return failure;
     }
     const throughput_estimate te = estimate_throughput(rp.model, rp.config, rp.target.gpu, rp.target.instance_ptr());
-    sagemaker::job_settings job = o->job;
-    job.model_arg = o->model;
-    return emit_sagemaker(ctx, job, o->format, {rp.model, rp.config, rp.target.gpu, *rp.target.instance, te});
+    const io::training_contract contract = ctx.contract();
+    return emit_sagemaker(ctx, o->job, o->format, {rp.p, rp.model, rp.target.gpu, *rp.target.instance, te, contract});
   };
 }
 

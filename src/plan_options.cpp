@@ -91,7 +91,7 @@ bool given(const plan_options& o, const char* flag) {
 resolved_plan resolve_plan(const context& ctx, const hardware_catalog& cat, const plan_options& o) {
   namespace fs = std::filesystem;
   std::optional<plan_document> doc;
-  if (!o.plan_file.empty()) doc = io::load_plan(o.plan_file);
+  if (!o.plan_file.empty()) doc = io::load_plan(o.plan_file, [&ctx] { return ctx.contract(); });
   plan p = doc ? doc->value : plan{};
   training_config& c = p.training;
   // A setting comes from its flag when the flag was given or the file does not set it (the flag's default).
@@ -101,8 +101,9 @@ resolved_plan resolve_plan(const context& ctx, const hardware_catalog& cat, cons
     const std::string key = v.pointer.size() > 1 ? v.pointer.substr(1) : v.field;
     const bool in_file = doc && (doc->has(key) || (key == "activation_checkpointing" && doc->has("ac_every")));
     if (in_file && !given(o, plan_flag(v.field).c_str())) {
-      if (auto l = doc->where(v.pointer)) throw config_error(doc->file, v.pointer, v.message, l->line, l->column, l->byte);
-      throw config_error(doc->file, v.pointer, v.message);
+      const std::string ptr = doc->pointer(v.pointer);  // a SageMaker job: the member in the job
+      if (auto l = doc->where(v.pointer)) throw config_error(doc->file, ptr, v.message, l->line, l->column, l->byte);
+      throw config_error(doc->file, ptr, v.message);
     }
     throw flag_error(v);
   };
@@ -194,19 +195,21 @@ resolved_plan resolve_plan(const context& ctx, const hardware_catalog& cat, cons
   try {
     rp.model = ctx.model(p.model);
   } catch (const invalid_request& e) {
-    if (doc && !given(o, "MODEL")) throw config_error(doc->file, "/model", e.what());
+    if (doc && !given(o, "MODEL")) throw config_error(doc->file, doc->pointer("/model"), e.what());
     throw;
   }
   try {
     require_support(cat, t.gpu, c.format);
   } catch (const invalid_request& e) {
-    if (doc && doc->has("precision") && !given(o, "--precision")) throw config_error(doc->file, "/precision", e.what());
+    if (doc && doc->has("precision") && !given(o, "--precision")) throw config_error(doc->file, doc->pointer("/precision"), e.what());
     throw;
   }
   plan& rpp = rp.p;
   if (rpp.global_batch && !accum_given)
     for (const auto& v : apply_global_batch(rpp)) fail(v);
   for (const auto& v : plan_violations(rp.model, rpp)) fail(v);
+  if (doc)
+    for (const auto& v : io::job_violations(*doc, rpp)) fail(v);
   rp.config = rpp.training;
   return rp;
 }

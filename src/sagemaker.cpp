@@ -43,75 +43,29 @@ std::pair<std::string, std::string> key_value(const std::string& text, std::stri
   return {text.substr(0, eq), text.substr(eq + 1)};
 }
 
-/// A user hyperparameter value as the Python SDK user would have typed it: JSON numbers, booleans, null,
-/// arrays and objects keep their type; anything else is a string.
-nlohmann::json typed_value(const std::string& v) {
-  if (v.empty()) return v;
-  try {
-    auto j = nlohmann::json::parse(v);
-    if (!j.is_string()) return j;
-  } catch (const nlohmann::json::parse_error&) {
-  }
-  return v;
-}
-
 /// "s3://bucket/prefix/" → "s3://bucket/prefix" (no trailing slash).
 std::string trim_slash(std::string s) {
   while (!s.empty() && s.back() == '/') s.pop_back();
   return s;
 }
 
-/// Hugging Face id of a bundled preset (the presets are config.json files without their hub id).
-std::string hub_id(const std::string& model_arg, const model_spec& m) {
-  static const std::map<std::string, std::string> ids{
-      {"gemma-2b-it", "google/gemma-2b-it"},
-      {"llama-3.1-405b", "meta-llama/Llama-3.1-405B"},
-      {"llama-3.1-70b", "meta-llama/Llama-3.1-70B"},
-      {"llama-3.1-8b", "meta-llama/Llama-3.1-8B"},
-      {"llama-3.2-1b", "meta-llama/Llama-3.2-1B"},
-      {"llama-3.2-3b", "meta-llama/Llama-3.2-3B"},
-      {"mistral-7b-v0.1", "mistralai/Mistral-7B-v0.1"},
-      {"qwen2.5-7b", "Qwen/Qwen2.5-7B"},
-      {"qwen2.5-14b", "Qwen/Qwen2.5-14B"},
-      {"qwen2.5-32b", "Qwen/Qwen2.5-32B"},
-      {"qwen2.5-72b", "Qwen/Qwen2.5-72B"},
-      {"qwen3-0.6b", "Qwen/Qwen3-0.6B"},
-      {"qwen3-8b", "Qwen/Qwen3-8B"},
-      {"qwen3-32b", "Qwen/Qwen3-32B"},
-      {"smollm2-1.7b-instruct", "HuggingFaceTB/SmolLM2-1.7B-Instruct"},
-      {"tinyllama-1.1b-chat-v1.0", "TinyLlama/TinyLlama-1.1B-Chat-v1.0"},
-      {"deepseek-v3-base", "deepseek-ai/DeepSeek-V3-Base"},
-      {"deepseek-r1", "deepseek-ai/DeepSeek-R1"},
-      {"mixtral-8x7b-v0.1", "mistralai/Mixtral-8x7B-v0.1"},
-      {"mixtral-8x22b-v0.1", "mistralai/Mixtral-8x22B-v0.1"},
-      {"mistral-7b-instruct-v0.3", "mistralai/Mistral-7B-Instruct-v0.3"},
-      {"qwen3-30b-a3b", "Qwen/Qwen3-30B-A3B"},
-      {"qwen3-30b-a3b-instruct-2507", "Qwen/Qwen3-30B-A3B-Instruct-2507"},
-      {"llama-3.2-3b-instruct", "meta-llama/Llama-3.2-3B-Instruct"},
-      {"phi-3-mini-128k-instruct", "microsoft/Phi-3-mini-128k-instruct"},
-      {"gemma-2-9b-it", "google/gemma-2-9b-it"},
-      {"falcon-7b", "tiiuae/falcon-7b"},
-      {"falcon-7b-instruct", "tiiuae/falcon-7b-instruct"},
-      {"gpt2", "openai-community/gpt2"},
-      {"gpt2-large", "openai-community/gpt2-large"},
-      {"gpt2-xl", "openai-community/gpt2-xl"},
-  };
-  const bool looks_like_hub_id = !std::filesystem::exists(model_arg) && std::count(model_arg.begin(), model_arg.end(), '/') == 1 &&
-                                 model_arg.find(".json") == std::string::npos && !starts_with(model_arg, "/") &&
-                                 !starts_with(model_arg, ".");
-  if (looks_like_hub_id) return model_arg;
-  if (auto it = ids.find(lower(model_arg)); it != ids.end()) return it->second;
-  if (auto it = ids.find(lower(m.name)); it != ids.end()) return it->second;
-  return m.name;
+/// Model families the reference trainer's model path runs (T-model: decoder blocks under model.model.layers
+/// with q/k/v/o and gate/up/down projections).
+bool trainer_family(const std::string& family) {
+  static const std::vector<std::string> f{"llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3", "gemma3_text"};
+  return std::find(f.begin(), f.end(), family) != f.end();
 }
 
-/// Transformers decoder-layer class per `model_type` (FSDP auto-wrap unit).
-std::string decoder_layer(const std::string& family) {
-  static const std::map<std::string, std::string> cls{{"llama", "LlamaDecoderLayer"},   {"mistral", "MistralDecoderLayer"},
-                                                      {"qwen2", "Qwen2DecoderLayer"},   {"qwen3", "Qwen3DecoderLayer"},
-                                                      {"gemma", "GemmaDecoderLayer"},   {"phi3", "Phi3DecoderLayer"}};
-  auto it = cls.find(family);
-  return it == cls.end() ? std::string{} : it->second;
+/// "2.11" or "2.11.0" → {2, 11}.
+std::pair<int, int> major_minor(std::string_view v) {
+  int major = 0, minor = 0;
+  const auto dot = v.find('.');
+  try {
+    major = std::stoi(std::string(v.substr(0, dot)));
+    if (dot != std::string_view::npos) minor = std::stoi(std::string(v.substr(dot + 1)));
+  } catch (const std::exception&) {
+  }
+  return {major, minor};
 }
 
 /// Characters allowed in a tag value (TagValue pattern, ASCII part): others become '-'.
@@ -306,10 +260,47 @@ std::int64_t parse_duration(std::string_view text, std::string_view flag) {
   return static_cast<std::int64_t>(std::ceil(bwplan::parse_duration(std::string(text), std::string(flag), 1.0)));
 }
 
+std::string arn_region(std::string_view arn) {
+  // arn:partition:service:region:account:resource
+  std::size_t pos = 0;
+  for (int i = 0; i < 3; ++i) {
+    pos = arn.find(':', pos);
+    if (pos == std::string_view::npos) return {};
+    ++pos;
+  }
+  const auto end = arn.find(':', pos);
+  if (end == std::string_view::npos || !starts_with(arn, "arn:")) return {};
+  return std::string(arn.substr(pos, end - pos));
+}
+
+std::vector<plan_violation> launch_violations(const plan_view& plan) {
+  std::vector<plan_violation> out = io::trainer_refusals(plan.contract, plan.p);
+  if (plan.model.is_moe())
+    out.push_back({"model", "/model",
+                   fmt::format("{} is a mixture-of-experts model: the reference trainer runs dense decoder models only (T-model)", plan.model.name)});
+  bwplan::plan q = plan.p;
+  q.target.gpu = plan.gpu.id;
+  try {
+    io::validate_hyperparameters(plan.contract, io::plan_hyperparameters(plan.contract, q));
+  } catch (const plan_error& e) {
+    out.push_back(e.violation());
+  }
+  return out;
+}
+
 job_request build_request(const plan_view& plan, const job_settings& s, std::chrono::system_clock::time_point now) {
-  const training_config& c = plan.config;
+  const training_config& c = plan.config();
   const instance_spec& inst = plan.instance;
+  const io::training_contract& contract = plan.contract;
+  namespace fs = std::filesystem;
   job_request r;
+
+  // ---- what the reference trainer runs: nothing else is emitted
+  if (auto v = launch_violations(plan); !v.empty()) throw plan_error(v.front());
+  if (!trainer_family(plan.model.family))
+    r.warnings.push_back(fmt::format("model family '{}' ({}) is not one the reference trainer was written for (Llama, Mistral, Qwen2, "
+                                     "Qwen3, Gemma): it refuses models without the q/k/v/o and gate/up/down decoder layout at start (T-model)",
+                                     plan.model.family, plan.model.name));
 
   // ---- instances: torchrun in the container starts one process per GPU of every instance
   if (inst.gpus_per_node < 1) throw invalid_request(fmt::format("instance {} has no GPUs in the catalog", inst.id));
@@ -318,28 +309,45 @@ job_request build_request(const plan_view& plan, const job_settings& s, std::chr
                                       c.world_size, inst.gpus_per_node, inst.id, inst.gpus_per_node));
   const int nodes = c.world_size / inst.gpus_per_node;
 
-  // ---- image
-  const bool smp = s.distribution == "smp";
-  if (s.distribution != "torch_distributed" && !smp)
-    throw invalid_request("--distribution: expected torch_distributed or smp, got '" + s.distribution + "'");
+  // ---- region: the training plan's, which --region must not contradict
+  r.region = s.region;
+  if (const std::string plan_region = arn_region(s.training_plan_arn); !plan_region.empty()) {
+    if (!s.region.empty() && s.region != plan_region)
+      throw invalid_request(fmt::format("--region {}: the training plan {} is in {}, and a job runs in its plan's region; "
+                                        "give --region {} or leave --region out",
+                                        s.region, s.training_plan_arn, plan_region, plan_region));
+    r.region = plan_region;
+  }
+  if (r.region.empty()) r.region = "us-west-2";
+
+  // ---- image: a PyTorch DLC the trainer's pinned libraries run on
+  if (s.distribution == "smp")
+    throw invalid_request("--distribution smp: the reference trainer (train.py, training contract v" + std::to_string(contract.version) +
+                          ") shards with PyTorch FSDP2 and DTensor under torchrun, not with the SMP v2 library, and the newest SMP v2 "
+                          "image (PyTorch 2.5.1) predates the PyTorch 2.11 it needs; use --distribution torch_distributed");
+  if (s.distribution != "torch_distributed")
+    throw invalid_request("--distribution: expected torch_distributed, got '" + s.distribution + "'");
   const bool own_image = !s.image_uri.empty();
-  const dlc_image& img = smp ? smp_image() : own_image ? pytorch_images().back() : find_image(s.framework_version);
-  if (img.cuda + 1e-9 < min_cuda(plan.gpu)) {
-    if (smp)
-      throw invalid_request(fmt::format(
-          "--distribution smp: the newest SMP v2 image ({}, CUDA {:.1f}) cannot run on {} ({} needs CUDA >= {:.1f}); "
-          "use --distribution torch_distributed (native FSDP)",
-          img.tag, img.cuda, inst.id, plan.gpu.id, min_cuda(plan.gpu)));
-    if (!own_image)
+  const dlc_image& img = own_image ? pytorch_images().back() : find_image(s.framework_version);
+  if (!own_image) {
+    if (major_minor(img.version) < major_minor(trainer_min_framework))
+      throw invalid_request(fmt::format("--framework-version {}: the reference trainer needs the PyTorch {} image or newer "
+                                        "(apps/train/requirements.txt pins torchao 0.18.0, whose extensions need torch >= 2.11)",
+                                        s.framework_version, trainer_min_framework));
+    if (major_minor(img.version) > major_minor(trainer_min_framework))
+      r.warnings.push_back(fmt::format("--framework-version {}: the trainer's pinned libraries (requirements.txt) were checked against "
+                                       "torch 2.11.0; image {} has torch {}",
+                                       s.framework_version, img.tag, img.version));
+    if (img.cuda + 1e-9 < min_cuda(plan.gpu))
       throw invalid_request(fmt::format("--framework-version {}: image {} has CUDA {:.1f}, but {} on {} needs CUDA >= {:.1f}",
                                         s.framework_version, img.tag, img.cuda, plan.gpu.id, inst.id, min_cuda(plan.gpu)));
   }
-  if (smp && c.shard != sharding::full)
-    throw invalid_request("--distribution smp: SMP v2 shards with FSDP; the plan uses --sharding none");
-  const std::string image = own_image ? s.image_uri : image_uri(img, s.region, smp);
+  const std::string image = own_image ? s.image_uri : image_uri(img, r.region);
 
   // ---- names and locations
   if (!s.job_name.empty() && !s.base_job_name.empty()) throw invalid_request("--job-name and --base-job-name exclude each other");
+  if (!s.source_dir.empty() && s.entry_point != "train.py")
+    throw invalid_request("--entry-point " + s.entry_point + ": the source dir bwplan writes (--source-dir) runs the reference trainer, train.py");
   std::string inst_short = starts_with(inst.id, "ml.") ? inst.id.substr(3) : inst.id;  // "p6-b200.48xlarge"
   inst_short = name_stem(inst_short.substr(0, inst_short.find('.')), 20);             // "p6-b200"
   r.base_job_name = !s.base_job_name.empty() ? s.base_job_name
@@ -373,7 +381,7 @@ job_request build_request(const plan_view& plan, const job_settings& s, std::chr
   if (s.train_tokens < 0 || s.train_tokens > max_train_tokens)
     throw invalid_request(fmt::format("--train-tokens: must be between 1 and {}, got {}", max_train_tokens, s.train_tokens));
   if (s.max_steps > 0 && s.train_tokens > 0) throw invalid_request("--max-steps and --train-tokens exclude each other");
-  const std::int64_t tokens_per_step = c.micro_batch * c.seq_len * c.grad_accum * c.world_size;
+  const std::int64_t tokens_per_step = c.micro_batch * c.seq_len * c.grad_accum * c.dp();
   r.steps = s.max_steps > 0 ? s.max_steps : s.train_tokens > 0 ? (s.train_tokens + tokens_per_step - 1) / tokens_per_step : 1000;
   r.estimated_s = static_cast<double>(r.steps) * plan.throughput.step.raw();
   std::int64_t runtime = 0;
@@ -391,58 +399,6 @@ job_request build_request(const plan_view& plan, const job_settings& s, std::chr
           need / 86400, r.steps, plan.throughput.step.raw(), s.runtime_margin, startup_allowance_s));
   }
 
-  // ---- hyperparameters of the script (typed, as a Python SDK user passes them)
-  ojson hp = ojson::object();
-  hp["model_id"] = s.model_id.empty() ? hub_id(s.model_arg.empty() ? plan.model.name : s.model_arg, plan.model) : s.model_id;
-  hp["max_steps"] = r.steps;
-  hp["per_device_train_batch_size"] = c.micro_batch;
-  hp["gradient_accumulation_steps"] = c.grad_accum;
-  hp["max_seq_length"] = c.seq_len;
-  hp["bf16"] = true;  // bf16 compute (autocast / FSDP2 MixedPrecisionPolicy); the GEMM format is "precision"
-  hp["precision"] = to_string(c.format);
-  hp["master_weights"] = to_string(c.master);
-  hp["gradient_checkpointing"] = c.ac.mode != ac_mode::none;
-  hp["activation_checkpointing"] = to_string(c.ac);
-  hp["sharding"] = to_string(c.shard);
-  if (c.shard == sharding::full) {
-    hp["fsdp"] = "full_shard auto_wrap";
-    if (auto cls = decoder_layer(plan.model.family); !cls.empty()) hp["fsdp_transformer_layer_cls_to_wrap"] = cls;
-  }
-  hp["optim"] = c.optimizer == optimizer_impl::fused ? "adamw_torch_fused" : "adamw_torch";
-  hp["use_liger_kernel"] = c.loss == loss_impl::chunked;
-  for (const auto& kv : s.hyperparameters) {
-    auto [k, v] = key_value(kv, "--hyperparameter");
-    if (starts_with(k, "sagemaker_")) throw invalid_request("--hyperparameter: keys starting with sagemaker_ are reserved by the SDK, got '" + k + "'");
-    hp[k] = typed_value(v);
-  }
-  r.hyperparameters = hp;
-
-  // ---- distribution (SDK v2 `distribution=`) and the reserved hyperparameters it adds
-  ojson dist = {{"torch_distributed", {{"enabled", true}}}};
-  ojson mp_parameters;
-  if (smp) {
-    mp_parameters = {{"hybrid_shard_degree", c.world_size},
-                     {"sm_activation_offloading", false},
-                     {"tensor_parallel_degree", 1},
-                     {"context_parallel_degree", 1},
-                     {"expert_parallel_degree", 1}};
-    dist["smdistributed"] = {{"modelparallel", {{"enabled", true}, {"parameters", mp_parameters}}}};
-  }
-  r.distribution = dist;
-
-  ojson all = hp;
-  all["sagemaker_submit_directory"] = r.source_s3;
-  all["sagemaker_program"] = s.entry_point;
-  all["sagemaker_container_log_level"] = 20;
-  all["sagemaker_job_name"] = r.job_name;
-  all["sagemaker_region"] = s.region;
-  if (smp) {
-    all["mp_parameters"] = mp_parameters;
-    all["sagemaker_distributed_dataparallel_enabled"] = false;
-  }
-  all["sagemaker_torch_distributed_enabled"] = true;
-  all["sagemaker_instance_type"] = inst.id;
-
   // ---- channels
   ojson channels = ojson::object();
   ojson input = ojson::array();
@@ -456,13 +412,95 @@ job_request build_request(const plan_view& plan, const job_settings& s, std::chr
   }
   r.channels = channels;
 
+  // ---- the model the trainer loads
+  std::string model = s.model_id.empty() ? plan.p.model : s.model_id;
+  bool random_init = false;
+  if (s.model_id.empty() && fs::exists(model)) {
+    // a local config.json (or a directory holding one): the trainer builds it, with random weights, from the source dir
+    const fs::path file = fs::is_directory(model) ? fs::path(model) / "config.json" : fs::path(model);
+    const std::string stem = file.filename() == "config.json" ? fs::absolute(file).parent_path().filename().string() : file.stem().string();
+    r.model_file = file.string();
+    r.model_in_source_dir = "models/" + name_stem(stem, 60) + ".json";
+    model = r.model_in_source_dir;
+    random_init = true;
+    r.warnings.push_back(fmt::format("MODEL {} is a local config.json: the trainer builds it with random weights (model_init random) "
+                                     "from {} in the source dir{}; for pretrained weights pass --model-id ORG/NAME or an s3:// prefix",
+                                     plan.p.model, model, s.source_dir.empty() ? " (put it there, or use --source-dir)" : ""));
+  }
+
+  // ---- the trainer's hyperparameters: the plan per the training contract, then the contract-only keys
+  bwplan::plan sent = plan.p;
+  sent.model = model;
+  sent.target.gpu = plan.gpu.id;
+  ojson hp = io::plan_hyperparameters(contract, sent);
+  hp["max_steps"] = r.steps;
+  std::string data = "synthetic";
+  if (channels.contains("train")) data = "train";
+  else if (!channels.empty()) data = channels.begin().key();
+  hp["data"] = data;
+  if (channels.empty())
+    r.warnings.push_back("no --train-s3: the job has no input channel, so the trainer trains on synthetic random tokens (data synthetic); "
+                         "give --train-s3 s3://... with a packed token dataset (docs/training-contract.md section 6)");
+  if (random_init) hp["model_init"] = "random";
+  for (const auto& kv : s.hyperparameters) {
+    auto [k, v] = key_value(kv, "--hyperparameter");
+    if (starts_with(k, "sagemaker_")) throw invalid_request("--hyperparameter: keys starting with sagemaker_ are reserved by the SDK, got '" + k + "'");
+    const io::contract_field* f = contract.by_hyperparameter(k);
+    if (f == nullptr) {
+      std::string msg = fmt::format("--hyperparameter {}: unknown to the reference trainer (training contract version {}); it takes ",
+                                    k, contract.version);
+      std::string keys;
+      for (const auto& x : contract.fields)
+        if (x.kind == "contract" && x.hyperparameter && x.key != "contract_version") keys += (keys.empty() ? "" : ", ") + *x.hyperparameter;
+      if (auto m = closest_match(k, contract.hyperparameter_names())) msg = fmt::format("--hyperparameter {}: unknown (did you mean '{}'?); the trainer takes ", k, *m);
+      throw invalid_request(msg + keys);
+    }
+    if (f->kind == "plan" || f->key == "contract_version")
+      throw invalid_request(fmt::format("--hyperparameter {}: set by the plan (its flag or plan file), so that the job runs the plan that was "
+                                        "estimated", k));
+    if (f->key == "max_steps") throw invalid_request("--hyperparameter max_steps: use --max-steps (it also sizes MaxRuntimeInSeconds)");
+    try {
+      hp[k] = io::decode_hyperparameter(*f, v);
+    } catch (const plan_error& e) {
+      throw invalid_request("--" + e.violation().message);  // "--hyperparameter 'seed': -1 is below the minimum 0"
+    }
+  }
+  try {
+    io::validate_hyperparameters(contract, hp);
+  } catch (const plan_error& e) {
+    throw plan_error(e.violation());
+  }
+  r.hyperparameters = hp;
+  if (hp.value("model_init", std::string("pretrained")) != "random") {
+    const std::string key = lower(model);
+    const std::string hub = contract.presets.count(key) ? contract.presets.at(key) : model;
+    bool token = false;
+    for (const auto& kv : s.env) token = token || starts_with(kv, "HF_TOKEN=");
+    if (!token && (starts_with(hub, "meta-llama/") || starts_with(hub, "google/gemma")))
+      r.warnings.push_back(fmt::format("{} is gated on the Hugging Face Hub: pass --env HF_TOKEN=... (a token whose account accepted its "
+                                       "license), or give an s3:// copy with --model-id",
+                                       hub));
+  }
+
+  // ---- distribution (SDK v2 `distribution=`) and the reserved hyperparameters it adds
+  r.distribution = {{"torch_distributed", {{"enabled", true}}}};
+  ojson all = hp;
+  all["sagemaker_submit_directory"] = r.source_s3;
+  all["sagemaker_program"] = s.entry_point;
+  all["sagemaker_container_log_level"] = 20;
+  all["sagemaker_job_name"] = r.job_name;
+  all["sagemaker_region"] = r.region;
+  all["sagemaker_torch_distributed_enabled"] = true;
+  all["sagemaker_instance_type"] = inst.id;
+
   // ---- volume: the model download (bf16), two retained checkpoints of this node's share of the
   // optimizer state (fp32 master + Adam m, v = 12 B/param; 6 with bf16 master), and 50 GB for data and logs
   std::int64_t volume = s.volume_gb;
   if (volume <= 0) {
     const double p = static_cast<double>(count_parameters(plan.model).total());
     const double state = c.master == master_weights::fp32 ? 12 : 6;
-    const double share = c.shard == sharding::full ? 1.0 / nodes : 1.0;
+    // this node's share of the state: its GPUs over the GPUs one copy is spread over (shard group x tp)
+    const double share = std::min(1.0, static_cast<double>(c.gpus_per_node) / (c.shard_size() * c.tp));
     const double gb = (2 * p + 2 * state * p * share) / 1e9 + 50;
     volume = static_cast<std::int64_t>(std::ceil(gb / 50.0)) * 50;
   }
@@ -485,13 +523,14 @@ job_request build_request(const plan_view& plan, const job_settings& s, std::chr
   ojson q;
   q["TrainingJobName"] = r.job_name;
   q["RoleArn"] = role;
+  // the trainer prints "step 10/1000 loss 2.3456 (1.234 s)" on rank 0 every 10 steps (apps/train/bwtrain/engine.py)
   q["AlgorithmSpecification"] = {
       {"TrainingImage", image},
       {"TrainingInputMode", s.input_mode},
       {"EnableSageMakerMetricsTimeSeries", true},
       {"MetricDefinitions",
-       {{{"Name", "train:loss"}, {"Regex", "'loss': ([0-9.]+(?:[eE][-+]?[0-9]+)?)"}},
-        {{"Name", "train:tokens_per_second"}, {"Regex", "'?(?:train_)?tokens_per_second'?: ([0-9.]+(?:[eE][-+]?[0-9]+)?)"}}}}};
+       {{{"Name", "train:loss"}, {"Regex", "step [0-9]+/[0-9]+ loss ([0-9.]+(?:[eE][-+]?[0-9]+)?)"}},
+        {{"Name", "train:step_seconds"}, {"Regex", "step [0-9]+/[0-9]+ loss [^ ]+ \\(([0-9.]+) s\\)"}}}}};
   q["HyperParameters"] = encode_all(all);
   if (!input.empty()) q["InputDataConfig"] = input;
   q["OutputDataConfig"] = {{"S3OutputPath", output}, {"CompressionType", "NONE"}};
@@ -518,10 +557,11 @@ job_request build_request(const plan_view& plan, const job_settings& s, std::chr
     tags.push_back({{"Key", k}, {"Value", v}});
   }
   tags.push_back({{"Key", "bwplan:version"}, {"Value", version_string}});
+  tags.push_back({{"Key", "bwplan:contract"}, {"Value", std::to_string(contract.version)}});
   tags.push_back({{"Key", "bwplan:plan"},
-                  {"Value", tag_safe(fmt::format("{} mbs={} seq={} accum={} ac={} shard={} world={}", plan.model.name, c.micro_batch,
-                                                 c.seq_len, c.grad_accum, to_string(c.ac),
-                                                 to_string(c.shard), c.world_size))}});
+                  {"Value", tag_safe(fmt::format("{} {} mbs={} seq={} accum={} ac={} shard={} tp={} cp={} world={}", plan.model.name,
+                                                 to_string(c.format), c.micro_batch, c.seq_len, c.grad_accum, to_string(c.ac),
+                                                 to_string(c.shard), c.tp, c.cp, c.world_size))}});
   q["Tags"] = tags;
   q["CheckpointConfig"] = {{"S3Uri", checkpoint}, {"LocalPath", "/opt/ml/checkpoints"}};
   q["Environment"] = env;
@@ -535,6 +575,17 @@ job_request build_request(const plan_view& plan, const job_settings& s, std::chr
     if (it->get<std::string>().size() > 256)
       r.warnings.push_back(fmt::format("hyperparameter '{}' is {} characters; the API reference's prose limits values to 256 "
                                        "(the service model allows 2500)", it.key(), it->get<std::string>().size()));
+  if (!s.training_plan_arn.empty())
+    r.notes.push_back("reserved capacity: SageMaker starts terminating the plan's instances 30 minutes before it ends; the trainer reads "
+                      "SAGEMAKER_CURRENT_CAPACITY_BLOCK_EXPIRATION_TIMESTAMP, saves a checkpoint to /opt/ml/checkpoints before then and "
+                      "exits, and a new job with the same CheckpointConfig.S3Uri resumes from it");
+  r.price_per_hour = inst.price_per_hour_usd;
+  r.price_label = inst.price_note.empty() ? "the catalog's price" : inst.price_note;
+  if (r.price_per_hour > 0)
+    r.notes.push_back(fmt::format("price: {:.2f} USD per instance-hour from the catalog ({}): about {:.0f} USD for "
+                                  "the {} steps on {} instance(s), at most {:.0f} USD at MaxRuntimeInSeconds",
+                                  r.price_per_hour, r.price_label, r.estimated_s / 3600 * nodes * r.price_per_hour, r.steps, nodes,
+                                  static_cast<double>(runtime) / 3600 * nodes * r.price_per_hour));
   return r;
 }
 
@@ -593,12 +644,9 @@ nlohmann::ordered_json to_modeltrainer(const job_request& r) {
   m["role"] = q["RoleArn"];
   m["base_job_name"] = r.base_job_name;
   m["training_input_mode"] = q["AlgorithmSpecification"]["TrainingInputMode"];
-  m["source_code"] = {{"source_dir", r.source_s3},
-                      {"entry_script", r.entry_point}};
-  ojson torchrun = {{"process_count_per_node", nullptr}};
-  if (r.distribution.contains("smdistributed"))
-    torchrun["smp"] = r.distribution["smdistributed"]["modelparallel"]["parameters"];
-  m["distributed"] = {{"Torchrun", torchrun}};
+  // SDK v3 installs requirements.txt only when SourceCode names it (shared/reference/sagemaker-run.md 2.4)
+  m["source_code"] = {{"source_dir", r.source_s3}, {"entry_script", r.entry_point}, {"requirements", "requirements.txt"}};
+  m["distributed"] = {{"Torchrun", {{"process_count_per_node", nullptr}}}};
   ojson compute = {{"instance_type", q["ResourceConfig"]["InstanceType"]},
                    {"instance_count", q["ResourceConfig"]["InstanceCount"]},
                    {"volume_size_in_gb", q["ResourceConfig"]["VolumeSizeInGB"]}};

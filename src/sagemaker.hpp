@@ -4,7 +4,9 @@
 #pragma once
 
 #include <bwplan/bwplan.hpp>
+#include <bwplan/io/contract.hpp>
 #include <bwplan/io/service_model.hpp>
+#include <bwplan/plan.hpp>
 
 #include <nlohmann/json.hpp>
 
@@ -51,6 +53,9 @@ inline constexpr std::int64_t max_train_tokens = 1'000'000'000'000'000'000;
 inline constexpr double max_runtime_margin = 100;
 /// Largest --max-steps accepted.
 inline constexpr std::int64_t max_steps_limit = 1'000'000'000'000;
+/// The oldest PyTorch image the reference trainer runs on: apps/train/requirements.txt pins torchao 0.18.0, whose
+/// extensions need torch >= 2.11, and the trainer's library calls were checked against torch 2.11.0.
+inline constexpr const char* trainer_min_framework = "2.11";
 
 /// Everything the user chose that is not part of the plan (the `bwplan sagemaker` flags).
 struct job_settings {
@@ -58,21 +63,21 @@ struct job_settings {
   std::string output_s3;           ///< --output-s3 (empty: placeholder bucket, with a warning)
   std::string checkpoint_s3;       ///< --checkpoint-s3 (empty: <output>/<job>/checkpoints/)
   std::string source_s3;           ///< --source-s3: sourcedir.tar.gz (empty: s3://<output bucket>/<job>/source/sourcedir.tar.gz)
+  std::string source_dir;          ///< --source-dir: the CLI writes the trainer and the plan there (entry point train.py)
   std::string entry_point = "train.py";  ///< --entry-point, the script in sourcedir.tar.gz
-  std::string region = "us-west-2";      ///< --region
-  std::string framework_version = "2.10";  ///< --framework-version (PyTorch)
+  std::string region;                    ///< --region (empty: the training plan's region, else us-west-2)
+  std::string framework_version = trainer_min_framework;  ///< --framework-version (PyTorch), 2.11 or newer
   std::string image_uri;           ///< --image-uri, overrides the DLC lookup
   std::string job_name;            ///< --job-name, used verbatim
   std::string base_job_name;       ///< --base-job-name, gets the SDK timestamp suffix
   std::string training_plan_arn;   ///< --training-plan-arn
   std::string input_mode = "File"; ///< --input-mode (TrainingInputMode)
-  std::string distribution = "torch_distributed";  ///< --distribution: torch_distributed | smp
-  std::string model_arg;           ///< the MODEL argument as typed (for the Hugging Face id)
-  std::string model_id;            ///< --model-id, the Hugging Face id passed to the script
+  std::string distribution = "torch_distributed";  ///< --distribution: torch_distributed (smp is refused: see build_request)
+  std::string model_id;            ///< --model-id: the `model` hyperparameter (hub id, s3:// prefix, preset; default: the plan's model)
   std::vector<std::string> channels;         ///< --train-s3 [NAME=]URI
   std::vector<std::string> tags;             ///< --tag KEY=VALUE
   std::vector<std::string> env;              ///< --env KEY=VALUE
-  std::vector<std::string> hyperparameters;  ///< --hyperparameter KEY=VALUE (value parsed as JSON when it is a number, bool or JSON text)
+  std::vector<std::string> hyperparameters;  ///< --hyperparameter KEY=VALUE: contract-only keys (learning_rate, seed, ...), typed by the contract
   std::vector<std::string> subnets;          ///< --subnet
   std::vector<std::string> security_groups;  ///< --security-group
   std::string max_runtime;         ///< --max-runtime: seconds, or with s/m/h/d suffix (empty: from the estimate)
@@ -87,33 +92,52 @@ struct job_settings {
 
 /// The plan the payload launches.
 struct plan_view {
+  const plan& p;                          ///< the plan as evaluated (world size, sharding and accumulation resolved)
   const model_spec& model;
-  const training_config& config;
   const gpu_spec& gpu;
   const instance_spec& instance;
   const throughput_estimate& throughput;
+  const io::training_contract& contract;  ///< how the plan reaches the trainer
+  [[nodiscard]] const training_config& config() const noexcept { return p.training; }
 };
 
 /// A built request and what it was built from.
 struct job_request {
   nlohmann::ordered_json request;          ///< CreateTrainingJob body, SDK v2 script mode
-  nlohmann::ordered_json hyperparameters;  ///< the script's hyperparameters, typed (before the SDK's encoding)
+  nlohmann::ordered_json hyperparameters;  ///< the trainer's hyperparameters (training contract), typed (before the SDK's encoding)
   nlohmann::ordered_json distribution;     ///< the SDK `distribution` argument
   nlohmann::ordered_json channels;         ///< {channel: S3 URI}
   std::string job_name;                    ///< TrainingJobName
   std::string base_job_name;               ///< name without the timestamp
   std::string source_s3;                   ///< sourcedir.tar.gz
   std::string entry_point;                 ///< script in sourcedir.tar.gz
+  std::string region;                      ///< the job's region (--region, or the training plan's)
+  std::string model_file;                  ///< a local config.json the trainer reads from the source dir (models/...), or ""
+  std::string model_in_source_dir;         ///< its path inside the source dir (the `model` hyperparameter)
   std::int64_t steps = 0;                  ///< optimizer steps the run is sized for
   double estimated_s = 0;                  ///< steps × step time, seconds
+  double price_per_hour = 0;               ///< the catalog's USD per instance-hour (0: none)
+  std::string price_label;                 ///< which price that is (the catalog's price_note: EC2 on-demand, ...)
   std::vector<std::string> warnings;       ///< things the user should know (placeholders, prose-only limits)
+  std::vector<std::string> notes;          ///< things worth knowing that need no action (reserved capacity, price)
 };
 
-/// Builds the CreateTrainingJob request for `plan` (see docs/sagemaker.md#mapping for every field).
-/// `now` stamps the job name. Throws invalid_request for settings that cannot be turned into a request
-/// (malformed KEY=VALUE, unknown framework version or region, an image whose CUDA cannot run the GPU,
-/// SMP v2 on an instance its image does not support). It does not validate against the service model:
-/// call `check_request`.
+/// The region of an ARN ("arn:aws:sagemaker:us-east-1:111122223333:training-plan/x" → "us-east-1"), or "".
+[[nodiscard]] std::string arn_region(std::string_view arn);
+
+/// Why the reference trainer (training contract `plan.contract`) cannot run `plan`, as violations of the plan
+/// field to change: the contract's refusals (io::trainer_refusals), a mixture-of-experts model (T-model), and
+/// every hyperparameter value outside the contract (a GPU it does not know, a bf16_layers form it cannot
+/// read). Empty: bwplan may emit the job.
+[[nodiscard]] std::vector<plan_violation> launch_violations(const plan_view& plan);
+
+/// Builds the CreateTrainingJob request for `plan` (see docs/sagemaker.md#mapping for every field): the
+/// reference trainer (train.py) with the plan as its hyperparameters, per the training contract.
+/// `now` stamps the job name. Throws plan_error (field = the plan key) when the trainer cannot run the plan
+/// (launch_violations), and invalid_request for settings that cannot be turned into a request (malformed
+/// KEY=VALUE, a --hyperparameter outside the contract, unknown or too old framework version, a region that
+/// disagrees with the training plan's, an image whose CUDA cannot run the GPU, --distribution smp). It does
+/// not validate against the service model: call `check_request`.
 [[nodiscard]] job_request build_request(const plan_view& plan, const job_settings& s,
                                         std::chrono::system_clock::time_point now = std::chrono::system_clock::now());
 

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include <fstream>
+#include <optional>
 #include <regex>
 #include <set>
 #include <sstream>
@@ -79,8 +80,10 @@ std::string one_problem_without(const std::string& parent, const std::string& me
 
 int lines(const std::string& s) { return static_cast<int>(std::count(s.begin(), s.end(), '\n')); }
 
+/// A role, a bucket, a training channel and a Hugging Face token: a job bwplan has nothing to warn about.
 const std::vector<std::string> credentials{"--role-arn", "arn:aws:iam::111122223333:role/SageMakerTrainingExecutionRole",
-                                           "--output-s3", "s3://amzn-s3-demo-bucket/bwplan/"};
+                                           "--output-s3", "s3://amzn-s3-demo-bucket/bwplan/",
+                                           "--train-s3", "s3://amzn-s3-demo-bucket/data/train/", "--env", "HF_TOKEN=hf_example"};
 
 std::vector<std::string> with(std::vector<std::string> a, const std::vector<std::string>& b) {
   a.insert(a.end(), b.begin(), b.end());
@@ -272,10 +275,15 @@ TEST_CASE("sagemaker: job names, durations, images", "[sagemaker]") {
 TEST_CASE("sagemaker: the request carries the plan", "[sagemaker]") {
   const auto ctx = test_context();
   const hardware_catalog cat = ctx.catalog();
+  const io::training_contract contract = ctx.contract();
   const model_spec m = ctx.model("Llama-3.1-8B");
   const instance_spec& inst = cat.instance("ml.p6-b200.48xlarge");
   const gpu_spec& gpu = cat.gpu(inst.gpu);
-  training_config c;
+  plan p;
+  p.model = "Llama-3.1-8B";
+  p.target.instance = inst.id;
+  p.target.nodes = 2;
+  training_config& c = p.training;
   c.micro_batch = 2;
   c.seq_len = 8192;
   c.grad_accum = 16;
@@ -283,17 +291,18 @@ TEST_CASE("sagemaker: the request carries the plan", "[sagemaker]") {
   c.gpus_per_node = 8;
   c.ac = checkpointing::full(2);
   c.shard = sharding::full;
+  c.format = compute_format::fp8;
   const throughput_estimate te = estimate_throughput(m, c, gpu, &inst);
   sagemaker::job_settings s;
-  s.model_arg = "Llama-3.1-8B";
   s.role_arn = "arn:aws:iam::111122223333:role/SageMakerTrainingExecutionRole";
   s.output_s3 = "s3://amzn-s3-demo-bucket/out/";
   s.channels = {"s3://amzn-s3-demo-bucket/data/train/", "validation=s3://amzn-s3-demo-bucket/data/val/"};
   s.tags = {"team=ml"};
   s.training_plan_arn = "arn:aws:sagemaker:us-west-2:111122223333:training-plan/p6-b200-2x";
   s.max_steps = 500;
+  s.env = {"HF_TOKEN=hf_example"};
   const std::chrono::system_clock::time_point now{std::chrono::milliseconds(1787313600000)};
-  const auto r = sagemaker::build_request({m, c, gpu, inst, te}, s, now);
+  const auto r = sagemaker::build_request({p, m, gpu, inst, te, contract}, s, now);
   const auto& q = r.request;
   CHECK(problems(q).empty());
   CHECK(r.warnings.empty());
@@ -307,28 +316,63 @@ TEST_CASE("sagemaker: the request carries the plan", "[sagemaker]") {
   const double need = 500 * te.step.raw() * 1.5 + 1800;
   CHECK(q["StoppingCondition"]["MaxRuntimeInSeconds"] == static_cast<std::int64_t>(std::ceil(need / 900) * 900));
   const auto& hp = q["HyperParameters"];
-  CHECK(hp["per_device_train_batch_size"] == "2");
-  CHECK(hp["gradient_accumulation_steps"] == "16");
-  CHECK(hp["max_seq_length"] == "8192");
+  // the whole plan, by the training contract's names, json.dumps-encoded as SDK v2 sends them
+  CHECK(hp["contract_version"] == "1");
+  CHECK(hp["model"] == "\"Llama-3.1-8B\"");
+  CHECK(hp["gpu"] == "\"b200\"");
+  CHECK(hp["gpus"] == "16");
+  CHECK(hp["precision"] == "\"fp8\"");
+  CHECK(hp["master_weights"] == "\"fp32\"");
+  CHECK(hp["micro_batch_size"] == "2");
+  CHECK(hp["seq_len"] == "8192");
+  CHECK(hp["grad_accum"] == "16");
+  CHECK(hp["global_batch_size"] == "512");
+  CHECK(hp["activation_checkpointing"] == "\"every-2\"");
+  CHECK(hp["sharding"] == "\"full\"");
+  CHECK(!hp.contains("shard_group"));
+  CHECK(hp["tp"] == "1");
+  CHECK(hp["cp"] == "1");
+  CHECK(hp["ep"] == "1");
+  CHECK(hp["pp"] == "1");
+  CHECK(hp["optimizer"] == "\"adamw\"");
+  CHECK(hp["optimizer_impl"] == "\"fused\"");
+  CHECK(hp["loss"] == "\"standard\"");
+  CHECK(hp["bf16_layers"] == "\"none\"");
+  CHECK(hp["fp8_all_gather"] == "false");
   CHECK(hp["max_steps"] == "500");
-  CHECK(hp["gradient_checkpointing"] == "true");
-  CHECK(hp["activation_checkpointing"] == "every-2");
-  CHECK(hp["fsdp"] == "\"full_shard auto_wrap\"");
-  CHECK(hp["fsdp_transformer_layer_cls_to_wrap"] == "\"LlamaDecoderLayer\"");
-  CHECK(hp["model_id"] == "\"meta-llama/Llama-3.1-8B\"");
+  CHECK(hp["data"] == "\"train\"");
+  for (const char* gone : {"model_id", "per_device_train_batch_size", "gradient_accumulation_steps", "max_seq_length", "bf16",
+                           "gradient_checkpointing", "fsdp", "fsdp_transformer_layer_cls_to_wrap", "optim", "use_liger_kernel"})
+    CHECK(!hp.contains(gone));
+  CHECK(hp["sagemaker_program"] == "\"train.py\"");
   CHECK(hp["sagemaker_job_name"] == "\"" + q["TrainingJobName"].get<std::string>() + "\"");
   CHECK(hp["sagemaker_submit_directory"] == "\"s3://amzn-s3-demo-bucket/llama-3-1-8b-p6-b200-2n-2026-08-21-12-00-00-000/source/sourcedir.tar.gz\"");
   CHECK(hp["sagemaker_torch_distributed_enabled"] == "true");
   CHECK(hp["sagemaker_instance_type"] == "\"ml.p6-b200.48xlarge\"");
+  CHECK(hp["sagemaker_region"] == "\"us-west-2\"");
   CHECK(q["InputDataConfig"].size() == 2);
   CHECK(q["InputDataConfig"][0]["ChannelName"] == "train");
   CHECK(q["InputDataConfig"][1]["DataSource"]["S3DataSource"]["S3Uri"] == "s3://amzn-s3-demo-bucket/data/val/");
   CHECK(q["CheckpointConfig"]["S3Uri"] == "s3://amzn-s3-demo-bucket/out/llama-3-1-8b-p6-b200-2n-2026-08-21-12-00-00-000/checkpoints/");
   CHECK(q["Environment"]["FI_PROVIDER"] == "efa");
   CHECK(q["Environment"]["FI_EFA_USE_DEVICE_RDMA"] == "1");
+  CHECK(q["Environment"]["HF_TOKEN"] == "hf_example");
   CHECK(q["Tags"][0] == json{{"Key", "team"}, {"Value", "ml"}});
   CHECK(q["AlgorithmSpecification"]["TrainingImage"] ==
-        "763104351884.dkr.ecr.us-west-2.amazonaws.com/pytorch-training:2.10.0-gpu-py313-cu130-ubuntu22.04-sagemaker");
+        "763104351884.dkr.ecr.us-west-2.amazonaws.com/pytorch:2.11.0-cu130-amzn2023-sagemaker");
+  // the metrics match the trainer's log line (apps/train/bwtrain/engine.py)
+  const std::regex loss(q["AlgorithmSpecification"]["MetricDefinitions"][0]["Regex"].get<std::string>());
+  std::smatch mt;
+  const std::string log = "step 10/500 loss 2.3456 (1.234 s)";
+  REQUIRE(std::regex_search(log, mt, loss));
+  CHECK(mt[1] == "2.3456");
+  const std::regex step(q["AlgorithmSpecification"]["MetricDefinitions"][1]["Regex"].get<std::string>());
+  REQUIRE(std::regex_search(log, mt, step));
+  CHECK(mt[1] == "1.234");
+  // the reserved-capacity checkpoint and the price are said (spdlog info)
+  REQUIRE(r.notes.size() == 2);
+  CHECK_THAT(r.notes[0], Catch::Contains("SAGEMAKER_CURRENT_CAPACITY_BLOCK_EXPIRATION_TIMESTAMP"));
+  CHECK_THAT(r.notes[1], Catch::Contains("(EC2 on-demand p6-b200.48xlarge, us-east-1)"));
 
   SECTION("the estimator form json.dumps to the same hyperparameters") {
     const auto e = sagemaker::to_estimator(r);
@@ -337,39 +381,88 @@ TEST_CASE("sagemaker: the request carries the plan", "[sagemaker]") {
     CHECK(e["estimator"]["distribution"] == json::parse(R"({"torch_distributed": {"enabled": true}})"));
     CHECK(e["fit"]["inputs"]["validation"] == "s3://amzn-s3-demo-bucket/data/val/");
     for (const auto& [k, v] : e["estimator"]["hyperparameters"].items()) CHECK(sagemaker::sdk_json_encode(v) == hp[k]);
-    CHECK(e["estimator"]["hyperparameters"]["per_device_train_batch_size"] == 2);
+    CHECK(e["estimator"]["hyperparameters"]["micro_batch_size"] == 2);
+    CHECK(e["estimator"]["hyperparameters"]["fp8_all_gather"] == false);
   }
-  SECTION("the ModelTrainer form") {
+  SECTION("the ModelTrainer form installs the requirements") {
     const auto t = sagemaker::to_modeltrainer(r);
     CHECK(t["model_trainer"]["compute"]["instance_count"] == 2);
     CHECK(t["model_trainer"]["compute"]["training_plan_arn"] == s.training_plan_arn);
     CHECK(t["model_trainer"]["base_job_name"] == "llama-3-1-8b-p6-b200-2n");
+    CHECK(t["model_trainer"]["source_code"]["requirements"] == "requirements.txt");
+    CHECK(t["model_trainer"]["source_code"]["entry_script"] == "train.py");
     CHECK(t["model_trainer"]["tags"][0] == json{{"key", "team"}, {"value", "ml"}});
   }
-  SECTION("SMP v2 only where its image supports the instance") {
-    s.distribution = "smp";
-    CHECK_THROWS_WITH(sagemaker::build_request({m, c, gpu, inst, te}, s, now),
-                      Catch::Contains("the newest SMP v2 image (2.5.1-gpu-py311-cu124, CUDA 12.4) cannot run on ml.p6-b200.48xlarge"));
-    const instance_spec& p5 = cat.instance("ml.p5en.48xlarge");
-    const gpu_spec& h200 = cat.gpu(p5.gpu);
-    const auto rs = sagemaker::build_request({m, c, h200, p5, estimate_throughput(m, c, h200, &p5)}, s, now);
-    CHECK(problems(rs.request).empty());
-    CHECK(rs.request["AlgorithmSpecification"]["TrainingImage"] ==
-          "658645717510.dkr.ecr.us-west-2.amazonaws.com/smdistributed-modelparallel:2.5.1-gpu-py311-cu124");
-    CHECK(rs.request["HyperParameters"]["mp_parameters"] ==
-          "{\"hybrid_shard_degree\": 16, \"sm_activation_offloading\": false, \"tensor_parallel_degree\": 1, "
-          "\"context_parallel_degree\": 1, \"expert_parallel_degree\": 1}");
-    CHECK(rs.request["HyperParameters"]["sagemaker_distributed_dataparallel_enabled"] == "false");
+  SECTION("the region comes from the training plan's ARN; --region must agree") {
+    s.training_plan_arn = "arn:aws:sagemaker:us-east-1:111122223333:training-plan/p6-b200-2x";
+    const auto e1 = sagemaker::build_request({p, m, gpu, inst, te, contract}, s, now);
+    CHECK(e1.region == "us-east-1");
+    CHECK(e1.request["HyperParameters"]["sagemaker_region"] == "\"us-east-1\"");
+    CHECK_THAT(e1.request["AlgorithmSpecification"]["TrainingImage"].get<std::string>(), Catch::Contains(".us-east-1.amazonaws.com/"));
+    s.region = "us-east-1";
+    CHECK_NOTHROW(sagemaker::build_request({p, m, gpu, inst, te, contract}, s, now));
+    s.region = "us-west-2";
+    CHECK_THROWS_WITH(sagemaker::build_request({p, m, gpu, inst, te, contract}, s, now),
+                      "--region us-west-2: the training plan arn:aws:sagemaker:us-east-1:111122223333:training-plan/p6-b200-2x is in "
+                      "us-east-1, and a job runs in its plan's region; give --region us-east-1 or leave --region out");
+    CHECK(sagemaker::arn_region("arn:aws:sagemaker:eu-west-1:111122223333:training-plan/x") == "eu-west-1");
+    CHECK(sagemaker::arn_region("not-an-arn").empty());
   }
-  SECTION("an image whose CUDA predates the GPU is refused") {
-    s.framework_version = "2.6";
-    CHECK_THROWS_WITH(sagemaker::build_request({m, c, gpu, inst, te}, s, now),
-                      Catch::Contains("image 2.6.0-gpu-py312-cu126-ubuntu22.04-sagemaker has CUDA 12.6, but b200 on ml.p6-b200.48xlarge needs CUDA >= 12.8"));
-    s.framework_version = "2.7";
-    const instance_spec& b300 = cat.instance("ml.p6-b300.48xlarge");
-    const gpu_spec& g300 = cat.gpu(b300.gpu);
-    CHECK_THROWS_WITH(sagemaker::build_request({m, c, g300, b300, te}, s, now), Catch::Contains("needs CUDA >= 12.9"));
-    CHECK_NOTHROW(sagemaker::build_request({m, c, gpu, inst, te}, s, now));
+  SECTION("no input channel: synthetic tokens, said") {
+    s.channels.clear();
+    const auto e = sagemaker::build_request({p, m, gpu, inst, te, contract}, s, now);
+    CHECK(e.request["HyperParameters"]["data"] == "\"synthetic\"");
+    REQUIRE(e.warnings.size() == 1);
+    CHECK_THAT(e.warnings[0], Catch::StartsWith("no --train-s3: the job has no input channel, so the trainer trains on synthetic random tokens"));
+  }
+  SECTION("a gated model without HF_TOKEN is warned about") {
+    s.env.clear();
+    const auto e = sagemaker::build_request({p, m, gpu, inst, te, contract}, s, now);
+    REQUIRE(e.warnings.size() == 1);
+    CHECK_THAT(e.warnings[0], Catch::StartsWith("meta-llama/Llama-3.1-8B is gated on the Hugging Face Hub: pass --env HF_TOKEN="));
+  }
+  SECTION("--hyperparameter takes the contract's own keys, typed by the contract") {
+    s.hyperparameters = {"learning_rate=2e-4", "seed=7", "compile=True", "checkpoint_every=100"};
+    const auto e = sagemaker::build_request({p, m, gpu, inst, te, contract}, s, now);
+    CHECK(e.request["HyperParameters"]["learning_rate"] == "0.0002");
+    CHECK(e.request["HyperParameters"]["seed"] == "7");
+    CHECK(e.request["HyperParameters"]["compile"] == "true");
+    CHECK(e.request["HyperParameters"]["checkpoint_every"] == "100");
+    s.hyperparameters = {"run_name=exp"};
+    CHECK_THROWS_WITH(sagemaker::build_request({p, m, gpu, inst, te, contract}, s, now),
+                      Catch::StartsWith("--hyperparameter run_name: unknown to the reference trainer (training contract version 1)"));
+    s.hyperparameters = {"micro_batch_size=4"};
+    CHECK_THROWS_WITH(sagemaker::build_request({p, m, gpu, inst, te, contract}, s, now),
+                      Catch::StartsWith("--hyperparameter micro_batch_size: set by the plan"));
+    s.hyperparameters = {"seed=-1"};
+    CHECK_THROWS_WITH(sagemaker::build_request({p, m, gpu, inst, te, contract}, s, now),
+                      "--hyperparameter 'seed': -1 is below the minimum 0");
+  }
+  SECTION("SMP v2 is refused: the trainer runs FSDP2 under torchrun") {
+    s.distribution = "smp";
+    CHECK_THROWS_WITH(sagemaker::build_request({p, m, gpu, inst, te, contract}, s, now),
+                      Catch::StartsWith("--distribution smp: the reference trainer (train.py, training contract v1) shards with PyTorch FSDP2"));
+  }
+  SECTION("images older than the trainer's PyTorch 2.11 are refused") {
+    s.framework_version = "2.10";
+    CHECK_THROWS_WITH(sagemaker::build_request({p, m, gpu, inst, te, contract}, s, now),
+                      Catch::StartsWith("--framework-version 2.10: the reference trainer needs the PyTorch 2.11 image or newer"));
+    s.framework_version = "2.13";
+    const auto e = sagemaker::build_request({p, m, gpu, inst, te, contract}, s, now);
+    CHECK(e.request["AlgorithmSpecification"]["TrainingImage"] == "763104351884.dkr.ecr.us-west-2.amazonaws.com/pytorch:2.13.0-cu133-amzn2023-sagemaker");
+    REQUIRE(e.warnings.size() == 1);
+    CHECK_THAT(e.warnings[0], Catch::Contains("were checked against torch 2.11.0"));
+  }
+  SECTION("what the trainer cannot run is not emitted") {
+    plan bad = p;
+    bad.training.format = compute_format::mxfp8;
+    CHECK_THROWS_WITH(sagemaker::build_request({bad, m, gpu, inst, te, contract}, s, now),
+                      Catch::StartsWith("precision: precision mxfp8: the reference trainer cannot run it (T-mxfp8-torch)"));
+    bad = p;
+    bad.training.tp = 2;
+    bad.training.loss = loss_impl::chunked;
+    CHECK_THROWS_WITH(sagemaker::build_request({bad, m, gpu, inst, te, contract}, s, now),
+                      Catch::StartsWith("loss: loss chunked, tp 2: the reference trainer cannot run it (T-chunked-tp)"));
   }
 }
 
@@ -390,11 +483,13 @@ TEST_CASE("cli: bwplan sagemaker prints a valid request, and bad inputs exit 2 w
     REQUIRE(r.code == 0);
     CHECK(json::parse(r.out)["AlgorithmSpecification"]["TrainingImage"] == "111122223333.dkr.ecr.us-west-2.amazonaws.com/my-train:1");
   }
-  SECTION("placeholders are announced on stderr") {
+  SECTION("placeholders, synthetic data and a gated model are announced on stderr") {
     const auto r = run_cli({"sagemaker", "Llama-3.1-8B"});
     REQUIRE(r.code == 0);
-    CHECK(lines(r.err) == 2);
-    CHECK_THAT(r.err, Catch::Contains("no --role-arn: RoleArn is the placeholder") && Catch::Contains("no --output-s3"));
+    CHECK(lines(r.err) == 4);
+    CHECK_THAT(r.err, Catch::Contains("no --role-arn: RoleArn is the placeholder") && Catch::Contains("no --output-s3") &&
+                          Catch::Contains("no --train-s3: the job has no input channel, so the trainer trains on synthetic random tokens") &&
+                          Catch::Contains("meta-llama/Llama-3.1-8B is gated on the Hugging Face Hub: pass --env HF_TOKEN="));
   }
   auto fails = [&](const std::vector<std::string>& extra, const std::string& expected, bool creds = true) {
     const auto r = run_cli(with(with({"sagemaker", "Llama-3.1-8B", "--instance", "ml.p6-b200.48xlarge"}, extra),
@@ -414,8 +509,8 @@ TEST_CASE("cli: bwplan sagemaker prints a valid request, and bad inputs exit 2 w
     fails({"--role-arn", "SageMakerRole"}, "RoleArn: value length 13 is below the minimum 20 of RoleArn (from --role-arn)", false);
   }
   SECTION("bad S3 URI") {
-    fails({"--train-s3", "train=amzn-s3-demo-bucket/data"},
-          "InputDataConfig[0].DataSource.S3DataSource.S3Uri: value 'amzn-s3-demo-bucket/data' does not match the pattern (https|s3)://([^/]+)/?(.*) "
+    fails({"--train-s3", "validation=amzn-s3-demo-bucket/data"},
+          "InputDataConfig[1].DataSource.S3DataSource.S3Uri: value 'amzn-s3-demo-bucket/data' does not match the pattern (https|s3)://([^/]+)/?(.*) "
           "of S3Uri (from --train-s3)");
   }
   SECTION("instance type the API does not know") {
@@ -429,7 +524,11 @@ TEST_CASE("cli: bwplan sagemaker prints a valid request, and bad inputs exit 2 w
   }
   SECTION("instance count below 1") { fails({"--nodes", "0"}, "--nodes: must be between 1 and 4096, got 0"); }
   SECTION("hyperparameter over the limits") {
-    fails({"--hyperparameter", "notes=" + std::string(2600, 'n')}, "HyperParameters.notes: value length 2602 is above the maximum 2500");
+    fails({"--hyperparameter", "data=" + std::string(2600, 'n')}, "HyperParameters.data: value length 2602 is above the maximum 2500");
+    fails({"--hyperparameter", "notes=x"}, "--hyperparameter notes: unknown to the reference trainer (training contract version 1); it takes "
+                                           "max_steps, data, model_init, checkpoint_dir");
+    fails({"--hyperparameter", "micro_batch_size=8"}, "--hyperparameter micro_batch_size: set by the plan");
+    fails({"--hyperparameter", "measure=maybe"}, "--hyperparameter 'measure': expected true or false (True/False), got 'maybe'");
   }
   SECTION("tag, retries, runtime, training plan") {
     fails({"--tag", "cost#center=42"}, "Tags[0].Key: value 'cost#center' does not match the pattern");
@@ -441,7 +540,44 @@ TEST_CASE("cli: bwplan sagemaker prints a valid request, and bad inputs exit 2 w
     fails({"--training-plan-arn", "arn:aws:sagemaker:us-west-2:1111:training-plan/p6-b200-two-nodes-plan"},
           "ResourceConfig.TrainingPlanArn: value 'arn:aws:sagemaker:us-west-2:1111:training-plan/p6-b200-two-nodes-plan' does not match");
   }
-  SECTION("SMP v2 on Blackwell") { fails({"--distribution", "smp"}, "--distribution smp: the newest SMP v2 image"); }
+  SECTION("SMP v2 is not what the trainer runs") { fails({"--distribution", "smp"}, "--distribution smp: the reference trainer (train.py"); }
+  SECTION("what the reference trainer cannot run: exit 2, one line naming the flag and the reason") {
+    fails({"--precision", "mxfp8"}, "--precision: precision mxfp8: the reference trainer cannot run it (T-mxfp8-torch): torchao 0.18.0's MXFP8");
+    fails({"--precision", "nvfp4", "--tp", "2"}, "--precision: precision nvfp4, tp 2: the reference trainer cannot run it (T-nvfp4-tp)");
+    fails({"--precision", "nvfp4", "--sharding", "none"},
+          "--precision: precision nvfp4, sharding none, master_weights fp32: the reference trainer cannot run it (T-nvfp4-autocast)");
+    fails({"--sharding", "none", "--tp", "2"},
+          "--sharding: sharding none, tp 2, 4 data- x context-parallel ranks: the reference trainer cannot run it (T-ddp-tp)");
+    fails({"--loss", "chunked", "--tp", "2"}, "--loss: loss chunked, tp 2: the reference trainer cannot run it (T-chunked-tp)");
+    fails({"--pp", "2"}, "--pp: pipeline parallelism 2 is not modelled by this release");
+    fails({"--framework-version", "2.10"}, "--framework-version 2.10: the reference trainer needs the PyTorch 2.11 image or newer");
+    fails({"--training-plan-arn", "arn:aws:sagemaker:us-east-1:111122223333:training-plan/p6-b200-two-nodes", "--region", "us-west-2"},
+          "--region us-west-2: the training plan arn:aws:sagemaker:us-east-1:111122223333:training-plan/p6-b200-two-nodes is in us-east-1");
+    const std::string moe = (std::filesystem::path(BWPLAN_SOURCE_DIR) / "tests" / "data" / "qwen3-30b-a3b.json").string();
+    for (const auto& [extra, expected] : {std::pair<std::vector<std::string>, std::string>{{"--ep", "2"}, "--ep: ep 2: the reference trainer cannot run it (T-ep)"},
+                                          {{}, "is a mixture-of-experts model: the reference trainer runs dense decoder models only (T-model)"}}) {
+      const auto r = run_cli(with(with({"sagemaker", moe, "--instance", "ml.p6-b200.48xlarge", "--force"}, extra), credentials));
+      INFO(r.err);
+      CHECK(r.code == 2);
+      CHECK(lines(r.err) == 1);
+      CHECK_THAT(r.err, Catch::Contains(expected));
+    }
+  }
+  SECTION("tensor and context parallelism, hybrid and grad-op sharding are launched") {
+    for (const std::vector<std::string>& extra : {std::vector<std::string>{"--tp", "2", "--cp", "2", "--seq", "8192"},
+                                                  {"--nodes", "2", "--sharding", "hybrid"}, {"--sharding", "grad-op", "--tp", "4"}}) {
+      const auto r = run_cli(with(with({"sagemaker", "Llama-3.1-8B", "--instance", "ml.p6-b200.48xlarge"}, extra), credentials));
+      INFO(r.err);
+      REQUIRE(r.code == 0);
+      const auto hp = json::parse(r.out)["HyperParameters"];
+      for (std::size_t i = 0; i + 1 < extra.size(); i += 2) {
+        const std::string key = extra[i] == "--seq" ? "seq_len" : extra[i].substr(2);
+        if (key == "nodes") continue;
+        const std::string v = extra[i + 1];
+        CHECK(hp[key] == (std::isdigit(static_cast<unsigned char>(v[0])) ? v : "\"" + v + "\""));
+      }
+    }
+  }
   SECTION("a plan that does not fit exits 1 unless forced") {
     const auto r = run_cli(with({"sagemaker", "Llama-3.1-70B", "--instance", "ml.p5.48xlarge", "--sharding", "none"}, credentials));
     CHECK(r.code == 1);
@@ -453,7 +589,7 @@ TEST_CASE("cli: bwplan sagemaker prints a valid request, and bad inputs exit 2 w
 TEST_CASE("cli: --format estimator and modeltrainer describe the same job", "[sagemaker][cli]") {
   const std::vector<std::string> base = with({"sagemaker", "Qwen3-8B", "--instance", "ml.p5en.48xlarge", "--nodes", "4", "--mbs", "2",
                                               "--job-name", "qwen3-8b-test", "--hyperparameter", "learning_rate=2e-4",
-                                              "--hyperparameter", "run_name=exp 1"},
+                                              "--hyperparameter", "seed=3"},
                                              credentials);
   const auto q = run_cli(base);
   const auto e = run_cli(with(base, {"--format", "estimator"}));
@@ -463,9 +599,9 @@ TEST_CASE("cli: --format estimator and modeltrainer describe the same job", "[sa
   REQUIRE(t.code == 0);
   const auto req = json::parse(q.out), est = json::parse(e.out), mt = json::parse(t.out);
   CHECK(req["HyperParameters"]["learning_rate"] == "0.0002");
-  CHECK(req["HyperParameters"]["run_name"] == "\"exp 1\"");
-  CHECK(req["HyperParameters"]["model_id"] == "\"Qwen/Qwen3-8B\"");
-  CHECK(req["HyperParameters"]["fsdp_transformer_layer_cls_to_wrap"] == "\"Qwen3DecoderLayer\"");
+  CHECK(req["HyperParameters"]["seed"] == "3");
+  CHECK(req["HyperParameters"]["model"] == "\"Qwen3-8B\"");
+  CHECK(req["HyperParameters"]["micro_batch_size"] == "2");
   CHECK(est["estimator"]["hyperparameters"]["learning_rate"] == 0.0002);
   for (const auto& [k, v] : est["estimator"]["hyperparameters"].items()) CHECK(sagemaker::sdk_json_encode(v) == req["HyperParameters"][k]);
   CHECK(est["estimator"]["instance_count"] == 4);
@@ -501,23 +637,83 @@ TEST_CASE("cli: the README's recommend --emit sagemaker commands print valid req
   CHECK(node_counts == std::set<std::int64_t>{1, 2});
 }
 
-TEST_CASE("cli: recommend --emit sends the best plan", "[sagemaker][cli]") {
-  // the SageMaker launchers set up FSDP or DDP: --emit searches what --parallel dp does
-  const auto plans = run_cli({"recommend", "Llama-3.1-8B", "--instance", "ml.p6-b200.48xlarge", "--nodes", "2", "--parallel", "dp", "--format", "json"});
-  const auto emitted = run_cli(with({"recommend", "Llama-3.1-8B", "--instance", "ml.p6-b200.48xlarge", "--nodes", "2", "--emit", "sagemaker"}, credentials));
+namespace {
+
+/// The plan of an estimate JSON's "config" (config_to_json), enough to ask the contract about it.
+plan plan_of_config(const json& c) {
+  plan p;
+  training_config& t = p.training;
+  t.micro_batch = c["micro_batch_size"];
+  t.seq_len = c["seq_len"];
+  t.grad_accum = c["grad_accum"];
+  t.world_size = c["world_size"];
+  t.gpus_per_node = c["gpus_per_node"];
+  t.ac = *parse_checkpointing(c["activation_checkpointing"].get<std::string>());
+  const std::string sh = c["sharding"];
+  t.shard = sh == "full" ? sharding::full : sh == "hybrid" ? sharding::hybrid : sh == "grad-op" ? sharding::grad_op : sharding::none;
+  t.tp = c["tp"];
+  t.cp = c["cp"];
+  t.ep = c["ep"];
+  t.pp = c["pp"];
+  t.master = c["master_weights"] == "bf16" ? master_weights::bf16 : master_weights::fp32;
+  t.format = *parse_format(c["precision"].get<std::string>());
+  t.fp8_all_gather = c["fp8_all_gather"];
+  t.optimizer = c["optimizer_impl"] == "foreach" ? optimizer_impl::foreach : optimizer_impl::fused;
+  t.loss = c["loss"] == "chunked" ? loss_impl::chunked : loss_impl::standard;
+  return p;
+}
+
+}  // namespace
+
+TEST_CASE("cli: recommend --emit searches only plans the reference trainer runs and sends the best of them", "[sagemaker][cli]") {
+  const io::training_contract k = test_context().contract();
+  const std::vector<std::string> search{"recommend", "Llama-3.1-8B", "--instance", "ml.p6-b200.48xlarge", "--nodes", "2", "--numerics", "aggressive"};
+  const auto plans = run_cli(with(search, {"--format", "json", "--top", "60"}));
+  const auto emitted = run_cli(with(with(search, {"--emit", "sagemaker"}), credentials));
   REQUIRE(plans.code == 0);
+  INFO(emitted.err);
   REQUIRE(emitted.code == 0);
-  const auto best = json::parse(plans.out)["plans"][0]["config"];
+  // the table ranks every plan; the emitted one is the best the trainer runs
+  std::optional<json> best;
+  int refused = 0;
+  for (const auto& p : json::parse(plans.out)["plans"]) {
+    if (!io::trainer_runs(k, plan_of_config(p["config"]))) { ++refused; continue; }
+    if (!best) best = p["config"];
+  }
+  CHECK(refused > 0);  // the search space holds plans the trainer cannot run (mxfp8, nvfp4 with tp, chunked loss with tp)
+  REQUIRE(best);
   const auto hp = json::parse(emitted.out)["HyperParameters"];
-  CHECK(hp["per_device_train_batch_size"] == best["micro_batch_size"].dump());
-  CHECK(hp["gradient_accumulation_steps"] == best["grad_accum"].dump());
-  CHECK(hp["max_seq_length"] == best["seq_len"].dump());
-  CHECK(hp["sharding"] == sagemaker::sdk_json_encode(best["sharding"]));
-  const auto est = run_cli(with({"recommend", "Llama-3.1-8B", "--nodes", "2", "--emit", "estimator"}, credentials));
-  REQUIRE(est.code == 0);
-  CHECK(json::parse(est.out)["estimator"]["instance_count"] == 2);
-  const auto none = run_cli(with({"recommend", "Llama-3.1-405B", "--instance", "ml.p5.48xlarge", "--emit", "sagemaker"}, credentials));
-  CHECK(none.code == 1);
-  CHECK(none.out.empty());
-  CHECK_THAT(none.err, Catch::Contains("no configuration of Llama-3.1-405B fits"));
+  for (const char* key : {"micro_batch_size", "grad_accum", "seq_len", "tp", "cp", "ep"}) CHECK(hp[key] == (*best)[key].dump());
+  for (const char* key : {"sharding", "activation_checkpointing", "precision", "loss", "master_weights"})
+    CHECK(hp[key] == sagemaker::sdk_json_encode((*best)[key]));
+  SECTION("naming a format the trainer cannot run is an error") {
+    const auto r = run_cli(with(with(search, {"--precisions", "mxfp8", "--emit", "sagemaker"}), credentials));
+    CHECK(r.code == 2);
+    CHECK(lines(r.err) == 1);
+    CHECK_THAT(r.err, Catch::Contains("--precisions: precision mxfp8: the reference trainer cannot run it (T-mxfp8-torch)"));
+  }
+  SECTION("the SDK forms") {
+    const auto est = run_cli(with({"recommend", "Llama-3.1-8B", "--nodes", "2", "--emit", "estimator"}, credentials));
+    REQUIRE(est.code == 0);
+    CHECK(json::parse(est.out)["estimator"]["instance_count"] == 2);
+  }
+  SECTION("nothing fits: exit 1, nothing emitted") {
+    const auto none = run_cli(with({"recommend", "Llama-3.1-405B", "--instance", "ml.p5.48xlarge", "--emit", "sagemaker"}, credentials));
+    CHECK(none.code == 1);
+    CHECK(none.out.empty());
+    CHECK_THAT(none.err, Catch::Contains("no configuration of Llama-3.1-405B fits"));
+  }
+  SECTION("the issue's 70B job on two P5en runs the plan that was estimated") {
+    const auto r = run_cli(with({"recommend", "Llama-3.1-70B", "--instance", "ml.p5en.48xlarge", "--nodes", "2", "--emit", "sagemaker"}, credentials));
+    INFO(r.err);
+    REQUIRE(r.code == 0);
+    const auto file = std::filesystem::path(BWPLAN_TEST_OUTPUT_DIR) / "recommend-70b-p5en.json";
+    std::ofstream(file) << r.out;
+    const auto e = run_cli({"estimate", "--plan", file.string(), "--format", "json"});
+    INFO(e.err);
+    REQUIRE(e.code == 0);
+    const auto j = json::parse(e.out);
+    CHECK(j["fits"] == true);
+    CHECK(sagemaker::sdk_json_encode(j["config"]["activation_checkpointing"]) == json::parse(r.out)["HyperParameters"]["activation_checkpointing"]);
+  }
 }

@@ -37,6 +37,10 @@ struct plan_request {
   /// Called after each evaluated configuration with (evaluated so far, configurations in the search), e.g.
   /// to draw a progress bar; empty: not called. It must not throw.
   std::function<void(std::int64_t, std::int64_t)> progress;
+  /// Which configurations the search may return at all (`recommend --emit sagemaker`: those the reference
+  /// trainer runs); empty: all. Asked before a configuration is evaluated; one it rejects is neither evaluated
+  /// nor counted. It must not throw.
+  std::function<bool(const training_config&)> admit;
 };
 
 /// Number of configurations search_plans evaluates for `req` on `world` GPUs (`eps`: expert-parallel
@@ -131,6 +135,7 @@ struct plan_result {
             c.ac = ac;
             const std::int64_t step_tokens = tokens / tp;  // data-parallel degree world / tp
             c.grad_accum = std::max<std::int64_t>(1, (req.global_batch_tokens + step_tokens - 1) / step_tokens);
+            if (req.admit && !req.admit(c)) continue;
             ++res.evaluated;
             if (req.progress) req.progress(res.evaluated, total);
             memory_estimate me = estimate_memory(m, c, gpu, rt);

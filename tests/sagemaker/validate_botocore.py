@@ -13,7 +13,11 @@ printed by the `bwplan` binary must pass:
      shapes file with Python's `re` (which has the lookbehind std::regex lacks), and the enum of the
      installed botocore model;
 and the SDK forms must agree with the request (`--format estimator`: json.dumps of every hyperparameter
-equals the request's value; `--format modeltrainer`: same compute and stopping condition).
+equals the request's value; `--format modeltrainer`: same compute and stopping condition). With --trainer,
+every request's hyperparameters must also be read by the reference trainer's own contract parser
+(apps/train/contract.py, standard library only) to the plan bwplan was asked for, with no static refusal.
+Plans of every mode the trainer runs (fp8, fp8-rowwise, nvfp4, tp, cp, hybrid and grad-op sharding, every
+checkpointing mode) are part of the matrix.
 
 Exit 0: all valid; 1: a payload is invalid; 77: skipped (botocore missing or older than 1.38.30, the first
 release whose model knows ml.p6-b200.48xlarge).
@@ -127,7 +131,13 @@ def main():
     ap.add_argument("--bwplan", required=True, help="the bwplan binary")
     ap.add_argument("--configs", required=True, help="the configs/ directory (catalog and shapes)")
     ap.add_argument("--readme", required=True, help="README.md whose --emit sagemaker commands are run")
+    ap.add_argument("--trainer", help="apps/train: parse every request's hyperparameters with its contract.py")
     args = ap.parse_args()
+    contract = None
+    if args.trainer:
+        sys.path.insert(0, args.trainer)
+        import contract as contract_mod  # noqa: E402 - the trainer's stdlib-only parser
+        contract = (contract_mod, contract_mod.load_contract(f"{args.configs}/training-contract.json"))
 
     with open(f"{args.configs}/sagemaker/createtrainingjob-shapes.json") as f:
         bundle = json.load(f)
@@ -157,9 +167,29 @@ def main():
             return None
         return json.loads(p.stdout)
 
+    def trainer_reads(req, label, expect=None):
+        """The trainer's contract parser reads the hyperparameters (as SageMaker stores them) to a plan it runs."""
+        if contract is None:
+            return
+        mod, k = contract
+        rc = {"current_instance_type": req["ResourceConfig"]["InstanceType"],
+              "hosts": [f"algo-{i + 1}" for i in range(req["ResourceConfig"]["InstanceCount"])]}
+        try:
+            plan = mod.parse_hyperparameters(req["HyperParameters"], k, rc)
+        except mod.ContractError as e:
+            failures.append(f"{label}: the trainer's contract parser rejects the hyperparameters: {e}")
+            return
+        refusals = mod.static_refusals(plan, k)
+        if refusals:
+            failures.append(f"{label}: the trainer refuses the plan: {refusals}")
+        for key, want in (expect or {}).items():
+            if plan.get(key) != want:
+                failures.append(f"{label}: the trainer reads {key}={plan.get(key)!r}, bwplan was asked for {want!r}")
+
     def validate(req, label):
         nonlocal checked
         checked += 1
+        trainer_reads(req, label)
         for model_name, shape in inputs.items():
             report = ParamValidator().validate(req, shape)
             if report.has_errors():
@@ -227,7 +257,36 @@ def main():
                 if mt is not None:
                     modeltrainer_agrees(req, mt, label)
 
-    # 2. the README's commands, run as written (with the built binary)
+    # 2. plans of every mode the trainer runs, on two P6-B200 nodes (what bwplan was asked for must reach the trainer)
+    modes = [
+        ({"--precision": "fp8", "--ac": "selective-op", "--fp8-all-gather": None}, {"precision": "fp8", "activation_checkpointing": "selective-op", "fp8_all_gather": True}),
+        ({"--precision": "fp8-rowwise", "--ac": "every-2", "--master": "bf16"}, {"precision": "fp8-rowwise", "activation_checkpointing": "every-2", "master_weights": "bf16"}),
+        ({"--precision": "nvfp4", "--ac": "full"}, {"precision": "nvfp4", "bf16_layers": "0.15", "activation_checkpointing": "full"}),
+        ({"--tp": "2", "--cp": "2", "--seq": "16384", "--ac": "selective-attn"}, {"tp": 2, "cp": 2, "seq_len": 16384, "activation_checkpointing": "selective-attn"}),
+        ({"--sharding": "hybrid", "--shard-group": "4", "--tp": "2"}, {"sharding": "hybrid", "shard_group": 4, "tp": 2}),
+        ({"--sharding": "grad-op", "--tp": "4", "--loss": "standard", "--optimizer-impl": "foreach"}, {"sharding": "grad-op", "tp": 4, "optimizer_impl": "foreach"}),
+        ({"--sharding": "none", "--loss": "chunked", "--mbs": "1"}, {"sharding": "none", "loss": "chunked"}),
+    ]
+    for flags, expect in modes:
+        cmd = [args.bwplan, "sagemaker", "Llama-3.1-8B", "--instance", "ml.p6-b200.48xlarge", "--nodes", "2", "--force",
+               "--role-arn", ROLE, "--output-s3", "s3://amzn-s3-demo-bucket/bwplan/output/",
+               "--train-s3", "train=s3://amzn-s3-demo-bucket/data/train/", "--job-name", "bwplan-test-modes"]
+        for f, v in flags.items():
+            cmd += [f] if v is None else [f, v]
+        label = "modes: " + " ".join(f"{f} {v or ''}".strip() for f, v in flags.items())
+        req = run(cmd)
+        if req is None:
+            continue
+        validate(req, label)
+        trainer_reads(req, label, expect)
+        est = run(cmd + ["--format", "estimator"])
+        if est is not None:
+            estimator_agrees(req, est, label)
+        mt = run(cmd + ["--format", "modeltrainer"])
+        if mt is not None:
+            modeltrainer_agrees(req, mt, label)
+
+    # 3. the README's commands, run as written (with the built binary)
     with open(args.readme) as f:
         readme = f.read()
     commands = [line.strip() for line in readme.splitlines()
@@ -248,8 +307,9 @@ def main():
             print(f"  {f}")
         return 1
     print(f"OK: {checked} CreateTrainingJob payloads ({len(catalog['instances'])} instance types x 1/2/4 nodes x with/without a "
-          f"training plan, and {len(commands)} README commands) pass botocore {botocore.__version__} ParamValidator against the "
-          f"installed model and the bundled shapes, plus enum, pattern and max checks; estimator and modeltrainer forms agree")
+          f"training plan, {len(modes)} plan modes, and {len(commands)} README commands) pass botocore {botocore.__version__} "
+          f"ParamValidator against the installed model and the bundled shapes, plus enum, pattern and max checks; estimator and "
+          f"modeltrainer forms agree" + ("; the trainer's contract parser reads every plan and refuses none" if contract else ""))
     return 0
 
 

@@ -17,7 +17,8 @@ from importlib import metadata
 from typing import Dict, Optional
 
 # Dense bf16 TFLOP/s per GPU, copied from configs/hardware/catalog.json (dense_tflop_per_s.bf16).
-PEAK_BF16_TFLOPS = {"h100": 989.0, "h200": 989.0, "b200": 2250.0, "b300": 2250.0, "gb200": 2500.0, "gb300": 2500.0}
+PEAK_BF16_TFLOPS = {"h100": 989.0, "h200": 989.0, "b200": 2250.0, "b300": 2250.0, "gb200": 2500.0, "gb300": 2500.0,
+                    "a100-40gb": 312.0, "a100-80gb": 312.0, "l40s": 362.05, "a10g": 70.0, "h100-96gb": 989.0, "h800": 989.0}
 
 # Training plans start terminating instances this long before the reservation's end
 # (https://docs.aws.amazon.com/sagemaker/latest/dg/training-plan-utilization-for-training-jobs.html).

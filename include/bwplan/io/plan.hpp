@@ -3,10 +3,13 @@
 #pragma once
 
 // The plan file: one plan (bwplan/plan.hpp) kept in a repository (docs/plan.schema.json, docs/ci.md). The one
-// reader (plan_from_json) and the one writer (plan_to_json) of the format.
+// reader (plan_from_json) and the one writer (plan_to_json) of the format. load_plan also reads the plan out of
+// a SageMaker job bwplan wrote (a CreateTrainingJob request, the SDK v2 estimator or v3 ModelTrainer JSON)
+// through the training contract (bwplan/io/contract.hpp).
 
 #include <bwplan/error.hpp>
 #include <bwplan/hardware.hpp>
+#include <bwplan/io/contract.hpp>
 #include <bwplan/io/json.hpp>
 #include <bwplan/io/locate.hpp>
 #include <bwplan/plan.hpp>
@@ -18,6 +21,7 @@
 #include <cmath>
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -25,22 +29,51 @@
 
 namespace bwplan {
 
-/// A plan as read from a file: the plan, which top-level keys the file set (the others hold the defaults of
-/// bwplan::plan), and the file's text to locate members for messages and annotations.
+/// What a document read as a plan is: a plan file, or a SageMaker job that carries a plan through the
+/// training contract.
+enum class document_kind {
+  plan,          ///< a plan file (docs/plan.schema.json)
+  request,       ///< a CreateTrainingJob request (`bwplan sagemaker --format request`)
+  estimator,     ///< the SDK v2 PyTorch estimator JSON (`--format estimator`)
+  modeltrainer,  ///< the SDK v3 ModelTrainer JSON (`--format modeltrainer`)
+};
+[[nodiscard]] constexpr const char* to_string(document_kind k) noexcept {
+  switch (k) {
+    case document_kind::request: return "CreateTrainingJob request";
+    case document_kind::estimator: return "SageMaker SDK v2 estimator";
+    case document_kind::modeltrainer: return "SageMaker SDK v3 ModelTrainer";
+    default: return "plan file";
+  }
+}
+
+/// A plan as read from a file: the plan, which plan keys the file set (the others hold the defaults of
+/// bwplan::plan), and the file's text to locate members for messages and annotations. For a SageMaker job the
+/// plan's members live elsewhere (`/micro_batch_size` is `/HyperParameters/micro_batch_size` of a request):
+/// pointer() and where() translate.
 struct plan_document {
   plan value;
   std::string file;               ///< where it was read from ("" for a document built in memory)
   std::string text;               ///< the file's text
-  std::vector<std::string> keys;  ///< top-level keys present, in file order
+  std::vector<std::string> keys;  ///< plan keys present, in file order
+  document_kind kind = document_kind::plan;
+  std::vector<std::pair<std::string, std::string>> pointers;  ///< plan pointer → the document's pointer (SageMaker jobs)
 
-  /// Whether the file set top-level key `key` (e.g. "sharding").
+  /// Whether the file set plan key `key` (e.g. "sharding").
   [[nodiscard]] bool has(std::string_view key) const {
     return std::find(keys.begin(), keys.end(), key) != keys.end();
   }
-  /// Line, column and byte of the member at `pointer` (e.g. "/micro_batch_size"), if it is in the text.
+  /// The document's pointer of plan pointer `pointer` ("/micro_batch_size" → "/HyperParameters/micro_batch_size"
+  /// in a request; the same pointer in a plan file).
+  [[nodiscard]] std::string pointer(std::string_view pointer) const {
+    for (const auto& [from, to] : pointers)
+      if (pointer == from || (pointer.substr(0, from.size()) == from && pointer.size() > from.size() && pointer[from.size()] == '/'))
+        return to + std::string(pointer.substr(from.size()));
+    return std::string(pointer);
+  }
+  /// Line, column and byte of the member at plan pointer `pointer` (e.g. "/micro_batch_size"), if it is in the text.
   [[nodiscard]] std::optional<io::text_location> where(std::string_view pointer) const {
     if (text.empty()) return std::nullopt;
-    return io::locate(text, pointer);
+    return io::locate(text, this->pointer(pointer));
   }
 };
 
@@ -271,11 +304,162 @@ T plan_enum(const nlohmann::json& v, const std::string& file, const std::string&
   return j;
 }
 
-/// Parses plan text `text` read from `file`. Errors carry the member's line, column and byte offset.
-[[nodiscard]] inline plan_document parse_plan(const std::string& text, const std::string& file) {
+/// The kind of document `j` is: a CreateTrainingJob request (top-level `AlgorithmSpecification`,
+/// `HyperParameters` or `ResourceConfig`), bwplan's SDK v2 estimator JSON (an `estimator` object) or v3
+/// ModelTrainer JSON (a `model_trainer` object), else a plan file.
+[[nodiscard]] inline document_kind detect_document_kind(const nlohmann::json& j) {
+  if (!j.is_object()) return document_kind::plan;
+  if (j.contains("AlgorithmSpecification") || j.contains("HyperParameters") || j.contains("ResourceConfig")) return document_kind::request;
+  if (auto e = j.find("estimator"); e != j.end() && e->is_object()) return document_kind::estimator;
+  if (auto m = j.find("model_trainer"); m != j.end() && m->is_object()) return document_kind::modeltrainer;
+  return document_kind::plan;
+}
+
+/// Reads the plan out of a SageMaker job that follows the training contract `k`: the plan fields from its
+/// hyperparameters (strings as SageMaker stores them, JSON-quoted by SDK v2 or plain, booleans true/True;
+/// typed values in the estimator and ModelTrainer forms), `instance` and `nodes` from
+/// `ResourceConfig.InstanceType` / `InstanceCount` (`instance_type` / `instance_count` in the SDK forms).
+/// Keys starting with `sagemaker_` are the SDK's and skipped; contract-only keys (max_steps, ...) are checked
+/// and not part of the plan; any other key is an error, as it is for the trainer. The plan must be one the
+/// trainer runs (trainer_refusals). The document's pointers translate plan pointers into the job.
+///
+/// Throws config_error with the pointer of the member in the job (e.g. `/HyperParameters/seq_len`).
+[[nodiscard]] inline plan_document plan_from_job(const nlohmann::json& j, const std::string& file, document_kind kind,
+                                                 const training_contract& k) {
+  std::string hp_ptr, type_ptr, count_ptr;
+  bool typed = true;
+  switch (kind) {
+    case document_kind::request:
+      hp_ptr = "/HyperParameters", type_ptr = "/ResourceConfig/InstanceType", count_ptr = "/ResourceConfig/InstanceCount";
+      typed = false;
+      break;
+    case document_kind::estimator:
+      hp_ptr = "/estimator/hyperparameters", type_ptr = "/estimator/instance_type", count_ptr = "/estimator/instance_count";
+      break;
+    case document_kind::modeltrainer:
+      hp_ptr = "/model_trainer/hyperparameters", type_ptr = "/model_trainer/compute/instance_type",
+      count_ptr = "/model_trainer/compute/instance_count";
+      break;
+    default: throw config_error(file, "", "not a SageMaker job");
+  }
+  const std::string what = to_string(kind);
+  auto at = [&](const std::string& ptr) -> const nlohmann::json* {
+    const nlohmann::json::json_pointer jp(ptr);
+    return j.contains(jp) ? &j.at(jp) : nullptr;
+  };
+  const nlohmann::json* hps = at(hp_ptr);
+  if (hps == nullptr || !hps->is_object())
+    throw config_error(file, hp_ptr, "a " + what + " for the reference trainer carries the plan in its hyperparameters (training contract "
+                                         "version " + std::to_string(k.version) + "); none found");
+  nlohmann::json pj = nlohmann::json::object();
+  std::vector<std::pair<std::string, std::string>> map;
+  std::vector<std::string> keys;
+  for (auto it = hps->begin(); it != hps->end(); ++it) {
+    const std::string& name = it.key();
+    const std::string ptr = hp_ptr + "/" + pointer_escape(name);
+    bool ignored = false;
+    for (const auto& prefix : k.ignored_prefixes) ignored = ignored || name.rfind(prefix, 0) == 0;
+    if (ignored) continue;
+    const contract_field* f = k.by_hyperparameter(name);
+    if (f == nullptr) {
+      if (const contract_field* known = k.field(name); known != nullptr)
+        throw config_error(file, ptr, "hyperparameter '" + name + "': not accepted, " +
+                                          (known->source == "resource-config" ? std::string("it comes from the SageMaker ResourceConfig")
+                                                                              : std::string("it is planning-only and not sent to the trainer")));
+      std::string msg = "hyperparameter '" + name + "': unknown (not in training contract version " + std::to_string(k.version) + ")";
+      if (auto m = closest_match(name, k.hyperparameter_names())) msg += " (did you mean '" + *m + "'?)";
+      throw config_error(file, ptr, msg);
+    }
+    std::string raw;
+    if (it->is_string()) raw = it->get<std::string>();
+    else if (!typed) throw config_error(file, ptr, "hyperparameter '" + name + "': SageMaker hyperparameter values are strings, got " + it->type_name());
+    else if (it->is_null()) raw = "null";
+    else raw = hyperparameter_text(*it);
+    if (is_null_hyperparameter(k, raw)) continue;
+    nlohmann::json v;
+    try {
+      v = decode_hyperparameter(*f, raw);
+    } catch (const plan_error& e) {
+      throw config_error(file, ptr, e.violation().message);
+    }
+    if (f->kind != "plan") continue;
+    pj[f->key] = v;
+    map.emplace_back("/" + f->key, ptr);
+    keys.push_back(f->key);
+  }
+  for (const auto& f : k.fields)
+    if (f.required && f.hyperparameter && !hps->contains(*f.hyperparameter))
+      throw config_error(file, hp_ptr, "hyperparameter '" + *f.hyperparameter + "' is required (" + detail::expected(f) + ")");
+  // instance and nodes: the resource config
+  const nlohmann::json* type = at(type_ptr);
+  if (type == nullptr) throw config_error(file, type_ptr, "missing: the instance type of the job");
+  if (!type->is_string()) throw config_error(file, type_ptr, std::string("expected a string, got ") + type->type_name());
+  if (const contract_field* f = k.field("instance")) {
+    try { (void)decode_hyperparameter(*f, type->get<std::string>()); }
+    catch (const plan_error& e) { throw config_error(file, type_ptr, e.violation().message); }
+  }
+  pj["instance"] = *type;
+  map.emplace_back("/instance", type_ptr);
+  keys.push_back("instance");
+  const nlohmann::json* count = at(count_ptr);
+  if (count == nullptr) throw config_error(file, count_ptr, "missing: the instance count of the job");
+  pj["nodes"] = *count;
+  map.emplace_back("/nodes", count_ptr);
+  keys.push_back("nodes");
+  auto mapped = [&](const std::string& p) {
+    for (const auto& [from, to] : map)
+      if (p == from || p.rfind(from + "/", 0) == 0) return to + p.substr(from.size());
+    return hp_ptr;
+  };
+  plan_document d;
+  try {
+    d = plan_from_json(pj, file);
+  } catch (const config_error& e) {
+    throw config_error(file, mapped(e.pointer()), e.reason());
+  }
+  d.keys = keys;
+  d.kind = kind;
+  d.pointers = map;
+  // what the trainer refuses (its world size is `gpus`)
+  plan p = d.value;
+  p.training.world_size = p.target.gpus;
+  if (p.training.world_size > 0 && p.training.tp >= 1 && p.training.cp >= 1 && p.training.pp >= 1) {
+    p.training.gpus_per_node = std::max(1, p.training.world_size / std::max(1, p.target.nodes));
+    for (const auto& v : trainer_refusals(k, p)) throw config_error(file, mapped(v.pointer), v.message);
+  }
+  return d;
+}
+
+/// Rules a SageMaker job adds once the plan is resolved (`p.training.world_size` and `gpus_per_node` set by
+/// resolve_world): torchrun starts one process per GPU of every instance, so `gpus` is every GPU of the
+/// instances (the trainer refuses another world size, T-world). None for a plan file.
+[[nodiscard]] inline std::vector<plan_violation> job_violations(const plan_document& d, const plan& p) {
+  if (d.kind == document_kind::plan) return {};
+  const training_config& c = p.training;
+  const int all = p.target.nodes * c.gpus_per_node;
+  if (c.world_size == all) return {};
+  return {{"gpus", "/gpus", "the job runs " + std::to_string(all) + " processes (" + std::to_string(p.target.nodes) + " x " +
+                                std::to_string(c.gpus_per_node) + " GPUs of " + p.target.instance + "), but the plan's world size is " +
+                                std::to_string(c.world_size) + " (the trainer refuses it: T-world)"}};
+}
+
+/// Supplies the training contract when a document turns out to be a SageMaker job (the CLI reads
+/// <configs>/training-contract.json). Empty: such a document is an error.
+using contract_source = std::function<training_contract()>;
+
+/// Parses plan text `text` read from `file`: a plan file, or a SageMaker job (detect_document_kind) read through
+/// the contract `contract` supplies. Errors carry the member's line, column and byte offset.
+[[nodiscard]] inline plan_document parse_plan(const std::string& text, const std::string& file, const contract_source& contract = {}) {
   const nlohmann::json j = parse_json(text, file);
   try {
-    plan_document p = plan_from_json(j, file);
+    const document_kind kind = detect_document_kind(j);
+    plan_document p;
+    if (kind == document_kind::plan) {
+      p = plan_from_json(j, file);
+    } else {
+      if (!contract) throw config_error(file, "", std::string("a ") + to_string(kind) + " is read through the training contract, which was not given");
+      p = plan_from_job(j, file, kind, contract());
+    }
     p.text = text;
     return p;
   } catch (const config_error& e) {
@@ -283,9 +467,9 @@ T plan_enum(const nlohmann::json& v, const std::string& file, const std::string&
   }
 }
 
-/// Loads the plan file at `path`. Throws config_error.
-[[nodiscard]] inline plan_document load_plan(const std::filesystem::path& path) {
-  return parse_plan(read_text_file(path), path.string());
+/// Loads the plan file (or SageMaker job, see parse_plan) at `path`. Throws config_error.
+[[nodiscard]] inline plan_document load_plan(const std::filesystem::path& path, const contract_source& contract = {}) {
+  return parse_plan(read_text_file(path), path.string(), contract);
 }
 
 }  // namespace io
