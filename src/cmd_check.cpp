@@ -201,6 +201,9 @@ void write_json(std::ostream& out, const std::vector<plan_outcome>& all, const s
     const auto& r = po.result;
     if (r.memory && r.throughput) p["estimate"] = io::estimate_to_json(po.spec, r.config, *r.memory, *r.throughput);
     if (r.best) p["best_plan"] = io::estimate_to_json(po.spec, r.best->config, r.best->memory, r.best->throughput);
+    if (r.best_same_precision)  // BWP007's yardstick: the best plan in the plan's own precision
+      p["best_plan_same_precision"] = io::estimate_to_json(po.spec, r.best_same_precision->config, r.best_same_precision->memory,
+                                                           r.best_same_precision->throughput);
     j["plans"].push_back(p);
   }
   out << j.dump(2) << "\n";

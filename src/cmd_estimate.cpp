@@ -67,8 +67,10 @@ void print_table(std::ostream& out, const model_spec& m, const resolved_target& 
   out << fmt::format("  {:<18} {:>10.2f} GiB\n", "context + NCCL", me.non_pytorch.in(gib));
   out << fmt::format("  {:<18} {:>10.2f} GiB of {:.2f} GiB ({:.1f}% headroom) -> {}\n\n", "device peak",
                      me.device_peak().in(gib), me.capacity.in(gib), 100 * me.headroom(), me.fits ? "fits" : "DOES NOT FIT");
-  out << fmt::format("throughput {:.0f} tokens/s ({:.0f} per GPU), step {:.3f} s, MFU {:.1f}%\n", te.tokens_per_s,
-                     te.tokens_per_s_per_gpu, te.step.raw(), 100 * te.mfu);
+  out << fmt::format("throughput {:.0f} tokens/s ({:.0f} per GPU), step {:.3f} s, MFU {:.1f}%{}\n", te.tokens_per_s,
+                     te.tokens_per_s_per_gpu, te.step.raw(), 100 * te.mfu,
+                     c.format == compute_format::bf16 ? std::string("")
+                                                      : fmt::format(" of the bf16 peak, {:.1f}% of the {} peak", 100 * te.mfu_format, to_string(c.format)));
   out << fmt::format("  compute {:.3f} s (GEMM {:.3f}, attention {:.3f}, memory-bound {:.3f}); communication {:.3f} s, exposed {:.3f} s\n",
                      te.compute.raw(), te.gemm.raw(), te.attention.raw(), te.memory_bound.raw(), te.communication.raw(),
                      te.exposed_communication.raw());

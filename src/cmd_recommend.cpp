@@ -579,7 +579,8 @@ runner register_recommend(CLI::App& app, context& ctx) {
         std::string head = fmt::format("{:>3} ", "#");
         for (std::size_t k = 0; k < proto.size(); ++k)
           if (show[k]) head += fmt::format(" {:>{}}", proto[k].header, width[k]);
-        ctx.out << head << fmt::format(" {:>9} {:>11} {:>6} {:>9}  {}\n", "peak GiB", "tokens/s", "MFU", "step s", "memory per GPU");
+        ctx.out << head << fmt::format(" {:>9} {:>11} {:>9} {:>9} {:>9}  {}\n", "peak GiB", "tokens/s", "MFU(fmt)", "MFU(bf16)", "step s",
+                                       "memory per GPU");
         int i = 1;
         for (const auto& p : r.ranked) {
           std::string line = fmt::format("{:>3} ", i++);
@@ -587,10 +588,12 @@ runner register_recommend(CLI::App& app, context& ctx) {
           for (std::size_t k = 0; k < vals.size(); ++k)
             if (show[k]) line += fmt::format(" {:>{}}", vals[k].value, width[k]);
           ctx.out << line
-                  << fmt::format(" {:>9.2f} {:>11.0f} {:>5.1f}% {:>9.3f}  {}\n", p.memory.device_peak().in(gib),
-                                 p.throughput.tokens_per_s, 100 * p.throughput.mfu, p.throughput.step.raw(),
+                  << fmt::format(" {:>9.2f} {:>11.0f} {:>8.1f}% {:>8.1f}% {:>9.3f}  {}\n", p.memory.device_peak().in(gib),
+                                 p.throughput.tokens_per_s, 100 * p.throughput.mfu_format, 100 * p.throughput.mfu, p.throughput.step.raw(),
                                  memory_bar(peak_segments(p.memory), p.memory.capacity, req.headroom, 24, st));
         }
+        ctx.out << "\nMFU(fmt): model FLOPs against the dense peak of the plan's precision; MFU(bf16): against the bf16 peak "
+                   "(bf16-equivalent, above 100% possible for fp8/nvfp4 plans)";
         ctx.out << fmt::format("\nmemory bars: share of the {:.2f} GiB per GPU, '{}' = headroom limit; plan #1 holds\n",
                                r.ranked[0].memory.capacity.in(gib), st.unicode ? "│" : "|")
                 << memory_legend(peak_segments(r.ranked[0].memory), st, "  ");

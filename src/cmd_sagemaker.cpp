@@ -127,7 +127,17 @@ void add_sagemaker_options(CLI::App* g, const std::shared_ptr<sagemaker::job_set
   g->add_option("--model-id", s->model_id, "the model the trainer loads (hyperparameter model): a Hugging Face id, an s3:// prefix or a preset (default: MODEL)");
   g->add_option("--max-steps", s->max_steps, "optimizer steps to run (default: from --train-tokens, else 1000)")
       ->check(int_range(1, sagemaker::max_steps_limit));
-  g->add_option("--train-tokens", s->train_tokens, "tokens to train on; steps = ceil(tokens / tokens per step)")
+  g->add_option("--train-tokens", s->train_tokens, "tokens to train on (suffixes K, M, B, T: 10B); steps = ceil(tokens / tokens per step)")
+      ->transform(CLI::Validator(
+          [](std::string& v) -> std::string {  // "10B" -> 10000000000, as --tokens reads it (bwplan/quantity.hpp)
+            try {
+              v = std::to_string(std::llround(parse_token_count(v, "--train-tokens")));
+            } catch (const invalid_request& e) {
+              return std::string(e.what()).substr(std::string("--train-tokens: ").size());
+            }
+            return {};
+          },
+          "TOKENS"))
       ->check(int_range(1, sagemaker::max_train_tokens));
   g->add_option("--max-runtime", s->max_runtime, "MaxRuntimeInSeconds: seconds or 90m, 36h, 2d (default: estimate x margin + 30 min)")
       ->check(non_empty());

@@ -105,7 +105,8 @@ std::string estimate_markdown(const model_spec& m, const resolved_target& t, con
                         grouped(te.tokens_per_s)},
                        {"tokens/s per GPU", grouped(te.tokens_per_s_per_gpu)},
                        {"step time", fmt::format("{:.3f} s", te.step.raw())},
-                       {"MFU", fmt::format("{:.1f}%", 100 * te.mfu)},
+                       {"MFU (bf16 peak, bf16-equivalent)", fmt::format("{:.1f}%", 100 * te.mfu)},
+                       {fmt::format("MFU ({} peak)", to_string(c.format)), fmt::format("{:.1f}%", 100 * te.mfu_format)},
                        {"exposed communication", fmt::format("{:.3f} s", te.exposed_communication.raw())}});
   s += fmt::format("\n<sub>bwplan {}</sub>\n", version_string);
   return s;
@@ -127,7 +128,7 @@ std::string plans_markdown(const model_spec& m, const std::string& where, const 
     const auto proto = setting_columns(cfgs.front());
     for (std::size_t k = 0; k < proto.size(); ++k)
       if (show[k]) cols.push_back({std::string(proto[k].header), R});
-    for (const char* h : {"peak GiB", "tokens/s", "MFU", "step s"}) cols.push_back({h, R});
+    for (const char* h : {"peak GiB", "tokens/s", "MFU(fmt)", "MFU(bf16)", "step s"}) cols.push_back({h, R});
     std::vector<std::vector<std::string>> rows;
     int i = 1;
     for (const auto& p : r.ranked) {
@@ -137,6 +138,7 @@ std::string plans_markdown(const model_spec& m, const std::string& where, const 
         if (show[k]) row.push_back(vals[k].value);
       row.push_back(fmt::format("{:.2f}", p.memory.device_peak().in(gib)));
       row.push_back(grouped(p.throughput.tokens_per_s));
+      row.push_back(fmt::format("{:.1f}%", 100 * p.throughput.mfu_format));
       row.push_back(fmt::format("{:.1f}%", 100 * p.throughput.mfu));
       row.push_back(fmt::format("{:.3f}", p.throughput.step.raw()));
       rows.push_back(std::move(row));

@@ -281,7 +281,9 @@ TEST_CASE("check rules: each fires on a plan made for it and stays quiet on the 
     const auto j = check_json(write_plan("r7", f));
     CHECK(j.code == 0);
     REQUIRE(fired(j.report, "BWP007").size() == 1);
-    const auto& best = j.report["plans"][0]["best_plan"];
+    const auto& best = j.report["plans"][0]["best_plan_same_precision"];  // BWP007 compares within the plan's precision
+    CHECK(best["config"]["precision"] == "bf16");
+    CHECK(j.report["plans"][0]["best_plan"]["throughput"]["tokens_per_s"].get<double>() >= best["throughput"]["tokens_per_s"].get<double>());
     CHECK(j.report["plans"][0]["estimate"]["throughput"]["mfu"].get<double>() < 0.5 * best["throughput"]["mfu"].get<double>());
     CHECK_THAT(fired(j.report, "BWP007")[0]["fix"].get<std::string>(),
                Catch::Contains("micro_batch_size " + std::to_string(best["config"]["micro_batch_size"].get<int>())));

@@ -94,7 +94,7 @@ TEST_CASE("report: one self-contained HTML file with the charts, the plans, the 
   CHECK(count(html, "</svg>") == 3);
   for (const char* s : {"Memory per GPU by phase", "forward", "backward", "optimizer step", "GPU capacity", "headroom limit (5% free)",
                         "memory per GPU (GiB)", "micro-batch size per GPU", "peak device memory per GPU (GiB)",
-                        "tokens/s (all 8 GPUs)", "stops fitting at", "AC none", "AC full", "AC every-2", "AC every 4",
+                        "tokens/s (all 8 GPUs)", "stops fitting at", "AC none", "AC full", "AC every-2", "AC every-4",
                         "Top plans", "Inputs", "Llama-3.1-8B", "ml.p6-b200.48xlarge", "bwplan 0.1.0", "parameters",
                         "optimizer states", "activations", "CUDA context + NCCL", "allocator slack"})
     CHECK_THAT(html, Catch::Contains(s));

@@ -128,7 +128,9 @@ struct throughput_estimate {
   seconds step;                   ///< wall time of one optimizer step
   double tokens_per_s = 0;        ///< whole job, tokens per second
   double tokens_per_s_per_gpu = 0;
-  double mfu = 0;                 ///< model FLOPs utilisation against the bf16 dense peak
+  double mfu = 0;                 ///< model FLOPs utilisation against the bf16 dense peak (bf16-equivalent MFU)
+  double mfu_format = 0;          ///< model FLOPs utilisation against the dense peak of the plan's GEMM format (= mfu for bf16);
+                                  ///< the figure that stays below 100 % for fp8/nvfp4 plans (issue 17)
   communication_breakdown comm;   ///< total collective time by parallelism (step)
   communication_breakdown exposed;  ///< exposed part by parallelism (step)
   double tokens_per_step = 0;     ///< tokens the whole job processes per optimizer step
@@ -627,6 +629,7 @@ struct throughput_terms {
   e.tokens_per_s = tokens / e.step.raw();
   e.tokens_per_s_per_gpu = e.tokens_per_s / t.world_size;
   e.mfu = peak > 0 ? (e.step_flops.model.raw() / e.step.raw()) / peak : 0;
+  e.mfu_format = t.shape.peak_lp > 0 ? (e.step_flops.model.raw() / e.step.raw()) / t.shape.peak_lp : e.mfu;
   return e;
 }
 

@@ -73,7 +73,7 @@ void catalog_reader(const nlohmann::json& j, const std::string& text) {
 
 void plan_reader(const std::string& text) {
   try {
-    const bwplan::plan_spec p = bwplan::io::parse_plan(text, "fuzz-plan.json");
+    const bwplan::plan_document p = bwplan::io::parse_plan(text, "fuzz-plan.json");
     for (const char* ptr : {"/model", "/micro_batch_size", "/check/disable/0"}) (void)p.where(ptr);
   } catch (const bwplan::config_error& e) {
     (void)e.line();
