@@ -167,7 +167,8 @@ TEST_CASE("contract: every plan field has a contract entry, and every contract p
   p.global_batch = 64;
   p.check.disable = {"BWP007"};
   std::set<std::string> plan_keys;
-  for (const auto& [key, value] : io::plan_to_json(p).items()) plan_keys.insert(key);
+  const auto written = io::plan_to_json(p);  // a named object: items() of a temporary would dangle
+  for (const auto& [key, value] : written.items()) plan_keys.insert(key);
   // file metadata, not training settings (the same list apps/train/contract.py plan_from_dict skips)
   for (const char* meta : {"$schema", "schema_version", "name", "check"}) plan_keys.erase(meta);
   std::set<std::string> contract_keys;
