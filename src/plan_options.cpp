@@ -205,8 +205,13 @@ resolved_plan resolve_plan(const context& ctx, const hardware_catalog& cat, cons
     throw;
   }
   plan& rpp = rp.p;
-  if (rpp.global_batch && !accum_given)
+  // The accumulation follows from the global batch unless --grad-accum was given. A plan file that sets both (as
+  // every written plan does) is taken at its word unless a flag changed what the accumulation depends on.
+  const bool reshaped = given(o, "--mbs") || given(o, "--gpus") || given(o, "--nodes") || given(o, "--tp") || given(o, "--cp") ||
+                        given(o, "--pp") || given(o, "--instance") || given(o, "--gpu");
+  if (rpp.global_batch && !given(o, "--grad-accum") && (!accum_given || reshaped)) {
     for (const auto& v : apply_global_batch(rpp)) fail(v);
+  }
   for (const auto& v : plan_violations(rp.model, rpp)) fail(v);
   if (doc)
     for (const auto& v : io::job_violations(*doc, rpp)) fail(v);

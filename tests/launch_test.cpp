@@ -409,7 +409,9 @@ TEST_CASE("launch: what the trainer cannot run is refused by bwplan and by the t
     CHECK(r.out.empty());
     CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
     CHECK_THAT(r.err, Catch::Contains("the reference trainer cannot run it (" + id + ")"));
-    if (!have_python()) continue;
+    // T-mxfp8-torch is a runtime refusal of the trainer (it needs the installed torch to decide): bwplan refuses it
+    // statically from the contract's unsupported values, the torch-free --dry-run cannot
+    if (!have_python() || id == "T-mxfp8-torch") continue;
     const fs::path here = dir / std::to_string(i++);
     fs::create_directories(here);
     REQUIRE(run_cli(with(with({"estimate"}, plan_args), {"--emit", "plan", "-o", (here / "plan.json").string()})).code == 0);

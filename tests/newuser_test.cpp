@@ -96,7 +96,9 @@ TEST_CASE("new user: recommend pins --mbs, --ac, --master and --precision", "[ne
                           "--format", "json", "--top", "3"});
   INFO(r.err);
   REQUIRE(r.code == 0);
-  for (const auto& p : nlohmann::json::parse(r.out)["plans"]) {
+  const auto doc = nlohmann::json::parse(r.out);  // named: a subobject of a temporary would dangle in the loop
+  REQUIRE(!doc["plans"].empty());
+  for (const auto& p : doc["plans"]) {
     CHECK(p["config"]["micro_batch_size"] == 2);
     CHECK(p["config"]["activation_checkpointing"] == "selective-op");
     CHECK(p["config"]["master_weights"] == "bf16");

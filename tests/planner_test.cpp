@@ -170,7 +170,8 @@ TEST_CASE("bug: recommend tables showed no precision, TP, data-parallel degree o
   // two plans that differ only in TP show a TP column
   const auto j = run_cli({"recommend", "Llama-3.1-70B", "--instance", "ml.p6-b200.48xlarge", "--top", "8", "--format", "json"});
   std::set<int> tps;
-  for (const auto& p : nlohmann::json::parse(j.out)["plans"]) tps.insert(p["config"]["tp"].get<int>());
+  const auto doc = nlohmann::json::parse(j.out);  // named: a subobject of a temporary would dangle in the loop
+  for (const auto& p : doc["plans"]) tps.insert(p["config"]["tp"].get<int>());
   if (tps.size() > 1) CHECK_THAT(t.out, Catch::Contains(" TP "));
   // the report's micro-batch chart names the precision it was drawn at
   const std::string html = out_dir() + "/chart.html";

@@ -510,7 +510,7 @@ TEST_CASE("cli: bwplan sagemaker prints a valid request, and bad inputs exit 2 w
   }
   SECTION("bad S3 URI") {
     fails({"--train-s3", "validation=amzn-s3-demo-bucket/data"},
-          "InputDataConfig[1].DataSource.S3DataSource.S3Uri: value 'amzn-s3-demo-bucket/data' does not match the pattern (https|s3)://([^/]+)/?(.*) "
+          "InputDataConfig[0].DataSource.S3DataSource.S3Uri: value 'amzn-s3-demo-bucket/data' does not match the pattern (https|s3)://([^/]+)/?(.*) "
           "of S3Uri (from --train-s3)");
   }
   SECTION("instance type the API does not know") {
@@ -522,7 +522,7 @@ TEST_CASE("cli: bwplan sagemaker prints a valid request, and bad inputs exit 2 w
     CHECK_THAT(r.err, Catch::Contains("ResourceConfig.InstanceType: value 'ml.p6-b200.96xlarge' is not one of the 151 values of "
                                       "TrainingInstanceType (closest: 'ml.p6-b200.48xlarge') (from --instance)"));
   }
-  SECTION("instance count below 1") { fails({"--nodes", "0"}, "--nodes: must be between 1 and 4096, got 0"); }
+  SECTION("instance count below 1") { fails({"--nodes", "0"}, "--nodes: out of range: must be between 1 and 4096, got 0"); }
   SECTION("hyperparameter over the limits") {
     fails({"--hyperparameter", "data=" + std::string(2600, 'n')}, "HyperParameters.data: value length 2602 is above the maximum 2500");
     fails({"--hyperparameter", "notes=x"}, "--hyperparameter notes: unknown to the reference trainer (training contract version 1); it takes "
@@ -545,9 +545,9 @@ TEST_CASE("cli: bwplan sagemaker prints a valid request, and bad inputs exit 2 w
     fails({"--precision", "mxfp8"}, "--precision: precision mxfp8: the reference trainer cannot run it (T-mxfp8-torch): torchao 0.18.0's MXFP8");
     fails({"--precision", "nvfp4", "--tp", "2"}, "--precision: precision nvfp4, tp 2: the reference trainer cannot run it (T-nvfp4-tp)");
     fails({"--precision", "nvfp4", "--sharding", "none"},
-          "--precision: precision nvfp4, sharding none, master_weights fp32: the reference trainer cannot run it (T-nvfp4-autocast)");
+          "--precision: master_weights fp32, precision nvfp4, sharding none: the reference trainer cannot run it (T-nvfp4-autocast)");
     fails({"--sharding", "none", "--tp", "2"},
-          "--sharding: sharding none, tp 2, 4 data- x context-parallel ranks: the reference trainer cannot run it (T-ddp-tp)");
+          "--sharding: 4 data- x context-parallel ranks, sharding none, tp 2: the reference trainer cannot run it (T-ddp-tp)");
     fails({"--loss", "chunked", "--tp", "2"}, "--loss: loss chunked, tp 2: the reference trainer cannot run it (T-chunked-tp)");
     fails({"--pp", "2"}, "--pp: pipeline parallelism 2 is not modelled by this release");
     fails({"--framework-version", "2.10"}, "--framework-version 2.10: the reference trainer needs the PyTorch 2.11 image or newer");
@@ -676,7 +676,8 @@ TEST_CASE("cli: recommend --emit searches only plans the reference trainer runs 
   // the table ranks every plan; the emitted one is the best the trainer runs
   std::optional<json> best;
   int refused = 0;
-  for (const auto& p : json::parse(plans.out)["plans"]) {
+  const auto doc = json::parse(plans.out);  // named: a subobject of a temporary would dangle in the loop
+  for (const auto& p : doc["plans"]) {
     if (!io::trainer_runs(k, plan_of_config(p["config"]))) { ++refused; continue; }
     if (!best) best = p["config"];
   }
