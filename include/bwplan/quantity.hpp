@@ -68,13 +68,13 @@ namespace bwplan {
   return s;
 }
 
-/// Human-readable duration of `seconds` ≥ 0, e.g. "45 s", "3.2 h", "4.1 d".
-[[nodiscard]] inline std::string human_duration(double seconds) {
+/// Human-readable duration of `s` ≥ 0 seconds, e.g. "45 s", "3.2 h", "4.1 d".
+[[nodiscard]] inline std::string human_duration(double s) {
   char buf[64];
-  if (seconds < 120) std::snprintf(buf, sizeof buf, "%.0f s", seconds);
-  else if (seconds < 7200) std::snprintf(buf, sizeof buf, "%.1f min", seconds / 60);
-  else if (seconds < 3 * 86400) std::snprintf(buf, sizeof buf, "%.1f h", seconds / 3600);
-  else std::snprintf(buf, sizeof buf, "%.1f d", seconds / 86400);
+  if (s < 120) std::snprintf(buf, sizeof buf, "%.0f s", s);
+  else if (s < 7200) std::snprintf(buf, sizeof buf, "%.1f min", s / 60);
+  else if (s < 3 * 86400) std::snprintf(buf, sizeof buf, "%.1f h", s / 3600);
+  else std::snprintf(buf, sizeof buf, "%.1f d", s / 86400);
   return buf;
 }
 
