@@ -139,7 +139,7 @@ TEST_CASE("catalog: the A100s, L40S, A10G, H100 96 GB and H800 load with their s
   CHECK(h800.hbm_bandwidth.raw() == h100.hbm_bandwidth.raw());
 }
 
-TEST_CASE("catalog: every GPU has a power limit; GB300 has its own FP4 rate", "[catalog]") {
+TEST_CASE("catalog: every GPU has a power limit, GB300 has its own FP4 rate", "[catalog]") {
   const hardware_catalog cat = bundled();
   for (const auto& g : cat.gpus()) {
     INFO(g.id);
@@ -255,7 +255,7 @@ TEST_CASE("catalog: every number has a source key that docs/hardware.md resolves
     for (auto it = i.begin(); it != i.end(); ++it) CHECK(inst_fields.count(it.key()) == 1);
 }
 
-TEST_CASE("catalog: supports() follows the tensor cores (A100 bf16 only; L40S and H800 FP8; MX/NV FP4 on Blackwell)", "[catalog][precision]") {
+TEST_CASE("catalog: supports() follows the tensor cores (A100 bf16 only, L40S and H800 FP8, MX/NV FP4 on Blackwell)", "[catalog][precision]") {
   const hardware_catalog cat = bundled();
   using F = compute_format;
   CHECK(supported(cat.gpu("a100-40gb")) == std::vector<F>{F::bf16});

@@ -177,7 +177,7 @@ TEST_CASE("check: unknown keys, bad values and out-of-range numbers are unusable
   CHECK_THAT(r.out, Catch::Contains("a plan must be a JSON object, got array"));
 }
 
-TEST_CASE("check: several plans; exit 2 wins over 1, 1 over 0", "[check]") {
+TEST_CASE("check: several plans, exit 2 wins over 1, 1 over 0", "[check]") {
   const auto ok = examples() + "/llama-3.1-8b-p6-b200.json";
   const auto bad = examples() + "/llama-3.1-70b-one-h100.json";
   const auto broken = write_file("broken.json", "{");
@@ -389,7 +389,7 @@ TEST_CASE("check --format sarif is SARIF 2.1.0 with one result per finding", "[c
 
 // ---------------------------------------------------------------- plan files elsewhere in the CLI
 
-TEST_CASE("estimate --plan reads the plan; flags given as well override it", "[check][plan]") {
+TEST_CASE("estimate --plan reads the plan, flags given as well override it", "[check][plan]") {
   const auto plan = examples() + "/llama-3.1-8b-p6-b200.json";
   const auto a = run_cli({"estimate", "--plan", plan, "--format", "json"});
   REQUIRE(a.code == 0);
@@ -490,7 +490,7 @@ TEST_CASE("flags out of range are errors", "[cli]") {
   CHECK_THAT(run_cli({"estimate"}).err, Catch::Contains("MODEL: a model is required"));
 }
 
-TEST_CASE("docs/plan.schema.json names exactly the keys the reader accepts; the examples load", "[check][plan]") {
+TEST_CASE("docs/plan.schema.json names exactly the keys the reader accepts, the examples load", "[check][plan]") {
   const auto schema = io::read_json_file(fs::path(BWPLAN_SOURCE_DIR) / "docs" / "plan.schema.json");
   std::vector<std::string> keys, check_keys;
   for (auto it = schema["properties"].begin(); it != schema["properties"].end(); ++it) keys.push_back(it.key());

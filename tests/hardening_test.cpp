@@ -263,7 +263,7 @@ TEST_CASE("hardening: empty or zero values are errors, not silent defaults", "[h
   check_usage_error(run_cli({"--hardware", "", "hardware"}), "--hardware: must not be empty");
 }
 
-TEST_CASE("hardening: SageMaker tags under aws: are refused; invalid UTF-8 blames the flag that carries it", "[hardening]") {
+TEST_CASE("hardening: SageMaker tags under aws: are refused, invalid UTF-8 blames the flag that carries it", "[hardening]") {
   check_usage_error(run_cli({"sagemaker", "Llama-3.2-1B", "--tag", "aws:team=ml"}), "reserved by AWS");
   check_usage_error(run_cli({"sagemaker", "Llama-3.2-1B", "--tag", "AWS:x=y"}), "reserved by AWS");
   const auto r = run_cli({"sagemaker", "Llama-3.2-1B", "--output-s3", "s3://bucket/\xff\xfe"});

@@ -532,7 +532,7 @@ TEST_CASE("launch: a request edited by hand is checked again, with lines in the 
   }
 }
 
-TEST_CASE("launch: --source-dir writes the trainer, its contract and the plan; the trainer reads the job from there",
+TEST_CASE("launch: --source-dir writes the trainer, its contract and the plan, the trainer reads the job from there",
           "[contract][sagemaker][cli]") {
   const fs::path dir = out_dir("launch-sourcedir");
   fs::remove_all(dir / "src");

@@ -106,7 +106,7 @@ TEST_CASE("new user: recommend pins --mbs, --ac, --master and --precision", "[ne
   }
 }
 
-TEST_CASE("new user: ties are said to be ties; nvfp4 is not suggested where it cannot run", "[newuser]") {
+TEST_CASE("new user: ties are said to be ties, nvfp4 is not suggested where it cannot run", "[newuser]") {
   const auto r = run_cli({"recommend", "Llama-3.1-8B"});
   REQUIRE(r.code == 0);
   CHECK_THAT(r.out, !Catch::Contains("why: 0.0% more tokens/s"));

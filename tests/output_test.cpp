@@ -83,7 +83,7 @@ TEST_CASE("term: memory bars in ASCII, Unicode and colour", "[term]") {
   CHECK(memory_legend(v, {false, false}, "  ") == "  P parameters 2.00 GiB  O optimizer states 0.50 GiB\n");
 }
 
-TEST_CASE("term: Unicode and colour only on a terminal; --ascii and NO_COLOR turn them off", "[term]") {
+TEST_CASE("term: Unicode and colour only on a terminal, --ascii and NO_COLOR turn them off", "[term]") {
   std::ostringstream s;
   CHECK_FALSE(is_terminal(s));
   CHECK_FALSE(style_for(s, false).unicode);

@@ -270,7 +270,7 @@ TEST_CASE("precision table: names, rates, support and tiers", "[plan][precision]
   CHECK(formats_for_tier(numerics_tier::aggressive, b).back() == compute_format::nvfp4);
 }
 
-TEST_CASE("bf16_layers: one parser and one printer; NaN and huge counts refused", "[plan][precision]") {
+TEST_CASE("bf16_layers: one parser and one printer, NaN and huge counts refused", "[plan][precision]") {
   for (const char* s : {"none", "last:3", "first:2", "first:1,last:4", "0.15", "0.5", "1"}) {
     const auto b = parse_bf16_blocks(s);
     CHECK(to_string(b) == s);
@@ -332,7 +332,7 @@ TEST_CASE("plan file: plan_to_json reads back to the same plan", "[plan][io]") {
   CHECK(io::plan_to_json(back).dump(2) == text);
 }
 
-TEST_CASE("plan file: the schema-1 two-key checkpointing form reads as every-K; contradictions are errors", "[plan][io]") {
+TEST_CASE("plan file: the schema-1 two-key checkpointing form reads as every-K, contradictions are errors", "[plan][io]") {
   const auto d = io::parse_plan(R"({"model": "x", "activation_checkpointing": "full", "ac_every": 3})", "a.json");
   CHECK(d.value.training.ac == checkpointing::full(3));
   CHECK_THROWS_WITH(io::parse_plan(R"({"model": "x", "activation_checkpointing": "selective-op", "ac_every": 3})", "b.json"),

@@ -185,7 +185,7 @@ TEST_CASE("tensor and context parallel divide memory and add their communication
   CHECK_THROWS_AS(validate(bad), invalid_request);
 }
 
-TEST_CASE("estimate: --tokens gives time and cost from the instance price; --price-per-hour overrides", "[scaling][cli]") {
+TEST_CASE("estimate: --tokens gives time and cost from the instance price, --price-per-hour overrides", "[scaling][cli]") {
   auto run = [](std::vector<std::string> extra) {
     std::vector<std::string> a{"estimate", "Llama-3.1-8B", "--instance", "ml.p6-b200.48xlarge", "--nodes", "2", "--mbs", "1", "--seq",
                                "8192", "--tokens", "1T", "--format", "json"};
