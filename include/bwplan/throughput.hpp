@@ -25,15 +25,21 @@ struct throughput_calibration {
   double memory = 0.50;          ///< achieved fraction of HBM bandwidth in element-wise kernels
   double launch_s = 5e-6;        ///< seconds per kernel of fixed cost (launch and tail)
   double nvlink = 0.80;          ///< achieved fraction of per-direction NVLink bandwidth (NCCL bus bandwidth)
-  double efa = 0.65;             ///< achieved fraction of EFA bandwidth (487/750 GB/s on 2×p5, nccl-tests)
+  double efa = 0.72;             ///< achieved fraction of EFA bandwidth for large buffers (p5 all-reduce, 4–32 nodes, fitted with efa_half_message)
   double collective_latency_s = 20e-6;  ///< fixed cost per collective call
   double nvlink_step_s = 3.4e-6;   ///< NCCL ring step over NVLink (Simple protocol hardware latency, NCCL tuning model)
   double efa_step_s = 14e-6;       ///< NCCL ring step over the network (Simple protocol)
   double nvls_latency_s = 25e-6;   ///< NVLS (NVLink SHARP) all-reduce latency on NVLink (NCCL tuning model)
   double nvls_efficiency_hopper = 0.85;     ///< NCCL's NVLS efficiency factor, SM90
   double nvls_efficiency_blackwell = 0.74;  ///< NCCL's NVLS efficiency factor, SM100
-  double nvlink_half_message = 4.0 * 1048576;  ///< per-rank message bytes at which NVLink bus bandwidth is half its peak
-  double efa_half_message = 64.0 * 1048576;    ///< same across nodes (fitted to 2×p5 all-reduce: 16 MiB → 105, 128 MiB → 289, 16 GiB → 487 GB/s)
+  /// Whole-buffer bytes (the nccl-tests "size": the gathered output of an all-gather, the input of a
+  /// reduce-scatter, the buffer of an all-reduce) at which NVLink bus bandwidth is half its peak (32 MiB:
+  /// the former 4 MiB per rank at 8 ranks, so one 8-GPU node is unchanged).
+  double nvlink_half_message = 32.0 * 1048576;
+  /// Same across nodes: fitted with `efa` and the step latencies to the p5 all-reduce bus bandwidths of 2 to
+  /// 32 nodes at 32 MiB … 8 GiB (crazyguitar/aws-gpu-communication-benchmark data/nccl_all_reduce.csv,
+  /// ../shared/reference/scaleout.md §2.1; rms log error 0.16 over the 24 points of 4–32 nodes; the old per-rank model was 10–70× low there).
+  double efa_half_message = 96.0 * 1048576;
 };
 
 /// Kinds of collective.
@@ -59,7 +65,11 @@ struct comm_group {
 /// term is the bus-bandwidth factor ((n−1)/n, 2(n−1)/n for all-reduce) times `size` over the slower of
 /// NVLink (per-direction, × `nvlink`) and, across nodes, the node's EFA (× `efa`) shared by the communicators of
 /// that node, where a hierarchical ring moves (N−1)/N of the buffer through each node's NICs (N nodes). Each
-/// link's bandwidth is scaled by the message-size efficiency m / (m + m½) of the per-rank message m. Ring
+/// link's bandwidth is scaled by the size efficiency S / (S + S½) of the **whole buffer** S, as nccl-tests
+/// plots bus bandwidth against its total "size" (NT doc/PERFORMANCE.md) and NCCL's tuner costs a collective
+/// as `lat·steps + nBytes/bw` with nBytes the total buffer (NCCL src/graph/tuning.cc, src/enqueue.cc;
+/// ../shared/reference/scaleout.md §1.1, §1.7). The per-rank message S/n does not set the efficiency: NCCL
+/// pipelines each ring step in chunks, and what the rank count adds is latency, counted by steps below. Ring
 /// latency: `collective_latency_s` + steps × per-step latency (n−1 steps, 2(n−1) for all-reduce, of which
 /// 2(N−1) cross the network). Within one node an all-reduce may use NVLS (in-switch reduction: bus bandwidth
 /// doubled × 0.85 Hopper / 0.74 Blackwell, 25 µs; Hopper and Blackwell NVLink nodes only) or, across nodes, a
@@ -73,11 +83,10 @@ struct comm_group {
   const int N = inst ? g.nodes() : 1;
   const bool ar = kind == collective_kind::all_reduce;
   const double factor = (ar ? 2.0 : 1.0) * (n - 1) / n;
-  const double msg = S / n;
-  const double nvl = gpu.nvlink_per_direction.raw() * k.nvlink * msg / (msg + k.nvlink_half_message);
+  const double nvl = gpu.nvlink_per_direction.raw() * k.nvlink * S / (S + k.nvlink_half_message);
   double t_bw = factor * S / nvl;
   if (N > 1 && inst != nullptr) {
-    const double efa = inst->efa_per_node.raw() * k.efa / std::max(1, g.groups_per_node) * msg / (msg + k.efa_half_message);
+    const double efa = inst->efa_per_node.raw() * k.efa / std::max(1, g.groups_per_node) * S / (S + k.efa_half_message);
     const double node_bytes = (ar ? 2.0 : 1.0) * (N - 1) / N * S;
     t_bw = std::max(t_bw, node_bytes / efa);
   }
