@@ -223,6 +223,8 @@ struct throughput_shape {
   double peak = 0;   ///< bf16 dense peak (FLOP/s)
   double peak_lp = 0;  ///< dense peak of the compute format (FLOP/s; the bf16 peak when the catalog has none)
   double hbm = 0;    ///< achieved HBM bandwidth (byte/s): datasheet × calibration `memory`
+  double clock = 1;  ///< tensor-core rate sustained at the power limit over the rated one (gpu_spec::compute_clock_fraction)
+  double attention_speedup = 1;  ///< gpu_spec::attention_speedup (Blackwell Ultra's doubled softmax exponentials)
   double recompute_passes = 0;  ///< blocks whose element-wise kernels run again: nck, or L/2 under selective checkpointing
   bool fsdp = false; ///< any FSDP mode
   bool amp = false;  ///< autocast over fp32 weights (fp32 residual stream)
@@ -262,6 +264,8 @@ struct throughput_shape {
   r.format = traits(c.format, gpu);
   r.peak_lp = gpu.peak(r.format.rate_key).value_or(flop_rate::base(r.peak)).raw();
   r.hbm = gpu.hbm_bandwidth.raw() * k.memory;
+  r.clock = gpu.compute_clock_fraction();
+  r.attention_speedup = gpu.attention_speedup;
   r.recompute_passes =
       (c.ac.mode == ac_mode::selective_op || c.ac.mode == ac_mode::selective_attn) ? 0.5 * r.L : r.nck;
   r.gpn = std::max(1, std::min(c.gpus_per_node, c.world_size));
@@ -291,7 +295,8 @@ struct gemm_terms {
 /// the format's GEMMs are outside the save list), at `peak · gemm_max · h/(h + h½)`. A low-precision format runs
 /// at its own peak, with the half-efficiency width grown by √(peak ratio) (docs/precision.md#speed) and its
 /// `relative_gemm_efficiency`. Sources: Narayanan et al. 2021 (arXiv:2104.04473) for the FLOP count; the
-/// efficiency curve fitted on `h200-calibration.jsonl` (790/989 TFLOP/s on an 8192³ bf16 matmul).
+/// efficiency curve fitted on `h200-calibration.jsonl` (790/989 TFLOP/s on an 8192³ bf16 matmul). Every rate is
+/// scaled by the power limit's clock fraction (`clock`, gpu_spec::compute_clock_fraction).
 [[nodiscard]] inline gemm_terms gemm_time(const throughput_shape& s, const training_config& c,
                                           const throughput_calibration& k) noexcept {
   const double T = s.T, h = s.h, L = s.L, nq = s.nq, peak = s.peak, peak_lp = s.peak_lp;
@@ -304,8 +309,8 @@ struct gemm_terms {
   // width grows with the format's peak ratio to bf16 (as its square root: reconciles the size dependence with
   // the published end-to-end speed-ups, docs/precision.md#speed).
   const double ratio = peak > 0 ? peak_lp / peak : 1;
-  const double lp_rate = peak_lp * (k.gemm_max * h / (h + k.gemm_half_width * std::sqrt(ratio))) * ft.relative_gemm_efficiency;
-  const double hp_rate = peak * gemm_eff;
+  const double lp_rate = s.clock * peak_lp * (k.gemm_max * h / (h + k.gemm_half_width * std::sqrt(ratio))) * ft.relative_gemm_efficiency;
+  const double hp_rate = s.clock * peak * gemm_eff;
   // recomputed GEMM FLOPs per block (forward only): full checkpointing recomputes the block; per-op SAC the
   // matmuls it does not save (k, o, up for bf16; all of them when the format's GEMMs are not saved)
   const double sac_hp = 2 * T * (h * s.kv + s.q * h + h * s.f);
@@ -321,7 +326,7 @@ struct gemm_terms {
   r.low_rate = flop_rate::base(lp_rate);
   r.high_precision = seconds::base((3 * (L - nq) * block_gemm + recompute_hp) / hp_rate);
   r.low_precision = seconds::base((3 * nq * block_gemm + recompute_lp) / lp_rate);
-  r.lm_head = seconds::base(3 * head_gemm / (peak * k.gemm_max));
+  r.lm_head = seconds::base(3 * head_gemm / (s.clock * peak * k.gemm_max));
   return r;
 }
 
@@ -335,7 +340,8 @@ struct attention_terms {
 /// Attention (FlashAttention/SDPA, causal): `2·2·b·s²·q/2` forward per block (QKᵀ and PV at half; context
 /// parallel load-balanced), backward 2.5× forward (FlashAttention-2 paper, Dao 2023), recompute for checkpointed
 /// blocks (Megatron selective recompute: every block's core attention, Korthikanti et al. 2022), at the
-/// calibrated fraction `attention` of the bf16 peak.
+/// calibrated fraction `attention` of the bf16 peak, times the power limit's clock fraction and the GPU's
+/// `attention_speedup` (Blackwell Ultra).
 [[nodiscard]] inline attention_terms attention_time(const throughput_shape& s, const training_config& c,
                                                     const throughput_calibration& k) noexcept {
   const double attn_fwd = 2 * s.b * s.s * s.s * s.q / (static_cast<double>(c.tp) * c.cp);  // causal: QK^T + PV at half; load-balanced CP
@@ -344,7 +350,7 @@ struct attention_terms {
   attention_terms r;
   r.forward = flops::base(attn_fwd);
   r.recompute = flops::base(recompute_attn);
-  r.time = seconds::base((s.L * attn_fwd * 3.5 + recompute_attn) / (s.peak * k.attention));
+  r.time = seconds::base((s.L * attn_fwd * 3.5 + recompute_attn) / (s.clock * s.attention_speedup * s.peak * k.attention));
   return r;
 }
 
