@@ -41,6 +41,14 @@ hardware_catalog context::catalog() const {
     spdlog::debug("merging hardware file {}", f);
     io::load_catalog(cat, f);
   }
+  if (power_limit_w > 0) {  // --power-limit: the board limit the GPUs run at (gpu_spec::compute_clock_fraction)
+    std::vector<gpu_spec> capped = cat.gpus();
+    for (auto& g : capped) {
+      if (g.rated_power_w <= 0) g.rated_power_w = g.power_limit_w;
+      g.power_limit_w = power_limit_w;
+      cat.put(std::move(g));
+    }
+  }
   return cat;
 }
 
@@ -127,6 +135,9 @@ int run_command(const std::vector<std::string>& args, std::ostream& out, std::os
   app.add_option("--configs", ctx.config_dir, "directory with the bundled data (hardware/, models/)")->check(non_empty());
   app.add_option("--hardware", ctx.hardware_files, "extra hardware catalog JSON merged over the bundled one (repeatable)")
       ->check(non_empty());
+  app.add_option("--power-limit", ctx.power_limit_w,
+                 "GPU board power limit in W (nvidia-smi -pl): GEMM and attention rates scale by limit / rated power")
+      ->check(CLI::Range(50.0, 5000.0));
   app.require_subcommand(0, 1);  // none: the help (no arguments) or "a command is required"
   std::vector<std::pair<CLI::App*, runner>> cmds;
   auto add = [&](const char* name, runner r) { cmds.emplace_back(app.get_subcommand(name), std::move(r)); };

@@ -31,10 +31,11 @@ struct context {
   std::ostream& err;
   std::string config_dir;                   ///< --configs DIR (empty: BWPLAN_CONFIG_DIR or the built-in path)
   std::vector<std::string> hardware_files;  ///< --hardware FILE, merged over the bundled catalog
+  double power_limit_w = 0;                 ///< --power-limit W: every GPU's power limit (0: the catalog's)
 
   /// The directory holding configs/ data.
   [[nodiscard]] std::filesystem::path configs() const;
-  /// Bundled catalog plus the user's --hardware files. Throws config_error.
+  /// Bundled catalog plus the user's --hardware files, every GPU capped at --power-limit when given. Throws config_error.
   [[nodiscard]] hardware_catalog catalog() const;
   /// A model from a config.json path or a preset name in configs/models. Throws config_error/invalid_request.
   [[nodiscard]] model_spec model(const std::string& arg) const;

@@ -80,6 +80,43 @@ TEST_CASE("terms: the hand-derived model matches count_parameters", "[terms]") {
   CHECK(static_cast<double>(pc.embedding) == emb);
 }
 
+// Issue 13: under FSDP × TP each block's backward adds a gradient shard of w·P_block/(tp·N): every tp rank
+// reduce-scatters its own 1/tp slice over the N = world/tp shard group. Llama-2-13B on 8 GPUs (h 5120, L 40,
+// a 40, F 13824, V 32000): 40 blocks of 314,583,040 parameters, 4·40·314,583,040/8 = 6.29e9 bytes = 5.86 GiB of
+// fp32 block gradients at the end of backward whatever tp is (before the fix: 0.3 / 11.7 / 23.1 / 46.1 GiB of
+// gradients at the peak for tp 1 / 2 / 4 / 8).
+TEST_CASE("terms: FSDP block gradients under tensor parallelism do not grow with tp", "[terms][memory]") {
+  model_spec m;
+  m.name = "llama-2-13b";
+  m.family = "llama";
+  m.hidden = 5120;
+  m.layers = 40;
+  m.heads = 40;
+  m.kv_heads = 40;
+  m.head_dim = 128;
+  m.intermediate = 13824;
+  m.vocab = 32000;
+  m.max_context = 4096;
+  const double Pb13 = 4.0 * 5120 * 5120 + 3.0 * 5120 * 13824 + 2 * 5120;  // 314,583,040
+  for (int tp : {1, 2, 4, 8}) {
+    training_config c;
+    c.world_size = 8;
+    c.gpus_per_node = 8;
+    c.shard = sharding::full;
+    c.tp = tp;
+    c.micro_batch = 1;
+    c.seq_len = 4096;
+    c.ac = checkpointing::full();
+    const auto ms = terms::model_state_bytes(terms::memory_shape_of(m, c, h100()));
+    INFO("tp " << tp);
+    CHECK(ms.block_gradient.raw() == Approx(4 * Pb13 / 8));
+    CHECK(40 * ms.block_gradient.raw() / gib.raw() == Approx(5.86).epsilon(0.01));
+    // the composed peak holds at most every block's shard and the root's bf16 head gradient (0.3 GiB at tp 1)
+    const auto e = estimate_memory(m, c, h100());
+    CHECK(e.at_peak.gradients.in(gib) < 7.0);
+  }
+}
+
 TEST_CASE("terms: model states of a 1B model, fp32 master vs bf16, unsharded and sharded over 8", "[terms][memory]") {
   const model_spec m = llama_1b();
   const gpu_spec g = h100();

@@ -29,6 +29,14 @@ struct gpu_spec {
   byte_rate nvlink_per_direction;
   std::string interconnect = "nvlink";  ///< GPU-to-GPU link within a node: "nvlink" or "pcie"
   double power_limit_w = 0;         ///< default board power limit (TDP) in W; 0 when the catalog entry has none
+  /// Board power at which `dense_flops` are rated, W (the datasheet TDP); 0: `power_limit_w`. Differs where a
+  /// GPU runs below its TDP by default (torchtitan's H100 96 GB hosts: 500 W of 700 W).
+  double rated_power_w = 0;
+  /// Attention-kernel speed over a GPU of the same tensor-core rate without it (1 = none). Blackwell Ultra
+  /// (B300, GB300) doubles the SFU exponential (MUFU.EX2) throughput that bounds softmax between the two
+  /// attention GEMMs; NVIDIA measures about 35 % more attention forward throughput than on GB200 (NVIDIA
+  /// Technical Blog, "Making Softmax More Efficient with NVIDIA Blackwell Ultra"; docs/hardware.md NV-SOFTMAX).
+  double attention_speedup = 1.0;
   std::map<std::string, flop_rate, std::less<>> dense_flops;  ///< dense tensor-core rate per format ("bf16", "fp8", "fp4")
 
   /// Dense rate for `format`, or nullopt if the GPU has no tensor-core support for it.
@@ -39,6 +47,20 @@ struct gpu_spec {
   }
   /// Bytes a CUDA process can allocate: hbm_total − driver_reserved.
   [[nodiscard]] bytes cuda_capacity() const noexcept { return hbm_total - driver_reserved; }
+  /// Fraction of the rated tensor-core rate (`dense_flops`) sustained at `power_limit_w`:
+  /// min(1, power_limit_w / rated_power_w), 1 when either is unknown.
+  ///
+  /// Dense GEMMs are the most power-hungry work a GPU does, so the power limit, not the boost clock, sets their
+  /// sustained clock; dynamic power is α·C·V²·f and, with the voltage at its floor below the rated point, falls
+  /// in proportion to the clock. Measured: a GB300 capped at 500 W of its 1,400 W runs cuBLAS GEMMs at about
+  /// 617 TFLOP/s against 1,600–2,174 at 1,400 W (ratio 0.28–0.39 for a power ratio of 0.36;
+  /// facebookexperimental/triton PR 2023, ../shared/reference/scaleout.md §6). Memory-bound kernels are not
+  /// scaled (the HBM clock is not lowered by the cap). @sa docs/hardware.md#power
+  [[nodiscard]] double compute_clock_fraction() const noexcept {
+    const double rated = rated_power_w > 0 ? rated_power_w : power_limit_w;
+    if (power_limit_w <= 0 || rated <= 0) return 1.0;
+    return std::min(1.0, power_limit_w / rated);
+  }
   /// Whether the GPUs of a node talk over NVLink (false: over PCIe).
   [[nodiscard]] bool has_nvlink() const noexcept { return interconnect == "nvlink"; }
   /// GPU-to-GPU bandwidth within a node, per direction (NVLink or PCIe, see `interconnect`).

@@ -114,7 +114,7 @@ struct block_layout {
 struct memory_shape {
   double P = 0;            ///< parameters stored per GPU before data-parallel sharding (÷ tp; experts ÷ ep without FSDP)
   double Pb = 0;           ///< parameters of one block (÷ tp, experts ÷ ep)
-  double block_full = 0;   ///< parameters of one block, experts and tp undivided (the FSDP gradient of one block)
+  double block_full = 0;   ///< parameters of one block ÷ tp, experts undivided (the FSDP gradient of one block before ÷ N)
   double lin = 0;          ///< linear-layer weights of one block (÷ tp)
   double head_w = 0;       ///< LM head matrix V·h (÷ tp)
   double root_params = 0;  ///< embedding + LM head + final norm (÷ tp): the FSDP2 root module
@@ -159,7 +159,7 @@ struct memory_shape {
   const double tpd = c.tp;
   s.P = static_cast<double>(s.fsdp ? pc_full.total() : pc.total()) / tpd;
   s.Pb = static_cast<double>(pc.block()) / tpd;
-  s.block_full = static_cast<double>(pc_full.block());
+  s.block_full = static_cast<double>(pc_full.block()) / tpd;  // each tp rank reduce-scatters its own 1/tp slice
   s.lin = static_cast<double>(pc.block_linear) / tpd;
   s.head_w = static_cast<double>(m.vocab * m.hidden) / tpd;
   s.root_params = static_cast<double>(pc.embedding + pc.lm_head + pc.final_norm) / tpd;
@@ -195,7 +195,7 @@ struct model_states {
 ///
 /// `w·P/N` parameters, `2·w·P/N` AdamW states, `w·P/N` gradients (w = 4 with fp32 master weights, 2 for pure
 /// bf16; N = shard size). Gradients are kept between micro-batches when accumulating. During backward each
-/// block adds its gradient: under FSDP2 the reduce-scattered shard `w·P_block/N` (experts and tp undivided),
+/// block adds its gradient: under FSDP2 the reduce-scattered shard `w·P_block/(tp·N)` (experts undivided),
 /// without sharding `w·P_block`; the LM head's gradient appears first (FSDP2: the bf16 unsharded gradient of the
 /// root, reduce-scattered at the end of backward). Sources: PyTorch `torch.optim.AdamW` (two states per
 /// parameter, `set_to_none`), FSDP2 `fully_shard` docs (sharded parameters, gradients and states;

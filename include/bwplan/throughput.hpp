@@ -25,15 +25,21 @@ struct throughput_calibration {
   double memory = 0.50;          ///< achieved fraction of HBM bandwidth in element-wise kernels
   double launch_s = 5e-6;        ///< seconds per kernel of fixed cost (launch and tail)
   double nvlink = 0.80;          ///< achieved fraction of per-direction NVLink bandwidth (NCCL bus bandwidth)
-  double efa = 0.65;             ///< achieved fraction of EFA bandwidth (487/750 GB/s on 2×p5, nccl-tests)
+  double efa = 0.72;             ///< achieved fraction of EFA bandwidth for large buffers (p5 all-reduce, 4–32 nodes, fitted with efa_half_message)
   double collective_latency_s = 20e-6;  ///< fixed cost per collective call
   double nvlink_step_s = 3.4e-6;   ///< NCCL ring step over NVLink (Simple protocol hardware latency, NCCL tuning model)
   double efa_step_s = 14e-6;       ///< NCCL ring step over the network (Simple protocol)
   double nvls_latency_s = 25e-6;   ///< NVLS (NVLink SHARP) all-reduce latency on NVLink (NCCL tuning model)
   double nvls_efficiency_hopper = 0.85;     ///< NCCL's NVLS efficiency factor, SM90
   double nvls_efficiency_blackwell = 0.74;  ///< NCCL's NVLS efficiency factor, SM100
-  double nvlink_half_message = 4.0 * 1048576;  ///< per-rank message bytes at which NVLink bus bandwidth is half its peak
-  double efa_half_message = 64.0 * 1048576;    ///< same across nodes (fitted to 2×p5 all-reduce: 16 MiB → 105, 128 MiB → 289, 16 GiB → 487 GB/s)
+  /// Whole-buffer bytes (the nccl-tests "size": the gathered output of an all-gather, the input of a
+  /// reduce-scatter, the buffer of an all-reduce) at which NVLink bus bandwidth is half its peak (32 MiB:
+  /// the former 4 MiB per rank at 8 ranks, so one 8-GPU node is unchanged).
+  double nvlink_half_message = 32.0 * 1048576;
+  /// Same across nodes: fitted with `efa` and the step latencies to the p5 all-reduce bus bandwidths of 2 to
+  /// 32 nodes at 32 MiB … 8 GiB (crazyguitar/aws-gpu-communication-benchmark data/nccl_all_reduce.csv,
+  /// ../shared/reference/scaleout.md §2.1; rms log error 0.16 over the 24 points of 4–32 nodes; the old per-rank model was 10–70× low there).
+  double efa_half_message = 96.0 * 1048576;
 };
 
 /// Kinds of collective.
@@ -59,7 +65,11 @@ struct comm_group {
 /// term is the bus-bandwidth factor ((n−1)/n, 2(n−1)/n for all-reduce) times `size` over the slower of
 /// NVLink (per-direction, × `nvlink`) and, across nodes, the node's EFA (× `efa`) shared by the communicators of
 /// that node, where a hierarchical ring moves (N−1)/N of the buffer through each node's NICs (N nodes). Each
-/// link's bandwidth is scaled by the message-size efficiency m / (m + m½) of the per-rank message m. Ring
+/// link's bandwidth is scaled by the size efficiency S / (S + S½) of the **whole buffer** S, as nccl-tests
+/// plots bus bandwidth against its total "size" (NT doc/PERFORMANCE.md) and NCCL's tuner costs a collective
+/// as `lat·steps + nBytes/bw` with nBytes the total buffer (NCCL src/graph/tuning.cc, src/enqueue.cc;
+/// ../shared/reference/scaleout.md §1.1, §1.7). The per-rank message S/n does not set the efficiency: NCCL
+/// pipelines each ring step in chunks, and what the rank count adds is latency, counted by steps below. Ring
 /// latency: `collective_latency_s` + steps × per-step latency (n−1 steps, 2(n−1) for all-reduce, of which
 /// 2(N−1) cross the network). Within one node an all-reduce may use NVLS (in-switch reduction: bus bandwidth
 /// doubled × 0.85 Hopper / 0.74 Blackwell, 25 µs; Hopper and Blackwell NVLink nodes only) or, across nodes, a
@@ -73,11 +83,10 @@ struct comm_group {
   const int N = inst ? g.nodes() : 1;
   const bool ar = kind == collective_kind::all_reduce;
   const double factor = (ar ? 2.0 : 1.0) * (n - 1) / n;
-  const double msg = S / n;
-  const double nvl = gpu.nvlink_per_direction.raw() * k.nvlink * msg / (msg + k.nvlink_half_message);
+  const double nvl = gpu.nvlink_per_direction.raw() * k.nvlink * S / (S + k.nvlink_half_message);
   double t_bw = factor * S / nvl;
   if (N > 1 && inst != nullptr) {
-    const double efa = inst->efa_per_node.raw() * k.efa / std::max(1, g.groups_per_node) * msg / (msg + k.efa_half_message);
+    const double efa = inst->efa_per_node.raw() * k.efa / std::max(1, g.groups_per_node) * S / (S + k.efa_half_message);
     const double node_bytes = (ar ? 2.0 : 1.0) * (N - 1) / N * S;
     t_bw = std::max(t_bw, node_bytes / efa);
   }
@@ -214,6 +223,8 @@ struct throughput_shape {
   double peak = 0;   ///< bf16 dense peak (FLOP/s)
   double peak_lp = 0;  ///< dense peak of the compute format (FLOP/s; the bf16 peak when the catalog has none)
   double hbm = 0;    ///< achieved HBM bandwidth (byte/s): datasheet × calibration `memory`
+  double clock = 1;  ///< tensor-core rate sustained at the power limit over the rated one (gpu_spec::compute_clock_fraction)
+  double attention_speedup = 1;  ///< gpu_spec::attention_speedup (Blackwell Ultra's doubled softmax exponentials)
   double recompute_passes = 0;  ///< blocks whose element-wise kernels run again: nck, or L/2 under selective checkpointing
   bool fsdp = false; ///< any FSDP mode
   bool amp = false;  ///< autocast over fp32 weights (fp32 residual stream)
@@ -253,6 +264,8 @@ struct throughput_shape {
   r.format = traits(c.format, gpu);
   r.peak_lp = gpu.peak(r.format.rate_key).value_or(flop_rate::base(r.peak)).raw();
   r.hbm = gpu.hbm_bandwidth.raw() * k.memory;
+  r.clock = gpu.compute_clock_fraction();
+  r.attention_speedup = gpu.attention_speedup;
   r.recompute_passes =
       (c.ac.mode == ac_mode::selective_op || c.ac.mode == ac_mode::selective_attn) ? 0.5 * r.L : r.nck;
   r.gpn = std::max(1, std::min(c.gpus_per_node, c.world_size));
@@ -282,7 +295,8 @@ struct gemm_terms {
 /// the format's GEMMs are outside the save list), at `peak · gemm_max · h/(h + h½)`. A low-precision format runs
 /// at its own peak, with the half-efficiency width grown by √(peak ratio) (docs/precision.md#speed) and its
 /// `relative_gemm_efficiency`. Sources: Narayanan et al. 2021 (arXiv:2104.04473) for the FLOP count; the
-/// efficiency curve fitted on `h200-calibration.jsonl` (790/989 TFLOP/s on an 8192³ bf16 matmul).
+/// efficiency curve fitted on `h200-calibration.jsonl` (790/989 TFLOP/s on an 8192³ bf16 matmul). Every rate is
+/// scaled by the power limit's clock fraction (`clock`, gpu_spec::compute_clock_fraction).
 [[nodiscard]] inline gemm_terms gemm_time(const throughput_shape& s, const training_config& c,
                                           const throughput_calibration& k) noexcept {
   const double T = s.T, h = s.h, L = s.L, nq = s.nq, peak = s.peak, peak_lp = s.peak_lp;
@@ -295,8 +309,8 @@ struct gemm_terms {
   // width grows with the format's peak ratio to bf16 (as its square root: reconciles the size dependence with
   // the published end-to-end speed-ups, docs/precision.md#speed).
   const double ratio = peak > 0 ? peak_lp / peak : 1;
-  const double lp_rate = peak_lp * (k.gemm_max * h / (h + k.gemm_half_width * std::sqrt(ratio))) * ft.relative_gemm_efficiency;
-  const double hp_rate = peak * gemm_eff;
+  const double lp_rate = s.clock * peak_lp * (k.gemm_max * h / (h + k.gemm_half_width * std::sqrt(ratio))) * ft.relative_gemm_efficiency;
+  const double hp_rate = s.clock * peak * gemm_eff;
   // recomputed GEMM FLOPs per block (forward only): full checkpointing recomputes the block; per-op SAC the
   // matmuls it does not save (k, o, up for bf16; all of them when the format's GEMMs are not saved)
   const double sac_hp = 2 * T * (h * s.kv + s.q * h + h * s.f);
@@ -312,7 +326,7 @@ struct gemm_terms {
   r.low_rate = flop_rate::base(lp_rate);
   r.high_precision = seconds::base((3 * (L - nq) * block_gemm + recompute_hp) / hp_rate);
   r.low_precision = seconds::base((3 * nq * block_gemm + recompute_lp) / lp_rate);
-  r.lm_head = seconds::base(3 * head_gemm / (peak * k.gemm_max));
+  r.lm_head = seconds::base(3 * head_gemm / (s.clock * peak * k.gemm_max));
   return r;
 }
 
@@ -326,7 +340,8 @@ struct attention_terms {
 /// Attention (FlashAttention/SDPA, causal): `2·2·b·s²·q/2` forward per block (QKᵀ and PV at half; context
 /// parallel load-balanced), backward 2.5× forward (FlashAttention-2 paper, Dao 2023), recompute for checkpointed
 /// blocks (Megatron selective recompute: every block's core attention, Korthikanti et al. 2022), at the
-/// calibrated fraction `attention` of the bf16 peak.
+/// calibrated fraction `attention` of the bf16 peak, times the power limit's clock fraction and the GPU's
+/// `attention_speedup` (Blackwell Ultra).
 [[nodiscard]] inline attention_terms attention_time(const throughput_shape& s, const training_config& c,
                                                     const throughput_calibration& k) noexcept {
   const double attn_fwd = 2 * s.b * s.s * s.s * s.q / (static_cast<double>(c.tp) * c.cp);  // causal: QK^T + PV at half; load-balanced CP
@@ -335,7 +350,7 @@ struct attention_terms {
   attention_terms r;
   r.forward = flops::base(attn_fwd);
   r.recompute = flops::base(recompute_attn);
-  r.time = seconds::base((s.L * attn_fwd * 3.5 + recompute_attn) / (s.peak * k.attention));
+  r.time = seconds::base((s.L * attn_fwd * 3.5 + recompute_attn) / (s.clock * s.attention_speedup * s.peak * k.attention));
   return r;
 }
 
