@@ -42,7 +42,7 @@ TEST_CASE("validation: H200 ground truth within the core issue's bounds", "[vali
   const auto gt = test::shared_dir() / "groundtruth";
   std::ifstream in(gt / "h200-calibration.jsonl");
   if (!in) FAIL("cannot read " << (gt / "h200-calibration.jsonl").string());
-  std::vector<double> mem_err, tps_err;
+  std::vector<double> mem_err, tps_err, res_err;
   int rows = 0, oom_rows = 0;
   std::string line;
   while (std::getline(in, line)) {
@@ -68,6 +68,9 @@ TEST_CASE("validation: H200 ground truth within the core issue's bounds", "[vali
     const double est = out.at("memory").at("peak_allocated_bytes").get<double>();
     const double meas = r.at("peak_allocated").get<double>();
     mem_err.push_back(std::abs(est / meas - 1));
+    const double res_est = out.at("memory").at("peak_reserved_bytes").get<double>();
+    res_err.push_back(std::abs(res_est / r.at("peak_reserved").get<double>() - 1));
+    CHECK(res_err.back() <= 0.06);  // issue 15, must-show 1: caching-allocator replay
     const double tps = out.at("throughput").at("tokens_per_s").get<double>();
     tps_err.push_back(std::abs(tps / r.at("tokens_per_s").get<double>() - 1));
     CHECK(std::abs(est / meas - 1) <= 0.10);
@@ -77,9 +80,13 @@ TEST_CASE("validation: H200 ground truth within the core issue's bounds", "[vali
   REQUIRE(mem_err.size() == 27);
   const double med = median(mem_err), mx = *std::max_element(mem_err.begin(), mem_err.end());
   const double tmed = median(tps_err);
-  INFO("peak allocated: median " << med << ", max " << mx << "; tokens/s median " << tmed);
+  const double rmed = median(res_err), rmx = *std::max_element(res_err.begin(), res_err.end());
+  INFO("peak allocated: median " << med << ", max " << mx << "; peak reserved: median " << rmed << ", max " << rmx
+                                 << "; tokens/s median " << tmed);
   CHECK(med <= 0.05);
   CHECK(mx <= 0.10);
+  CHECK(rmed <= 0.02);  // issue 15, must-show 1
+  CHECK(rmx <= 0.06);
   CHECK(tmed <= 0.15);
 }
 

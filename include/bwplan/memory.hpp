@@ -5,6 +5,7 @@
 // The memory model: named terms (bwplan::terms), each a function with its source, and the liveness walk
 // (compose_memory) that adds them up at the moments each is alive. @sa docs/methodology.md#memory
 
+#include <bwplan/allocator.hpp>
 #include <bwplan/hardware.hpp>
 #include <bwplan/model.hpp>
 #include <bwplan/moe.hpp>
@@ -26,7 +27,12 @@ struct runtime_overheads {
   bytes cuda_context = bytes::base(648'871'936);    ///< CUDA context + kernels, outside the caching allocator
   bytes nccl = bytes::base(585'105'408);            ///< NCCL communicator buffers (process group initialised)
   bytes cublas_workspace = bytes::base(69'206'016); ///< cuBLAS/cuBLASLt workspaces + small tensors, inside the allocator (66 MiB)
-  double fragmentation = 0.03;                      ///< caching-allocator slack as a share of activation churn
+  double fragmentation = 0.03;                      ///< caching-allocator slack as a share of activation churn (when not replayed)
+  /// When to replay the step's allocation sequence through the caching allocator (terms::allocator_replay):
+  /// always (estimate), only when the cheap bound is within `replay_band` of capacity (the search), or never.
+  enum class replay_policy { always, near_fit_line, never } replay = replay_policy::always;
+  double replay_band = 0.15;  ///< near_fit_line: replay when |device peak / capacity − 1| ≤ this share
+  alloc::allocator_settings allocator;  ///< `PYTORCH_CUDA_ALLOC_CONF` of the run (budget is set per estimate)
 };
 
 /// Where the bytes held at one moment of a step go. Every field is per GPU, after sharding.
@@ -72,6 +78,7 @@ struct memory_estimate {
   bytes non_pytorch;              ///< CUDA context and NCCL, outside the allocator
   bytes capacity;                 ///< bytes CUDA can use on the GPU (nvidia-smi total − driver reserve)
   bool fits = false;              ///< peak_reserved + non_pytorch ≤ capacity
+  bool replayed = false;          ///< peak_reserved and fits come from the caching-allocator replay (else the cheap bound)
 
   /// Device bytes in use at the peak: reserved + context + NCCL.
   [[nodiscard]] constexpr bytes device_peak() const noexcept { return peak_reserved + non_pytorch; }
@@ -229,6 +236,8 @@ struct activation_inventory {
 /// is fp32 and each linear saves its own bf16 cast of its input (3 for Q/K/V, 2 for gate/up). With a
 /// low-precision format `t` (`quantized`), linear layers save their inputs in `t.saved_input_bytes` per
 /// element instead of bf16 (Q/K/V input, attention output into O, gate/up input, SwiGLU product into down).
+/// A q/k norm (Qwen3) saves its input's fp32 copy and its bf16 normalized tensor, 6 B per element of q and k
+/// (Hugging Face `Qwen3RMSNorm.forward`, `Qwen3Attention.forward`; /work/shared/reference/stacks.md §1).
 ///
 /// Sources: PyTorch autograd saved-tensor semantics (what each op's backward keeps), Korthikanti et al. 2022
 /// (arXiv:2205.05198) for the per-block inventory, adapted to RMSNorm, SwiGLU, GQA, FlashAttention/SDPA (no s²
@@ -246,7 +255,10 @@ struct activation_inventory {
   double norms = amp ? 2 * (4 * h) + (3 + 2) * 2 * h  // fp32 inputs + per-linear bf16 casts
                      : 2 * (2 * h + 2 * h);
   double attn = 2 * q + 2 * 2 * kv + 2 * q + 4 * a;  // q, k, v after RoPE, output, fp32 log-sum-exp
-  if (m.qk_norm) attn += 2 * q + 2 * kv;             // pre-norm q and k
+  // q/k RMSNorm (Qwen3): the fp32 copy of its input (pow and mul share it) and the bf16 normalized tensor the
+  // weight multiplies; under autocast its fp32 weight promotes the return to fp32, so RoPE runs in fp32 and
+  // saves only cos/sin, and SDPA saves its own bf16 casts of q and k (counted above). Same bytes in pure bf16.
+  if (m.qk_norm) attn += (4 + 2) * (q + kv);
   double mlp = m.gated_mlp ? 4 * 2 * f : 2 * 2 * f;  // gate, act(gate), up, product (bf16)
   if (quantized) {
     const double s = t.saved_input_bytes;
@@ -500,6 +512,68 @@ struct allocator_overheads {
   return std::max(0.0, pool);
 }
 
+/// The caching-allocator replay of one configuration: the step trace's shape (alloc::step_shape) when the
+/// configuration is one the trace describes, the allocator settings and the policy.
+struct allocator_replay {
+  bool replayable = false;  ///< one GPU (unsharded, or FSDP2 full sharding with fp32 master), tp = cp = 1, one
+                            ///< micro-batch, bf16 GEMMs, standard loss, no or whole-block checkpointing, a dense
+                            ///< Llama-layout model (see replayable())
+  runtime_overheads::replay_policy policy = runtime_overheads::replay_policy::always;
+  double band = 0.15;
+  alloc::allocator_settings settings;
+  alloc::step_shape shape;
+};
+
+/// Whether the step trace (alloc::replay_step_trace) describes configuration `c` of `m`: the eager decoder of
+/// `measure.py` / the reference trainer on one GPU. Other configurations keep the cheap bound
+/// (fragmentation_slack, reduce_scatter_pool).
+[[nodiscard]] inline bool replayable(const model_spec& m, const training_config& c) noexcept {
+  return !m.is_moe() && !m.is_mla() && m.gated_mlp && !m.layer_norm && m.norms_per_block == 2 && !m.o_bias &&
+         !m.mlp_bias && m.positions == 0 && !m.qk_norm && c.world_size == 1 && c.tp == 1 && c.cp == 1 && c.pp == 1 &&
+         (!c.sharded() || (c.shard == sharding::full && c.master == master_weights::fp32)) && c.grad_accum == 1 && c.loss == loss_impl::standard && c.format == compute_format::bf16 &&
+         (c.ac.mode == ac_mode::none || c.ac.mode == ac_mode::full) && !c.fp8_all_gather;
+}
+
+/// The replay term of configuration `c` of `m` (see allocator_replay).
+[[nodiscard]] inline allocator_replay allocator_replay_of(const model_spec& m, const training_config& c,
+                                                          const memory_shape& s, const runtime_overheads& rt) {
+  allocator_replay r;
+  r.replayable = replayable(m, c);
+  r.policy = rt.replay;
+  r.band = rt.replay_band;
+  r.settings = rt.allocator;
+  if (!r.replayable) return r;
+  alloc::step_shape& t = r.shape;
+  t.hidden = m.hidden; t.layers = m.layers; t.heads = m.heads; t.kv_heads = m.kv_heads; t.head_dim = m.head_dim;
+  t.intermediate = m.intermediate; t.vocab = m.vocab; t.micro_batch = c.micro_batch; t.seq = c.seq_len;
+  t.tied = m.tied_embeddings; t.qkv_bias = m.qkv_bias;
+  t.amp = s.amp;
+  t.fsdp2 = s.fsdp;
+  t.foreach_adamw = c.optimizer == optimizer_impl::foreach;
+  t.checkpointed.resize(static_cast<std::size_t>(m.layers));
+  for (std::int64_t i = 0; i < m.layers; ++i) t.checkpointed[static_cast<std::size_t>(i)] = s.blocks.checkpointed(i);
+  t.workspace = static_cast<std::uint64_t>(rt.cublas_workspace.raw());
+  return r;
+}
+
+/// Replays the step through the caching allocator when the policy asks for it, and takes peak reserved and the
+/// fit verdict from the replay: out of memory when a request fails after the cache is released, with the budget
+/// the capacity less the CUDA context and NCCL. Source: alloc::caching_allocator, alloc::replay_step_trace.
+inline void apply_allocator_replay(const allocator_replay& r, memory_estimate& e) {
+  if (!r.replayable || r.policy == runtime_overheads::replay_policy::never) return;
+  if (r.policy == runtime_overheads::replay_policy::near_fit_line &&
+      std::abs(e.device_peak().raw() / e.capacity.raw() - 1) > r.band)
+    return;
+  alloc::allocator_settings st = r.settings;
+  const double budget = std::max(0.0, (e.capacity - e.non_pytorch).raw());
+  st.budget = static_cast<std::uint64_t>(budget);
+  alloc::caching_allocator a(st);
+  const alloc::replay_result res = alloc::replay_step_trace(r.shape, a);
+  e.peak_reserved = bytes::base(static_cast<double>(res.peak_reserved));
+  e.fits = !res.oom && e.device_peak() <= e.capacity;
+  e.replayed = true;
+}
+
 }  // namespace terms
 
 /// The terms of the memory model for one configuration (see bwplan::terms): what compose_memory adds up.
@@ -513,6 +587,7 @@ struct memory_terms {
   terms::weight_copies weights;
   terms::transient_buffers transient;
   terms::allocator_overheads allocator;
+  terms::allocator_replay replay;
 };
 
 /// Every memory term of configuration `c` of `m` on `gpu`. Throws invalid_request if `c` is invalid (see
@@ -529,6 +604,7 @@ struct memory_terms {
   t.weights = terms::weight_copy_bytes(t.shape);
   t.transient = terms::transient_bytes(t.shape, t.activations, t.weights);
   t.allocator = terms::allocator_bytes(t.shape, gpu, rt);
+  t.replay = terms::allocator_replay_of(m, c, t.shape, rt);
   return t;
 }
 
@@ -667,6 +743,7 @@ struct memory_terms {
   e.non_pytorch = t.allocator.non_pytorch;
   e.capacity = t.allocator.capacity;
   e.fits = e.device_peak() <= e.capacity;
+  terms::apply_allocator_replay(t.replay, e);
   return e;
 }
 

@@ -96,6 +96,10 @@ struct plan_result {
   const int per_node = inst ? inst->gpus_per_node : 1;
   const int world = req.nodes * per_node;
   const std::vector<int> eps = detail::ep_candidates(m, world);  // MoE: expert parallelism too
+  // the search replays the caching allocator only for candidates near the fit line (the cheap bound elsewhere)
+  runtime_overheads rt_search = rt;
+  if (rt_search.replay == runtime_overheads::replay_policy::always)
+    rt_search.replay = runtime_overheads::replay_policy::near_fit_line;
   const std::int64_t total = req.progress ? plan_search_size(req, world, eps.size()) : 0;
   plan_result res;
   std::vector<plan_candidate> keep;
@@ -138,7 +142,7 @@ struct plan_result {
             if (req.admit && !req.admit(c)) continue;
             ++res.evaluated;
             if (req.progress) req.progress(res.evaluated, total);
-            memory_estimate me = estimate_memory(m, c, gpu, rt);
+            memory_estimate me = estimate_memory(m, c, gpu, rt_search);
             if (me.device_peak() > (1.0 - req.headroom) * me.capacity) continue;
             ++res.fitting;
             plan_candidate pc{c, me, estimate_throughput(m, c, gpu, inst, k)};

@@ -1,0 +1,590 @@
+// bwplan: GPU memory and throughput planning for LLM training
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+
+// A replay of PyTorch's CUDA caching allocator (the native backend) over one training run's allocation and free
+// sequence, and the sequence itself for the eager stack bwplan models (`replay_step_trace`). Standard library
+// only. @sa docs/methodology.md#allocator, /work/shared/reference/allocator.md
+//
+// Source: pytorch/pytorch `c10/cuda/CUDACachingAllocator.cpp` @ 001074d25084fdb87a799823e395a50f5ec044d3 (cited
+// below as "A:line") and `c10/cuda/CUDAAllocatorConfig.cpp` (defaults, "C:line").
+
+#include <algorithm>
+#include <cstdint>
+#include <limits>
+#include <map>
+#include <set>
+#include <tuple>
+#include <vector>
+
+namespace bwplan::alloc {
+
+inline constexpr std::uint64_t MiB = std::uint64_t{1} << 20;
+inline constexpr std::uint64_t kMinBlockSize = 512;       ///< A:118-119: every request rounds up to 512 B
+inline constexpr std::uint64_t kSmallSize = 1 * MiB;      ///< A:120: largest request of the small pool
+inline constexpr std::uint64_t kSmallBuffer = 2 * MiB;    ///< A:121-122: small-pool segment
+inline constexpr std::uint64_t kMinLargeAlloc = 10 * MiB; ///< A:123-124: below, large requests share 20 MiB segments
+inline constexpr std::uint64_t kRoundLarge = 2 * MiB;     ///< A:125: larger segments round to 2 MiB
+inline constexpr std::uint64_t kLargeBuffer = 20 * MiB;   ///< A:48-49: shared large segment; expandable page
+
+/// `PYTORCH_CUDA_ALLOC_CONF` settings the replay honours, and the device bytes the allocator may reserve.
+struct allocator_settings {
+  bool expandable_segments = false;  ///< `expandable_segments:True` (C:16, default false)
+  /// `max_split_size_mb` in bytes (C:14, default unlimited): larger blocks are never split and a request below it
+  /// never takes one (A:2544-2547); a request above it takes a block at most kLargeBuffer larger (A:2548-2551).
+  std::uint64_t max_split_size = std::numeric_limits<std::uint64_t>::max();
+  /// Bytes cudaMalloc can still hand out (device capacity less the CUDA context, NCCL and other processes).
+  std::uint64_t budget = std::numeric_limits<std::uint64_t>::max();
+};
+// garbage_collection_threshold acts only with a per-process memory fraction set (A:1237-1241), which the
+// trainer does not set, so it changes nothing here.
+
+/// Request rounding (`round_size`, A:2026-2037, roundup_power2_divisions off): at least 512 B, a multiple of 512.
+[[nodiscard]] constexpr std::uint64_t round_size(std::uint64_t n) noexcept {
+  return n < kMinBlockSize ? kMinBlockSize : (n + kMinBlockSize - 1) / kMinBlockSize * kMinBlockSize;
+}
+
+/// Segment requested from cudaMalloc when no cached block fits (`get_allocation_size`, A:2488-2496): 2 MiB for
+/// the small pool (≤ 1 MiB), 20 MiB for requests below 10 MiB, else the request rounded up to 2 MiB.
+[[nodiscard]] constexpr std::uint64_t segment_size(std::uint64_t size) noexcept {
+  if (size <= kSmallSize) return kSmallBuffer;
+  if (size < kMinLargeAlloc) return kLargeBuffer;
+  return (size + kRoundLarge - 1) / kRoundLarge * kRoundLarge;
+}
+
+/// One device's caching allocator: segments split into blocks, per-(pool, stream) free sets searched best fit.
+///
+/// malloc: round (A:1221); pool by size (A:2463-2467); `lower_bound` on (stream, size, address) in that pool:
+/// the smallest free block of the same stream that fits, lowest address first; no other stream's block is
+/// ever used (A:2498-2509). Without one, a new segment (A:1247, A:2630-2707); when it would exceed the budget,
+/// every free block that is a whole segment is released on every stream and the request retried once
+/// (`release_cached_blocks`, A:1253-1255, A:2772-2797, A:2916-2933); if it still does not fit, out of memory.
+/// A found block is split when the remainder is ≥ 512 B in the small pool or with expandable segments, and
+/// when the request is below max_split_size and the remainder > 1 MiB in the large pool (`should_split`,
+/// A:2478-2486); the request takes the low-address part (A:1400-1416); unsplit, the whole block counts as
+/// allocated (A:1458). free: merge with free neighbours of the same segment, back into the pool and stream it
+/// came from (A:2331-2443); segments never merge. Expandable segments (simplified): one segment per stream in
+/// the large pool whose free tail grows by whole 20 MiB pages (A:2178-2328); no unmapping. `record_stream`
+/// events are not modelled (the traces here hold tensors by reference, as FSDP2 does).
+class caching_allocator {
+ public:
+  explicit caching_allocator(allocator_settings s = {}) : s_(s) {}
+
+  /// Allocates `bytes` on `stream`; returns a handle for free(). Sets oom() (the first failing request is kept)
+  /// and still hands out the block so that the replay can go on.
+  int malloc(std::uint64_t bytes, int stream = 0) {
+    const std::uint64_t size = round_size(bytes);
+    const bool small = size <= kSmallSize;
+    auto& fs = pool(small, stream);
+    int b = -1;
+    auto it = fs.lower_bound({size, 0, -1});
+    if (it != fs.end()) {  // oversize rules, only with max_split_size set (A:2544-2551)
+      const std::uint64_t bs = std::get<0>(*it);
+      if ((size < s_.max_split_size && bs >= s_.max_split_size) ||
+          (size >= s_.max_split_size && bs >= size + kLargeBuffer))
+        it = fs.end();
+    }
+    if (it != fs.end()) {
+      b = std::get<2>(*it);
+      fs.erase(it);
+    } else if (s_.expandable_segments && !small) {
+      b = expand(size, stream);
+    } else {
+      const std::uint64_t a = segment_size(size);
+      if (reserved_ + a > s_.budget) {
+        release_cached();
+        if (reserved_ + a > s_.budget && !oom_) { oom_ = true; oom_request_ = size; }
+      }
+      b = new_block(next_addr_, a, stream, small);
+      next_addr_ += a;
+      reserved_ += a;
+      peak_reserved_ = std::max(peak_reserved_, reserved_);
+    }
+    block& k = blocks_[static_cast<std::size_t>(b)];
+    const std::uint64_t rem = k.size - size;
+    const bool split = (small || s_.expandable_segments) ? rem >= kMinBlockSize
+                                                         : (size < s_.max_split_size && rem > kSmallSize);
+    if (split) {
+      const int r = new_block(k.addr + size, rem, stream, small);
+      block& kk = blocks_[static_cast<std::size_t>(b)];
+      block& rr = blocks_[static_cast<std::size_t>(r)];
+      rr.prev = b;
+      rr.next = kk.next;
+      if (kk.next >= 0) blocks_[static_cast<std::size_t>(kk.next)].prev = r;
+      kk.next = r;
+      kk.size = size;
+      if (s_.expandable_segments && !small && rr.next < 0) tails_[stream] = r;
+      insert(r);
+    }
+    block& kb = blocks_[static_cast<std::size_t>(b)];
+    kb.allocated = true;
+    allocated_ += kb.size;
+    peak_allocated_ = std::max(peak_allocated_, allocated_);
+    return b;
+  }
+
+  /// Frees handle `h` (no-op for -1).
+  void free(int h) {
+    if (h < 0) return;
+    block& b = blocks_[static_cast<std::size_t>(h)];
+    b.allocated = false;
+    allocated_ -= b.size;
+    for (const int nb : {b.prev, b.next}) {
+      if (nb < 0) continue;
+      block& n = blocks_[static_cast<std::size_t>(nb)];
+      if (n.allocated) continue;
+      pool(n.small, n.stream).erase({n.size, n.addr, nb});
+      block& me = blocks_[static_cast<std::size_t>(h)];
+      if (nb == me.prev) {
+        me.addr = n.addr;
+        me.prev = n.prev;
+        if (n.prev >= 0) blocks_[static_cast<std::size_t>(n.prev)].next = h;
+      } else {
+        me.next = n.next;
+        if (n.next >= 0) blocks_[static_cast<std::size_t>(n.next)].prev = h;
+      }
+      me.size += n.size;
+    }
+    if (s_.expandable_segments && !b.small && blocks_[static_cast<std::size_t>(h)].next < 0) tails_[b.stream] = h;
+    insert(h);
+  }
+
+  [[nodiscard]] std::uint64_t allocated() const noexcept { return allocated_; }
+  [[nodiscard]] std::uint64_t reserved() const noexcept { return reserved_; }
+  [[nodiscard]] std::uint64_t peak_allocated() const noexcept { return peak_allocated_; }
+  [[nodiscard]] std::uint64_t peak_reserved() const noexcept { return peak_reserved_; }
+  /// Resets the allocated peak to the current value (`torch.cuda.reset_peak_memory_stats`).
+  void reset_peak_allocated() noexcept { peak_allocated_ = allocated_; }
+  /// Whether a request failed even after releasing the cache (CUDA out of memory).
+  [[nodiscard]] bool oom() const noexcept { return oom_; }
+  /// Rounded size of the first request that failed, bytes.
+  [[nodiscard]] std::uint64_t oom_request() const noexcept { return oom_request_; }
+
+ private:
+  struct block {
+    std::uint64_t addr = 0, size = 0;
+    int stream = 0, prev = -1, next = -1;
+    bool small = false, allocated = false;
+  };
+  using key = std::tuple<std::uint64_t, std::uint64_t, int>;  // size, address, block
+
+  std::set<key>& pool(bool small, int stream) { return pools_[stream * 2 + (small ? 1 : 0)]; }
+  int new_block(std::uint64_t addr, std::uint64_t size, int stream, bool small) {
+    blocks_.push_back(block{addr, size, stream, -1, -1, small, false});
+    return static_cast<int>(blocks_.size() - 1);
+  }
+  void insert(int h) {
+    const block& b = blocks_[static_cast<std::size_t>(h)];
+    pool(b.small, b.stream).insert({b.size, b.addr, h});
+  }
+  // release_cached_blocks: cudaFree every free block with no neighbour (a whole segment), every stream
+  void release_cached() {
+    for (auto& [k, fs] : pools_)
+      for (auto it = fs.begin(); it != fs.end();) {
+        const block& b = blocks_[static_cast<std::size_t>(std::get<2>(*it))];
+        if (b.prev < 0 && b.next < 0 && !(s_.expandable_segments && !b.small)) {
+          reserved_ -= b.size;
+          it = fs.erase(it);
+        } else {
+          ++it;
+        }
+      }
+  }
+  // expandable segment of `stream`: map whole pages after its free tail (A:2297-2328)
+  int expand(std::uint64_t size, int stream) {
+    auto [it, fresh] = tails_.try_emplace(stream, -1);
+    int tail = it->second;
+    const bool free_tail = tail >= 0 && !blocks_[static_cast<std::size_t>(tail)].allocated;
+    const std::uint64_t have = free_tail ? blocks_[static_cast<std::size_t>(tail)].size : 0;
+    const std::uint64_t add = (size - have + kLargeBuffer - 1) / kLargeBuffer * kLargeBuffer;
+    if (reserved_ + add > s_.budget && !oom_) { oom_ = true; oom_request_ = size; }
+    reserved_ += add;
+    peak_reserved_ = std::max(peak_reserved_, reserved_);
+    int b;
+    if (free_tail) {
+      block& t = blocks_[static_cast<std::size_t>(tail)];
+      pool(false, stream).erase({t.size, t.addr, tail});
+      t.size += add;
+      b = tail;
+    } else {
+      std::uint64_t addr = next_addr_;
+      if (tail >= 0) { const block& t = blocks_[static_cast<std::size_t>(tail)]; addr = t.addr + t.size; }
+      else next_addr_ += std::uint64_t{1} << 50;  // a fresh virtual range
+      b = new_block(addr, add, stream, false);
+      blocks_[static_cast<std::size_t>(b)].prev = tail;
+      if (tail >= 0) blocks_[static_cast<std::size_t>(tail)].next = b;
+    }
+    it->second = b;
+    return b;
+  }
+
+  allocator_settings s_;
+  std::vector<block> blocks_;
+  std::map<int, std::set<key>> pools_;
+  std::map<int, int> tails_;
+  std::uint64_t next_addr_ = 0, allocated_ = 0, reserved_ = 0, peak_allocated_ = 0, peak_reserved_ = 0;
+  std::uint64_t oom_request_ = 0;
+  bool oom_ = false;
+};
+
+
+/// What the step trace needs of one single-GPU, unsharded training run (all sizes in elements or tokens).
+struct step_shape {
+  std::int64_t hidden = 0, layers = 0, heads = 0, kv_heads = 0, head_dim = 0, intermediate = 0, vocab = 0;
+  std::int64_t micro_batch = 1, seq = 0;
+  bool tied = false;      ///< LM head shares the embedding
+  bool qkv_bias = false;  ///< Q/K/V projections carry a bias
+  bool amp = true;        ///< fp32 weights, gradients and AdamW states under torch.autocast(bf16); else all bf16
+  bool fsdp2 = false;     ///< FSDP2 `fully_shard` per block and root on one GPU, MixedPrecisionPolicy(param bf16,
+                          ///< reduce fp32): fp32 sharded weights, gradients and states, bf16 compute (amp ignored)
+  bool foreach_adamw = false;      ///< `AdamW(foreach=True)` (else fused)
+  std::vector<bool> checkpointed;  ///< per block: recomputed in backward (torch.utils.checkpoint, non-reentrant)
+  std::uint64_t workspace = 0;     ///< cuBLAS/cuBLASLt workspaces, allocated at the first matmul
+  int steps = 5;                   ///< optimizer steps replayed (AdamW states appear in the first)
+};
+
+/// Result of a replay: the allocator's counters over every step, and the allocated bytes at the moments of the
+/// last step that `measure.py` records.
+struct replay_result {
+  std::uint64_t peak_reserved = 0;   ///< `torch.cuda.max_memory_reserved()` over the run
+  std::uint64_t peak_allocated = 0;  ///< `torch.cuda.max_memory_allocated()` over the last step
+  std::uint64_t reserved = 0;        ///< reserved at the end
+  bool oom = false;                  ///< a request failed after the cache was released
+  std::uint64_t oom_request = 0;     ///< bytes of the first failing request
+};
+
+/// Replays the allocation and free sequence of `steps` training steps of the eager decoder (Llama layout: RMSNorm,
+/// Q/K/V/O, RoPE, SDPA flash attention with native GQA, SwiGLU, standard loss over fp32 logits, AdamW) through
+/// caching_allocator `a`.
+///
+/// The sequence is what PyTorch allocates, tensor by tensor: parameters in construction order (an untied-size head
+/// allocated and dropped when tied; `model.to(bfloat16)` casting one parameter at a time); per block in forward
+/// the norm output and rstd, autocast's weight casts (cached for the forward; arguments cast right to left, as
+/// GCC evaluates the pack in `autocast_mode.h`'s `WrapFunction_`) and input casts, RoPE's temporaries, SDPA's
+/// output and log-sum-exp, the residual adds, the SwiGLU intermediates; what autograd saves stays, the rest is
+/// freed when Python drops it; a checkpointed block keeps its input only and recomputes in backward (stopping
+/// once its last saved tensor exists: non-reentrant early stop). The loss: bf16 logits, their fp32 copy, the
+/// fp32 log-softmax (saved). Backward node by node in autograd's order: the loss gradients (4+4)·T·V, the head,
+/// then per block the MLP, norm, O projection, FlashAttention-2 backward (dq, dk, dv, fp32 dq accumulator,
+/// softmax_d, GQA-expanded dk/dv), RoPE, Q/K/V; weight gradients as the matmul returns them (bf16, converted to
+/// fp32 under autocast) and kept as `.grad`; saved tensors freed as each node finishes. Optimizer: AdamW states
+/// (step, exp_avg, exp_avg_sq per parameter) on the first step, foreach temporaries, gradients set to None in
+/// parameter order. Sources: `torch/nn/modules`, `torch/utils/checkpoint.py`, `torch/optim/adamw.py`,
+/// `aten/src/ATen/native/transformers/cuda/flash_attn/flash_api.cpp` (mha_bwd), `aten/src/ATen/autocast_mode.h`;
+/// the trace reproduces `measure.py`'s peak allocated bytes on all 27 H200 rows of `h200-calibration.jsonl`.
+inline replay_result replay_step_trace(const step_shape& m, caching_allocator& a) {
+  using u64 = std::uint64_t;
+  const u64 h = static_cast<u64>(m.hidden), hd = static_cast<u64>(m.head_dim);
+  const u64 q = static_cast<u64>(m.heads) * hd, kv = static_cast<u64>(m.kv_heads) * hd;
+  const u64 F = static_cast<u64>(m.intermediate), V = static_cast<u64>(m.vocab), nh = static_cast<u64>(m.heads);
+  const u64 seq = static_cast<u64>(m.seq), T = static_cast<u64>(m.micro_batch) * seq;
+  const std::size_t L = static_cast<std::size_t>(m.layers);
+  const bool fsdp = m.fsdp2, amp = m.amp && !fsdp, gqa = m.kv_heads != m.heads;
+  const u64 R = amp ? 4 : 2;                 // residual stream bytes
+  const u64 W = (amp || fsdp) ? 4 : 2;       // stored parameter, gradient and AdamW state bytes
+  const u64 GW = amp ? 4 : 2;                // bytes of the embedding gradient autograd produces
+  auto ck = [&](std::size_t i) { return i < m.checkpointed.size() && m.checkpointed[i]; };
+  auto A = [&](u64 bytes) { return a.malloc(bytes); };
+  auto Fr = [&](int& hdl) { a.free(hdl); hdl = -1; };
+
+  // parameters: embedding, per block [attn_norm, wq(, bq), wk(, bk), wv(, bv), wo, ffn_norm, w1, w3, w2], norm(, out)
+  enum : std::size_t { an, wq, bq, wk, bk, wv, bv, wo, fn, w1, w3, w2, nparam };
+  std::vector<u64> numel;  // parameter order
+  numel.push_back(V * h);
+  for (std::size_t i = 0; i < L; ++i) {
+    const u64 n[nparam] = {h, q * h, q, kv * h, kv, kv * h, kv, h * q, h, F * h, F * h, h * F};
+    for (std::size_t k = 0; k < nparam; ++k)
+      if (m.qkv_bias || (k != bq && k != bk && k != bv)) numel.push_back(n[k]);
+  }
+  const std::size_t per_block = m.qkv_bias ? nparam : nparam - 3;
+  auto pidx = [&](std::size_t i, std::size_t k) {  // index of parameter k of block i
+    std::size_t off = k;
+    if (!m.qkv_bias) off -= (k > bq) + (k > bk) + (k > bv);
+    return 1 + i * per_block + off;
+  };
+  numel.push_back(h);  // final norm
+  std::vector<int> param;
+  for (const u64 n : numel) param.push_back(A(4 * n));
+  int head_tmp = A(4 * V * h);  // nn.Linear(h, V) weight, replaced by the embedding when tied
+  if (m.tied) Fr(head_tmp);
+  else { numel.push_back(V * h); param.push_back(head_tmp); }
+  const std::size_t head = m.tied ? 0 : numel.size() - 1;
+  // FSDP2 groups: each block, then the root (embedding, final norm, untied head)
+  std::vector<std::vector<std::size_t>> groups(L + 1);
+  for (std::size_t i = 0; i < L; ++i)
+    for (std::size_t k = 0; k < per_block; ++k) groups[i].push_back(1 + i * per_block + k);
+  groups[L] = {0, 1 + L * per_block};
+  if (!m.tied) groups[L].push_back(head);
+  if (!amp && !fsdp)  // model.to(bfloat16): each parameter cast, then the fp32 tensor dropped
+    for (std::size_t k = 0; k < numel.size(); ++k) { const int nb = A(2 * numel[k]); a.free(param[k]); param[k] = nb; }
+  if (fsdp)  // fully_shard: each parameter copied into its padded shard (FSDPParam._init_sharded_param), old dropped
+    for (const auto& g : groups)
+      for (const std::size_t k : g) { const int nb = A(4 * numel[k]); a.free(param[k]); param[k] = nb; }
+  const int tokens = A(8 * (T + static_cast<u64>(m.micro_batch)));
+  const int inp = A(8 * T), lab = A(8 * T);
+  (void)tokens; (void)inp; (void)lab;
+
+  std::vector<int> grads(numel.size(), -1), ug(numel.size(), -1), unsharded(numel.size(), -1);
+  std::vector<int> rs_out(L + 1, -1);
+  bool states = false;
+  replay_result res;
+  // handles of one block's forward
+  struct block_t {
+    int x = -1, yn = -1, r1 = -1, yc[3] = {-1, -1, -1}, qkv[3] = {-1, -1, -1}, cs = -1, sn = -1, o = -1, lse = -1;
+    int mid = -1, y2 = -1, r2 = -1, yc1 = -1, g = -1, s = -1, yc3 = -1, u = -1, p = -1;
+    int wb[nparam] = {-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1};
+  };
+  for (int step = 0; step < m.steps; ++step) {
+    if (step == m.steps - 1) a.reset_peak_allocated();
+    std::vector<block_t> blk(L);
+    int head_cast = -1;
+    auto wcast = [&](block_t& b, std::size_t i, std::size_t k) {  // autocast's cached bf16 copy of a weight
+      if (amp && b.wb[k] < 0) b.wb[k] = A(2 * numel[pidx(i, k)]);
+    };
+    // forward of block i from input x: keep = autograd's saved tensors stay (else freed as Python drops them);
+    // recompute = checkpoint recompute, which stops once the last saved tensor exists. Returns the output.
+    auto block_fwd = [&](std::size_t i, block_t& b, bool keep, bool recompute) {
+      auto sv = [&](int& hdl) { if (!keep) Fr(hdl); };
+      b.yn = A(R * T * h);
+      b.r1 = A(4 * T);
+      sv(b.r1);
+      const std::size_t lw[3] = {wq, wk, wv};
+      const u64 dim[3] = {q, kv, kv};
+      for (int j = 0; j < 3; ++j) {
+        wcast(b, i, lw[j]);
+        if (amp) b.yc[j] = A(2 * T * h);
+        b.qkv[j] = A(2 * T * dim[j]);
+        if (amp) sv(b.yc[j]);
+      }
+      b.cs = A(2 * seq * hd);
+      b.sn = A(2 * seq * hd);
+      for (int j = 0; j < 2; ++j) {  // q·cos + rotate_half(q)·sin
+        int t1 = A(2 * T * dim[j]), ng = A(T * dim[j]), ct = A(2 * T * dim[j]);
+        Fr(ng);
+        int t2 = A(2 * T * dim[j]);
+        Fr(ct);
+        const int rr = A(2 * T * dim[j]);
+        Fr(t1); Fr(t2); Fr(b.qkv[j]);
+        b.qkv[j] = rr;
+      }
+      b.o = A(2 * T * q);
+      b.lse = A(4 * T * nh);
+      wcast(b, i, wo);
+      int ao = A(2 * T * h);
+      b.mid = A(R * T * h);
+      Fr(ao);
+      b.y2 = A(R * T * h);
+      b.r2 = A(4 * T);
+      sv(b.r2);
+      if (!amp) sv(b.yn); else Fr(b.yn);
+      sv(b.qkv[0]); sv(b.qkv[1]); sv(b.qkv[2]); sv(b.o); sv(b.lse); sv(b.cs); sv(b.sn);
+      wcast(b, i, w1);
+      if (amp) b.yc1 = A(2 * T * h);
+      b.g = A(2 * T * F);
+      b.s = A(2 * T * F);
+      wcast(b, i, w3);
+      if (amp) b.yc3 = A(2 * T * h);
+      b.u = A(2 * T * F);
+      b.p = A(2 * T * F);
+      wcast(b, i, w2);
+      int out = -1;
+      if (!recompute) { int d = A(2 * T * h); out = A(R * T * h); Fr(d); }
+      sv(b.yc1); sv(b.g); sv(b.s); sv(b.yc3); sv(b.u); sv(b.p);
+      if (amp) Fr(b.y2); else sv(b.y2);
+      sv(b.mid);
+      return out;
+    };
+    // FSDP2 (one GPU): the all-gather output, a flat bf16 buffer on the copy-in stream (1), kept until the next
+    // group's all-gather; then each parameter's unsharded bf16 tensor on the compute stream (foreach_all_gather,
+    // foreach_all_gather_copy_out). Post-backward: an fp32 reduce-scatter input on the compute stream, the bf16
+    // gradients dropped, the fp32 output on the reduce-scatter stream (2); the sharded gradients are views of it
+    // (foreach_reduce). Source: torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py, _fsdp_param_group.py.
+    int ag = -1, rs_in = -1;
+    auto unshard = [&](std::size_t g) {
+      u64 n = 0;
+      for (const std::size_t k : groups[g]) n += numel[k];
+      const int buf = a.malloc(2 * n, 1);
+      Fr(ag);
+      ag = buf;
+      for (const std::size_t k : groups[g]) unsharded[k] = A(2 * numel[k]);
+    };
+    auto reshard = [&](std::size_t g) { for (const std::size_t k : groups[g]) Fr(unsharded[k]); };
+    auto post_backward = [&](std::size_t g) {
+      u64 n = 0;
+      for (const std::size_t k : groups[g]) n += numel[k];
+      const int in = A(4 * n);
+      for (const std::size_t k : groups[g]) Fr(ug[k]);
+      rs_out[g] = a.malloc(4 * n, 2);
+      Fr(rs_in);
+      rs_in = in;
+      reshard(g);
+    };
+    // ---- forward
+    if (fsdp) unshard(L);
+    int x = A(R * T * h);  // embedding output (fp32 under autocast: embedding is not autocast)
+    if (step == 0 && m.workspace > 0) (void)A(m.workspace);
+    {  // rope tables
+      int inv = A(4 * hd / 2), ar = A(4 * seq), fr = A(4 * seq * hd / 2), emb = A(4 * seq * hd);
+      const int cosv = A(4 * seq * hd), sinv = A(4 * seq * hd);
+      Fr(inv); Fr(ar); Fr(fr); Fr(emb);
+      blk.emplace_back();  // slot L holds the tables
+      blk[L].cs = cosv;
+      blk[L].sn = sinv;
+    }
+    for (std::size_t i = 0; i < L; ++i) {
+      blk[i].x = x;
+      if (fsdp) unshard(i);
+      x = block_fwd(i, blk[i], !ck(i), false);
+      if (fsdp) reshard(i);
+    }
+    int yf = A(R * T * h), rf = A(4 * T);
+    if (amp) head_cast = A(2 * V * h);
+    int yfc = amp ? A(2 * T * h) : -1;
+    int lg = A(2 * T * V);
+    if (amp) Fr(yf);
+    int lf = A(4 * T * V), ls = A(4 * T * V), loss = A(4);
+    Fr(lf); Fr(lg);
+    if (amp)  // autocast exits: the cache drops the copies only checkpointed blocks used
+      for (std::size_t i = 0; i < L; ++i)
+        if (ck(i)) for (int& w : blk[i].wb) Fr(w);
+    // ---- backward
+    auto grad = [&](std::size_t k, int& tmp, bool same) {  // a weight gradient arrives as `tmp`
+      if (fsdp) {  // the unsharded bf16 gradient, accumulated in place
+        if (ug[k] >= 0) Fr(tmp);
+        else { ug[k] = tmp; tmp = -1; }
+        return;
+      }
+      if (grads[k] >= 0) {
+        if (!same) { int c = A(W * numel[k]); Fr(tmp); Fr(c); }
+        else Fr(tmp);
+      } else if (same) {
+        grads[k] = tmp; tmp = -1;
+      } else {
+        grads[k] = A(W * numel[k]); Fr(tmp);
+      }
+    };
+    int gl = A(4);
+    int dls = A(4 * T * V), dlf = A(4 * T * V);
+    Fr(dls); Fr(ls);
+    int dlg = A(2 * T * V);
+    Fr(dlf);
+    int dyf = A(2 * T * h), dwh = A(2 * V * h);
+    Fr(dlg);
+    if (amp) { Fr(yfc); Fr(head_cast); }
+    grad(head, dwh, !amp);
+    if (amp) { const int d4 = A(4 * T * h); Fr(dyf); dyf = d4; }
+    int dx = A(R * T * h);
+    Fr(dyf); Fr(rf);
+    if (!amp) Fr(yf);
+    Fr(x);
+    for (std::size_t ii = L; ii-- > 0;) {
+      const std::size_t i = ii;
+      if (fsdp) {  // pre-backward unshard, and the backward prefetch of the next group
+        if (i == L - 1) unshard(i);
+        if (i > 0) unshard(i - 1);
+      }
+      int dd = amp ? A(2 * T * h) : -1;
+      block_t rb;
+      block_t& b = ck(i) ? rb : blk[i];
+      if (ck(i)) { rb.x = blk[i].x; (void)block_fwd(i, rb, true, true); }
+      int dp = A(2 * T * F), dw = A(2 * numel[pidx(i, w2)]);
+      Fr(dd); Fr(b.p); Fr(b.wb[w2]);
+      grad(pidx(i, w2), dw, !amp);
+      int ds = A(2 * T * F), du = A(2 * T * F);
+      Fr(dp); Fr(b.s);
+      int dg = A(2 * T * F);
+      Fr(ds); Fr(b.g);
+      int dyc3 = A(2 * T * h);
+      dw = A(2 * numel[pidx(i, w3)]);
+      Fr(du); Fr(b.u); Fr(b.yc3); Fr(b.wb[w3]);
+      grad(pidx(i, w3), dw, !amp);
+      int b2 = dyc3;
+      if (amp) { b2 = A(4 * T * h); Fr(dyc3); }
+      int dyc1 = A(2 * T * h);
+      dw = A(2 * numel[pidx(i, w1)]);
+      Fr(dg); Fr(b.yc1); Fr(b.wb[w1]);
+      grad(pidx(i, w1), dw, !amp);
+      if (amp) { int c1 = A(4 * T * h); Fr(dyc1); Fr(c1); }
+      else { Fr(dyc1); Fr(b.y2); }
+      int dx1p = A(R * T * h), dn2 = A(W * h);
+      Fr(b2); Fr(b.mid); Fr(b.r2);
+      grad(pidx(i, fn), dn2, true);
+      Fr(dx1p);
+      int dao = amp ? A(2 * T * h) : -1;
+      int dO = A(2 * T * q);
+      dw = A(2 * numel[pidx(i, wo)]);
+      Fr(dao); Fr(b.wb[wo]);
+      grad(pidx(i, wo), dw, !amp);
+      int dqkv[3] = {A(2 * T * q), A(2 * T * kv), A(2 * T * kv)};
+      int sd = A(4 * T * nh), dqa = A(4 * T * q);
+      int dke = gqa ? A(2 * T * q) : -1, dve = gqa ? A(2 * T * q) : -1;
+      Fr(dqa); Fr(sd); Fr(dke); Fr(dve); Fr(dO);
+      Fr(b.qkv[0]); Fr(b.qkv[1]); Fr(b.qkv[2]); Fr(b.o); Fr(b.lse);
+      int drh[2] = {-1, -1};
+      for (int j : {1, 0}) {  // RoPE backward, k then q
+        const u64 dim = j == 0 ? q : kv;
+        int drot = A(2 * T * dim), dng = A(T * dim);
+        drh[j] = A(2 * T * dim);
+        Fr(dng); Fr(drot);
+        int dq1 = A(2 * T * dim);
+        Fr(dq1); Fr(dqkv[j]);
+      }
+      Fr(b.cs); Fr(b.sn);
+      int b1 = -1;
+      const std::size_t lw[3] = {wv, wk, wq};
+      int* src[3] = {&dqkv[2], &drh[1], &drh[0]};
+      const int ycj[3] = {2, 1, 0};
+      for (int j = 0; j < 3; ++j) {  // v, k, q projections
+        int dy = A(2 * T * h);
+        dw = A(2 * numel[pidx(i, lw[j])]);
+        Fr(*src[j]);
+        if (amp) { Fr(b.yc[ycj[j]]); Fr(b.wb[lw[j]]); }
+        grad(pidx(i, lw[j]), dw, !amp);
+        if (amp) { int c = A(4 * T * h); Fr(dy); dy = c; }
+        if (b1 < 0) b1 = dy; else Fr(dy);
+      }
+      if (!amp) Fr(b.yn);
+      int dx0p = A(R * T * h), dn1 = A(W * h);
+      Fr(b1); Fr(b.r1); Fr(blk[i].x);
+      grad(pidx(i, an), dn1, true);
+      Fr(dx0p);
+      if (fsdp) post_backward(i);
+    }
+    int dE = A(GW * V * h);
+    Fr(dx);
+    grad(0, dE, true);
+    const std::size_t norm = 1 + L * per_block;
+    if (fsdp) {
+      if (ug[norm] < 0) ug[norm] = A(2 * h);
+      post_backward(L);
+      Fr(rs_in);
+      Fr(ag);
+    } else if (grads[norm] < 0) {
+      grads[norm] = A(W * h);
+    }
+    // ---- optimizer
+    if (!states) {
+      for (const u64 n : numel) {
+        if (!m.foreach_adamw) (void)A(4);  // fused: state['step'] on the device
+        (void)A(W * n); (void)A(W * n);    // exp_avg, exp_avg_sq
+      }
+      states = true;
+    }
+    if (m.foreach_adamw) {  // _multi_tensor_adamw: torch._foreach_sqrt(exp_avg_sqs), one list
+      std::vector<int> tmp;
+      for (const u64 n : numel) tmp.push_back(A(W * n));
+      for (int& t : tmp) Fr(t);
+    }
+    for (int& g : grads) Fr(g);  // zero_grad(set_to_none=True), parameter order
+    for (int& o : rs_out) Fr(o);  // FSDP2: a group's reduce-scatter output dies with its last gradient view
+    Fr(blk[L].cs); Fr(blk[L].sn); Fr(loss); Fr(gl);
+  }
+  res.peak_reserved = a.peak_reserved();
+  res.peak_allocated = a.peak_allocated();
+  res.reserved = a.reserved();
+  res.oom = a.oom();
+  res.oom_request = a.oom_request();
+  return res;
+}
+
+}  // namespace bwplan::alloc
