@@ -183,11 +183,11 @@ resolved_plan resolve_plan(const context& ctx, const hardware_catalog& cat, cons
   if (from_flag("--lora-alpha", "lora_alpha")) c.lora.alpha = o.lora_alpha;
   if (from_flag("--lora-dropout", "lora_dropout")) c.lora.dropout = o.lora_dropout;
   if (from_flag("--lora-targets", "lora_targets")) {
-    const auto t = parse_lora_targets(o.lora_targets);
-    if (!t)
+    const auto targets = parse_lora_targets(o.lora_targets);
+    if (!targets)
       throw invalid_request("--lora-targets: unknown value '" + o.lora_targets +
                             "' (attention, mlp, all-linear, or a list of q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj)");
-    c.lora.targets = *t;
+    c.lora.targets = *targets;
   }
   if (!c.adapters() && (given(o, "--lora-rank") || given(o, "--lora-alpha") || given(o, "--lora-targets") || given(o, "--lora-dropout")))
     throw invalid_request("--lora-rank/--lora-alpha/--lora-targets/--lora-dropout: need --finetune lora or qlora");

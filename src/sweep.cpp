@@ -343,8 +343,6 @@ nlohmann::ordered_json sweep_json(const model_spec& m, const resolved_target& t,
                            {"loss", to_string(c.loss)},
                            {"finetune", to_string(c.finetune)},
                            {"optim", to_string(c.optim)},
-                           {"lora_rank", c.adapters() ? nlohmann::ordered_json(c.lora.rank) : nlohmann::ordered_json()},
-                           {"lora_targets", c.adapters() ? nlohmann::ordered_json(lora_targets_to_string(c.lora.targets)) : nlohmann::ordered_json()},
                            {"peak_phase", to_string(me.peak_phase)},
                            {"peak_allocated_gib", me.peak_allocated.in(gib)},
                            {"peak_reserved_gib", me.peak_reserved.in(gib)},
@@ -356,6 +354,10 @@ nlohmann::ordered_json sweep_json(const model_spec& m, const resolved_target& t,
                            {"tokens_per_s_per_gpu", te.tokens_per_s_per_gpu},
                            {"step_s", te.step.raw()},
                            {"mfu", te.mfu}});
+    if (c.adapters()) {  // the adapters of a LoRA / QLoRA point (absent for a full fine-tune: no nulls)
+      j["points"].back()["lora_rank"] = c.lora.rank;
+      j["points"].back()["lora_targets"] = lora_targets_to_string(c.lora.targets);
+    }
   }
   return j;
 }

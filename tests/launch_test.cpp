@@ -164,6 +164,7 @@ TEST_CASE("contract: every plan field has a contract entry, and every contract p
   p.training.bf16_layers = bf16_blocks{0, 2, -1};
   p.training.shard = sharding::hybrid;
   p.training.shard_group = 8;
+  p.training.finetune = finetune_mode::lora;  // the LoRA keys are written with adapters
   p.global_batch = 64;
   p.check.disable = {"BWP007"};
   std::set<std::string> plan_keys;
