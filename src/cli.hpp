@@ -95,6 +95,12 @@ struct plan_options {
   bool fp8_all_gather = false;     ///< --fp8-all-gather
   std::int64_t tp = 1, cp = 1, ep = 1, pp = 1;  ///< --tp, --cp, --ep, --pp
   int shard_group = 0;             ///< --shard-group (hybrid sharding; 0: one node)
+  std::string finetune = "full";   ///< --finetune full | lora | qlora
+  std::string optimizer_name = "adamw";  ///< --optimizer (recommend also accepts auto)
+  int lora_rank = 16;              ///< --lora-rank
+  double lora_alpha = 32;          ///< --lora-alpha
+  std::string lora_targets = "all-linear";  ///< --lora-targets
+  double lora_dropout = 0;         ///< --lora-dropout
   std::string plan_file;           ///< --plan FILE: settings read from a plan file; flags given as well override them
   const CLI::App* app = nullptr;   ///< the subcommand whose flags were parsed (set by add_plan_options)
 };

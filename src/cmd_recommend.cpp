@@ -49,7 +49,77 @@ struct recommend_options {
   std::string deadline;           ///< --deadline (72h, 3d)
   double price_per_hour = -1;     ///< --price-per-hour override
   std::string parallel = "all";   ///< --parallel all | dp
+  // fine-tuning (docs/finetune.md)
+  std::string finetune = "full";  ///< --finetune full | lora | qlora
+  std::string optimizer = "adamw";  ///< --optimizer NAME or auto (all six)
+  int lora_rank = 16;
+  double lora_alpha = 32;
+  std::string lora_targets = "all-linear";
+  double lora_dropout = 0;
 };
+
+/// A memory saver that makes a full fine-tune fit: its label, its best plan, and the same layout run as a full
+/// AdamW fine-tune (which does not fit) for the speed and memory it costs.
+struct memory_saver {
+  std::string label;
+  plan_candidate best;
+  memory_estimate full_memory;          ///< the full AdamW fine-tune in the saver's layout
+  throughput_estimate full_throughput;  ///< its tokens/s (as if it fitted)
+};
+
+/// When no full AdamW fine-tune of `req` fits: the first memory saver, in order of how little it changes the run
+/// (8-bit AdamW states; with bf16 masters; Adafactor; LoRA; QLoRA with `lora`'s rank and targets), whose search
+/// finds a fitting plan. docs/finetune.md#what-recommend-says-when-a-full-fine-tune-does-not-fit
+std::optional<memory_saver> find_memory_saver(const model_spec& m, const resolved_target& t, const plan_request& req,
+                                              const lora_settings& lora) {
+  struct step {
+    const char* label;
+    finetune_mode f;
+    optimizer_kind o;
+    std::optional<master_weights> master;
+  };
+  const step steps[] = {
+      {"8-bit AdamW states (bitsandbytes AdamW8bit)", finetune_mode::full, optimizer_kind::adamw_8bit, std::nullopt},
+      {"8-bit AdamW states with bf16 master weights", finetune_mode::full, optimizer_kind::adamw_8bit, master_weights::bf16},
+      {"Adafactor (factored second moment) with bf16 master weights", finetune_mode::full, optimizer_kind::adafactor, master_weights::bf16},
+      {"LoRA (frozen bf16 base)", finetune_mode::lora, optimizer_kind::adamw, std::nullopt},
+      {"QLoRA (NF4 base)", finetune_mode::qlora, optimizer_kind::adamw, std::nullopt},
+  };
+  for (const step& st : steps) {
+    plan_request r = req;
+    r.progress = nullptr;
+    r.finetune = st.f;
+    r.lora = lora;
+    r.optimizers = {st.o};
+    if (st.master) r.master = *st.master;
+    if (st.f != finetune_mode::full) {
+      r.tps = {1};
+      r.formats = {compute_format::bf16};
+    }
+    plan_result res = search_plans(m, t.gpu, t.instance ? &*t.instance : nullptr, r, 1);
+    if (res.ranked.empty()) continue;
+    memory_saver ms{st.label, res.ranked.front(), {}, {}};
+    training_config full = ms.best.config;
+    full.finetune = finetune_mode::full;
+    full.lora = lora_settings{};
+    full.optim = optimizer_kind::adamw;
+    full.master = req.master;
+    ms.full_memory = estimate_memory(m, full, t.gpu);
+    ms.full_throughput = estimate_throughput(m, full, t.gpu, t.instance ? &*t.instance : nullptr);
+    return ms;
+  }
+  return std::nullopt;
+}
+
+/// One line naming the saver, its plan, its tokens/s and what it costs against a full AdamW fine-tune.
+std::string saver_line(const memory_saver& s) {
+  const double cost = s.full_throughput.tokens_per_s > 0 ? 1 - s.best.throughput.tokens_per_s / s.full_throughput.tokens_per_s : 0;
+  return fmt::format("the cheapest memory saver that fits: {}: {}; {:.0f} tokens/s, {:.2f} GiB per GPU ({} than a full AdamW "
+                     "fine-tune in the same layout, which would need {:.2f} GiB per GPU and run {:.0f} tokens/s)",
+                     s.label, describe(s.best.config), s.best.throughput.tokens_per_s, s.best.memory.device_peak().in(gib),
+                     cost >= 0 ? fmt::format("{:.1f}% slower", 100 * cost) : fmt::format("{:.1f}% faster", -100 * cost),
+                     s.full_memory.device_peak().in(gib), s.full_throughput.tokens_per_s);
+}
 
 /// Formats `recommend` tries: --precisions when given (each must run on the GPU), else the --numerics
 /// tier restricted to what the GPU supports (formats_for_tier: conservative = bf16, mxfp8; balanced adds fp8;
@@ -382,6 +452,16 @@ runner register_recommend(CLI::App& app, context& ctx) {
   sub->add_option("--precisions", o->precisions, "formats to search, comma-separated (bf16,fp8,fp8-rowwise,mxfp8,nvfp4); default: by --numerics");
   sub->add_option("--numerics", o->numerics, "conservative (bf16, mxfp8) | balanced (+fp8) | aggressive (+nvfp4)")
       ->capture_default_str()->check(CLI::IsMember({"conservative", "balanced", "aggressive"}));
+  sub->add_option("--finetune", o->finetune,
+                  "full | lora | qlora: search LoRA / QLoRA plans (adapters at --lora-rank on --lora-targets; bf16, tp 1)")
+      ->option_text("full|lora|qlora")->capture_default_str();
+  sub->add_option("--optimizer", o->optimizer, "adamw | adamw-8bit | paged-adamw-8bit | adafactor | sgd | lion, or auto (search all)")
+      ->option_text("NAME|auto")->capture_default_str();
+  sub->add_option("--lora-rank", o->lora_rank, "LoRA rank (with --finetune lora|qlora)")->capture_default_str();
+  sub->add_option("--lora-alpha", o->lora_alpha, "LoRA alpha (with --finetune lora|qlora)")->capture_default_str();
+  sub->add_option("--lora-targets", o->lora_targets, "attention | mlp | all-linear | q_proj,v_proj,... (with --finetune lora|qlora)")
+      ->capture_default_str();
+  sub->add_option("--lora-dropout", o->lora_dropout, "LoRA dropout (with --finetune lora|qlora)")->capture_default_str();
   add_sagemaker_options(sub->add_option_group("SageMaker (with --emit)"), std::shared_ptr<sagemaker::job_settings>(o, &o->job));
 
   return [o, sub, &ctx]() -> int {
@@ -438,6 +518,56 @@ runner register_recommend(CLI::App& app, context& ctx) {
       };
     }
     req.nodes = o->target.nodes;
+    // fine-tuning: what is trained, the adapters, the optimizers searched
+    {
+      const auto f = parse_finetune(o->finetune);
+      if (!f) throw invalid_request("--finetune: unknown value '" + o->finetune + "' (full, lora, qlora)");
+      req.finetune = *f;
+      const auto targets = parse_lora_targets(o->lora_targets);
+      if (!targets)
+        throw invalid_request("--lora-targets: unknown value '" + o->lora_targets + "' (attention, mlp, all-linear, or q_proj,v_proj,...)");
+      req.lora = lora_settings{o->lora_rank, o->lora_alpha, *targets, o->lora_dropout};
+      const bool lora_given = sub->get_option("--lora-rank")->count() + sub->get_option("--lora-alpha")->count() +
+                                  sub->get_option("--lora-targets")->count() + sub->get_option("--lora-dropout")->count() > 0;
+      if (req.finetune == finetune_mode::full) {
+        if (lora_given) throw invalid_request("--lora-rank/--lora-alpha/--lora-targets/--lora-dropout: need --finetune lora or qlora");
+      } else {
+        training_config probe;
+        probe.finetune = req.finetune;
+        probe.lora = req.lora;
+        for (const auto& v : violations(probe)) throw flag_error(v);
+        req.tps = {1};  // adapters: tp 1, bf16 (violations)
+        const bool asked = !o->precision.empty() || !o->precisions.empty();
+        if (asked && (req.formats.size() != 1 || req.formats.front() != compute_format::bf16))
+          throw invalid_request("--precision: LoRA and QLoRA plans compute in bf16 in this release");
+        req.formats = {compute_format::bf16};
+      }
+      if (o->optimizer == "auto") {
+        req.optimizers.assign(std::begin(all_optimizers), std::end(all_optimizers));
+      } else {
+        const auto opt = parse_optimizer(o->optimizer);
+        if (!opt) throw invalid_request("--optimizer: unknown value '" + o->optimizer +
+                                        "' (adamw, adamw-8bit, paged-adamw-8bit, adafactor, sgd, lion, auto)");
+        req.optimizers = {*opt};
+      }
+      if (launcher) {  // what the reference trainer cannot run leaves the search; naming only such settings is an error
+        std::vector<optimizer_kind> runnable;
+        std::string why;
+        for (optimizer_kind k : req.optimizers) {
+          plan probe;
+          probe.training.finetune = req.finetune;
+          probe.training.lora = req.finetune == finetune_mode::full ? lora_settings{} : req.lora;
+          probe.training.optim = k;
+          probe.training.shard = sharding::full;
+          probe.training.world_size = 8;
+          const auto v = io::trainer_refusals(*contract, probe);
+          if (v.empty()) runnable.push_back(k);
+          else if (why.empty()) why = v.front().message;
+        }
+        if (runnable.empty()) throw invalid_request("--emit " + o->emit + ": " + why);
+        req.optimizers = runnable;
+      }
+    }
     {
       const double g = parse_token_count(o->global_batch_tokens, "--global-batch-tokens");
       if (g > static_cast<double>(plan_limits::max_global_batch) * 1024)
@@ -536,6 +666,9 @@ runner register_recommend(CLI::App& app, context& ctx) {
       }
       return emit(ctx, *o, m, t, req.nodes, req.headroom, r.ranked.front());
     }
+    // a full fine-tune that does not fit: name the cheapest memory saver that does
+    std::optional<memory_saver> saver;
+    if (r.ranked.empty() && req.finetune == finetune_mode::full) saver = find_memory_saver(m, t, req, req.lora);
     if (o->format == "json") {
       nlohmann::ordered_json j;
       j["model"] = m.name;
@@ -548,6 +681,16 @@ runner register_recommend(CLI::App& app, context& ctx) {
       j["precision_explanation"] = precision_line;
       j["search"]["precisions"] = nlohmann::ordered_json::array();
       for (compute_format f : req.formats) j["search"]["precisions"].push_back(to_string(f));
+      j["search"]["finetune"] = to_string(req.finetune);
+      j["search"]["optimizers"] = nlohmann::ordered_json::array();
+      for (optimizer_kind k : req.optimizers) j["search"]["optimizers"].push_back(to_string(k));
+      if (saver) {
+        j["memory_saver"] = {{"label", saver->label},
+                             {"plan", io::estimate_to_json(m, saver->best.config, saver->best.memory, saver->best.throughput)},
+                             {"full_adamw_device_peak_bytes", saver->full_memory.device_peak().raw()},
+                             {"full_adamw_tokens_per_s", saver->full_throughput.tokens_per_s},
+                             {"summary", saver_line(*saver)}};
+      }
       ctx.out << j.dump(2) << "\n";
     } else if (o->format == "markdown") {
       ctx.out << plans_markdown(m, where, req, r, explanation);
@@ -602,8 +745,9 @@ runner register_recommend(CLI::App& app, context& ctx) {
       }
     }
     if (r.ranked.empty()) {
-      ctx.err << fmt::format("bwplan: no configuration of {} fits on {} with {:.0f}% headroom; try more nodes or a larger GPU\n",
-                             m.name, where, 100 * req.headroom);
+      if (saver && o->format != "json") ctx.out << "\nno full fine-tune fits; " << saver_line(*saver) << "\n";
+      ctx.err << fmt::format("bwplan: no configuration of {} fits on {} with {:.0f}% headroom; {}\n", m.name, where, 100 * req.headroom,
+                             saver ? "see the memory saver above, or try more nodes" : "try more nodes or a larger GPU");
       return failure;
     }
     return success;

@@ -51,6 +51,17 @@ void add_plan_options(CLI::App* sub, const std::shared_ptr<plan_options>& o) {
                   "blocks kept bf16 with a low-precision format: last:N, first:N, first:N,last:M, a fraction (trailing), or none "
                   "(default: none; nvfp4: 0.15 as torchtitan)");
   sub->add_flag("--fp8-all-gather", o->fp8_all_gather, "FSDP2 all-gathers FP8 weights (with --precision fp8)");
+  sub->add_option("--finetune", o->finetune,
+                  "full (every parameter) | lora (frozen bf16 base + LoRA adapters, PEFT) | qlora (LoRA over an NF4 base, bitsandbytes)")
+      ->option_text("full|lora|qlora");
+  sub->add_option("--optimizer", o->optimizer_name,
+                  "adamw | adamw-8bit | paged-adamw-8bit (bitsandbytes) | adafactor | sgd (momentum) | lion")
+      ->option_text("adamw|adamw-8bit|paged-adamw-8bit|adafactor|sgd|lion");
+  sub->add_option("--lora-rank", o->lora_rank, "LoRA rank r (with --finetune lora|qlora; default 16)");
+  sub->add_option("--lora-alpha", o->lora_alpha, "LoRA alpha: updates scaled by alpha / r (default 32)");
+  sub->add_option("--lora-targets", o->lora_targets,
+                  "adapted block linears: attention | mlp | all-linear | a list such as q_proj,v_proj (default all-linear)");
+  sub->add_option("--lora-dropout", o->lora_dropout, "LoRA dropout probability in [0, 1) (default 0)");
 }
 
 std::string plan_flag(std::string_view field) {
@@ -61,7 +72,9 @@ std::string plan_flag(std::string_view field) {
       {"cp", "--cp"},                    {"ep", "--ep"},               {"pp", "--pp"},
       {"shard_group", "--shard-group"},  {"sharding", "--sharding"},   {"precision", "--precision"},
       {"bf16_layers", "--bf16-layers"},  {"headroom", "--headroom"},   {"global_batch_tokens", "--global-batch-tokens"},
-      {"master_weights", "--master"},    {"loss", "--loss"},           {"optimizer_impl", "--optimizer-impl"}};
+      {"master_weights", "--master"},    {"loss", "--loss"},           {"optimizer_impl", "--optimizer-impl"},
+      {"optimizer", "--optimizer"},      {"finetune", "--finetune"},   {"lora_rank", "--lora-rank"},
+      {"lora_alpha", "--lora-alpha"},    {"lora_targets", "--lora-targets"}, {"lora_dropout", "--lora-dropout"}};
   const auto it = flags.find(field);
   return std::string(it == flags.end() ? field : it->second);
 }
@@ -156,6 +169,28 @@ resolved_plan resolve_plan(const context& ctx, const hardware_catalog& cat, cons
   if (from_flag("--master", "master_weights")) c.master = o.master;
   if (from_flag("--optimizer-impl", "optimizer_impl")) c.optimizer = o.optimizer;
   if (from_flag("--loss", "loss")) c.loss = o.loss;
+  if (from_flag("--finetune", "finetune")) {
+    const auto f = parse_finetune(o.finetune);
+    if (!f) throw invalid_request("--finetune: unknown value '" + o.finetune + "' (full, lora, qlora)");
+    c.finetune = *f;
+  }
+  if (from_flag("--optimizer", "optimizer")) {
+    const auto f = parse_optimizer(o.optimizer_name);
+    if (!f) throw invalid_request("--optimizer: unknown value '" + o.optimizer_name + "' (adamw, adamw-8bit, paged-adamw-8bit, adafactor, sgd, lion)");
+    c.optim = *f;
+  }
+  if (from_flag("--lora-rank", "lora_rank")) c.lora.rank = o.lora_rank;
+  if (from_flag("--lora-alpha", "lora_alpha")) c.lora.alpha = o.lora_alpha;
+  if (from_flag("--lora-dropout", "lora_dropout")) c.lora.dropout = o.lora_dropout;
+  if (from_flag("--lora-targets", "lora_targets")) {
+    const auto targets = parse_lora_targets(o.lora_targets);
+    if (!targets)
+      throw invalid_request("--lora-targets: unknown value '" + o.lora_targets +
+                            "' (attention, mlp, all-linear, or a list of q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj)");
+    c.lora.targets = *targets;
+  }
+  if (!c.adapters() && (given(o, "--lora-rank") || given(o, "--lora-alpha") || given(o, "--lora-targets") || given(o, "--lora-dropout")))
+    throw invalid_request("--lora-rank/--lora-alpha/--lora-targets/--lora-dropout: need --finetune lora or qlora");
   if (from_flag("--precision", "precision")) {
     const auto f = parse_format(o.precision);
     if (!f) throw invalid_request("--precision: unknown format '" + o.precision + "' (" + precision_names() + ")");

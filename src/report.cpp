@@ -538,7 +538,10 @@ footer { margin-top: 32px; color: #555; font-size: 0.88em; border-top: 1px solid
   row("activation checkpointing", to_string(c.ac));
   row("sharding", c.shard == sharding::full ? std::string("FSDP2 full shard") : c.shard == sharding::none ? std::string(c.world_size > 1 ? "none (DDP)" : "none") : shard_label(c));
   row("precision", fmt::format("{} compute, {} master weights", to_string(c.format), to_string(c.master)));
-  row("optimizer", fmt::format("AdamW ({})", to_string(c.optimizer)));
+  row("optimizer", c.optim == optimizer_kind::adamw ? fmt::format("AdamW ({})", to_string(c.optimizer)) : std::string(to_string(c.optim)));
+  if (c.adapters())
+    row("fine-tuning", fmt::format("{} rank {} (alpha {}) on {}, dropout {}", c.finetune == finetune_mode::qlora ? "QLoRA (NF4 base)" : "LoRA",
+                                   c.lora.rank, c.lora.alpha, lora_targets_to_string(c.lora.targets), c.lora.dropout));
   row("loss", to_string(c.loss));
   row("headroom", fmt::format("{:.0f}% of capacity kept free", 100 * d.headroom));
   h += "</table>\n";

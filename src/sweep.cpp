@@ -15,7 +15,7 @@ namespace {
 
 constexpr std::int64_t max_points = 100000;
 
-const std::vector<std::string> integer_keys = {"mbs", "seq", "grad-accum", "nodes", "ac-every", "tp", "cp", "ep"};
+const std::vector<std::string> integer_keys = {"mbs", "seq", "grad-accum", "nodes", "ac-every", "tp", "cp", "ep", "lora-rank"};
 
 bool is_integer_key(const std::string& k) {
   return std::find(integer_keys.begin(), integer_keys.end(), k) != integer_keys.end();
@@ -103,6 +103,9 @@ void apply(plan& p, const std::string& key, const std::string& v) {
   else if (key == "master") c.master = v == "bf16" ? master_weights::bf16 : master_weights::fp32;
   else if (key == "optimizer-impl") c.optimizer = v == "foreach" ? optimizer_impl::foreach : optimizer_impl::fused;
   else if (key == "precision") c.format = *parse_format(v);
+  else if (key == "finetune") c.finetune = *parse_finetune(v);
+  else if (key == "optimizer") c.optim = *parse_optimizer(v);
+  else if (key == "lora-rank") c.lora.rank = static_cast<int>(std::min<std::int64_t>(std::stoll(v), 65537));
   else if (key == "tp" || key == "cp" || key == "ep") {
     const int d = static_cast<int>(std::min<std::int64_t>(std::stoll(v), plan_limits::max_degree + 1));
     (key == "tp" ? c.tp : key == "cp" ? c.cp : c.ep) = d;
@@ -121,7 +124,8 @@ std::string csv_cell(const std::string& s) {
 const std::vector<std::string>& sweep_keys() {
   static const std::vector<std::string> keys = {"mbs",      "seq",      "grad-accum", "nodes",  "ac",
                                                 "ac-every", "sharding", "loss",       "master", "optimizer-impl",
-                                                "precision", "tp",      "cp",         "ep",     "instance"};
+                                                "precision", "tp",      "cp",         "ep",     "instance",
+                                                "finetune",  "optimizer", "lora-rank"};
   return keys;
 }
 
@@ -169,6 +173,8 @@ sweep_axis parse_vary(const std::string& spec) {
     else if (a.key == "master") check_member(spec, item, {"fp32", "bf16"});
     else if (a.key == "optimizer-impl") check_member(spec, item, {"fused", "foreach"});
     else if (a.key == "precision") check_member(spec, item, formats);
+    else if (a.key == "finetune") check_member(spec, item, {"full", "lora", "qlora"});
+    else if (a.key == "optimizer") check_member(spec, item, {"adamw", "adamw-8bit", "paged-adamw-8bit", "adafactor", "sgd", "lion"});
     if (!is_integer_key(a.key) && a.key != "ac") a.values.push_back(item);
   }
   return a;
@@ -249,7 +255,8 @@ const std::vector<std::string>& sweep_columns() {
       "seq",         "grad_accum",   "dp",         "global_batch_tokens", "ac",          "sharding",
       "tp",          "cp",           "ep",         "precision",      "master",           "optimizer",
       "loss",        "peak_phase",   "peak_allocated_gib", "peak_reserved_gib", "device_peak_gib", "capacity_gib",
-      "headroom",    "fits",         "tokens_per_s", "tokens_per_s_per_gpu", "step_s",      "mfu"};
+      "headroom",    "fits",         "tokens_per_s", "tokens_per_s_per_gpu", "step_s",      "mfu",
+      "finetune",    "optim",        "lora_rank",  "lora_targets"};
   return cols;
 }
 
@@ -286,7 +293,11 @@ std::vector<std::string> sweep_row(const model_spec& m, const sweep_point& p) {
           fmt::format("{:.1f}", te.tokens_per_s),
           fmt::format("{:.1f}", te.tokens_per_s_per_gpu),
           fmt::format("{:.6f}", te.step.raw()),
-          fmt::format("{:.4f}", te.mfu)};
+          fmt::format("{:.4f}", te.mfu),
+          to_string(c.finetune),
+          to_string(c.optim),
+          c.adapters() ? std::to_string(c.lora.rank) : "",
+          c.adapters() ? lora_targets_to_string(c.lora.targets) : ""};
 }
 
 std::string sweep_csv(const model_spec& m, const std::vector<sweep_point>& points) {
@@ -330,6 +341,8 @@ nlohmann::ordered_json sweep_json(const model_spec& m, const resolved_target& t,
                            {"master", to_string(c.master)},
                            {"optimizer", to_string(c.optimizer)},
                            {"loss", to_string(c.loss)},
+                           {"finetune", to_string(c.finetune)},
+                           {"optim", to_string(c.optim)},
                            {"peak_phase", to_string(me.peak_phase)},
                            {"peak_allocated_gib", me.peak_allocated.in(gib)},
                            {"peak_reserved_gib", me.peak_reserved.in(gib)},
@@ -341,6 +354,10 @@ nlohmann::ordered_json sweep_json(const model_spec& m, const resolved_target& t,
                            {"tokens_per_s_per_gpu", te.tokens_per_s_per_gpu},
                            {"step_s", te.step.raw()},
                            {"mfu", te.mfu}});
+    if (c.adapters()) {  // the adapters of a LoRA / QLoRA point (absent for a full fine-tune: no nulls)
+      j["points"].back()["lora_rank"] = c.lora.rank;
+      j["points"].back()["lora_targets"] = lora_targets_to_string(c.lora.targets);
+    }
   }
   return j;
 }

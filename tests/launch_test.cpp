@@ -164,6 +164,7 @@ TEST_CASE("contract: every plan field has a contract entry, and every contract p
   p.training.bf16_layers = bf16_blocks{0, 2, -1};
   p.training.shard = sharding::hybrid;
   p.training.shard_group = 8;
+  p.training.finetune = finetune_mode::lora;  // the LoRA keys are written with adapters
   p.global_batch = 64;
   p.check.disable = {"BWP007"};
   std::set<std::string> plan_keys;
@@ -186,10 +187,10 @@ TEST_CASE("contract: every plan field has a contract entry, and every contract p
   }
   // a contract that grows a plan field bwplan does not know is an error, not a silently dropped setting
   json grown = json::parse(slurp(fs::path(BWPLAN_SOURCE_DIR) / "configs" / "training-contract.json"));
-  grown["fields"].push_back({{"key", "lora_rank"}, {"kind", "plan"}, {"hyperparameter", "lora_rank"}, {"source", "hyperparameter"},
+  grown["fields"].push_back({{"key", "offload"}, {"kind", "plan"}, {"hyperparameter", "offload"}, {"source", "hyperparameter"},
                              {"type", "int"}, {"unit", nullptr}, {"minimum", 0}, {"required", false}, {"default", 0}, {"trainer", "supported"}});
   const io::training_contract g = io::parse_contract(grown, "grown.json");
-  CHECK_THROWS_WITH(io::plan_hyperparameters(g, p), Catch::Contains("plan field 'lora_rank' of the training contract is unknown to this bwplan"));
+  CHECK_THROWS_WITH(io::plan_hyperparameters(g, p), Catch::Contains("plan field 'offload' of the training contract is unknown to this bwplan"));
   // the source dir's copy is the same file
   CHECK(slurp(fs::path(BWPLAN_SOURCE_DIR) / "configs" / "training-contract.json") ==
         slurp(fs::path(BWPLAN_SOURCE_DIR) / "apps" / "train" / "training-contract.json"));

@@ -4,6 +4,7 @@
 
 // Umbrella header: the analytic library without I/O (include <bwplan/io/json.hpp> for loaders).
 #include <bwplan/error.hpp>
+#include <bwplan/finetune.hpp>
 #include <bwplan/hardware.hpp>
 #include <bwplan/memory.hpp>
 #include <bwplan/model.hpp>

@@ -281,6 +281,10 @@ inline std::string_view rule_for(const plan_violation& v) {
   req.headroom = p.headroom;
   req.master = c.master;
   req.optimizer = c.optimizer;
+  req.finetune = c.finetune;  // the same fine-tuning and optimizer as the plan
+  req.lora = c.lora;
+  req.optimizers = {c.optim};
+  if (c.adapters()) { req.tps = {1}; req.formats = {compute_format::bf16}; }
   const plan_result best = search_plans(m, in.gpu, in.instance, req, 1);
   if (!best.ranked.empty()) res.best = best.ranked.front();
   for (const auto& b : best.best_per_format)

@@ -6,6 +6,7 @@
 // (compose_memory) that adds them up at the moments each is alive. @sa docs/methodology.md#memory
 
 #include <bwplan/allocator.hpp>
+#include <bwplan/finetune.hpp>
 #include <bwplan/hardware.hpp>
 #include <bwplan/model.hpp>
 #include <bwplan/moe.hpp>
@@ -144,6 +145,20 @@ struct memory_shape {
   optimizer_impl optimizer = optimizer_impl::fused;
   format_traits format;    ///< traits of the compute format on this GPU
   block_layout blocks;     ///< which blocks are checkpointed, which are quantized
+  // --- fine-tuning (docs/finetune.md)
+  finetune_mode finetune = finetune_mode::full;
+  optimizer_kind optim = optimizer_kind::adamw;
+  bool adapters = false;   ///< LoRA or QLoRA: the base is frozen
+  double Pt = 0;           ///< trained parameters per GPU before data-parallel sharding (P, or the adapters)
+  double Pt_block = 0;     ///< trained parameters of one block (Pb, or its adapters)
+  double frozen = 0;       ///< bytes of the frozen base per GPU before sharding (bf16, NF4 block linears for QLoRA); 0 for full
+  double factored = 0;     ///< Adafactor factored-state elements of the trained parameters per GPU
+  double gathered_block = 0;  ///< bytes of one block as FSDP2 gathers it (bf16 2·Pb, fp8 Pb, QLoRA packed NF4 linears)
+  double dequant = 0;      ///< QLoRA: bytes of the largest dequantized bf16 weight alive during one linear (0 otherwise)
+  double adapter_bytes = 2;  ///< bytes per element of the adapters' weights and inputs: 4 for PEFT's fp32 adapters, 2 under FSDP2 bf16 compute or bf16 master
+  double lora_rank = 0;    ///< r
+  double lora_dropout = 0; ///< p
+  adapter_shape adapter;   ///< the adapters of one block
 };
 
 /// The shape of configuration `c` of model `m` on `gpu` (see memory_shape). Does not validate `c`.
@@ -153,7 +168,7 @@ struct memory_shape {
   memory_shape s;
   s.fsdp = c.sharded();
   s.grad_op = c.shard == sharding::grad_op;
-  s.amp = !s.fsdp && c.master == master_weights::fp32;
+  s.amp = !s.fsdp && c.master == master_weights::fp32 && !c.adapters();  // a frozen bf16 base has no fp32 weights to autocast
   s.accum = c.grad_accum > 1;
   s.ddp = !s.fsdp && c.fsdp_mesh() > 1;
   s.multi_process = s.fsdp || c.world_size > 1;
@@ -182,6 +197,32 @@ struct memory_shape {
   s.blocks.ac = c.ac;
   s.blocks.q_first = c.format == compute_format::bf16 ? L : keep.first;
   s.blocks.q_end = c.format == compute_format::bf16 ? L : std::max(s.blocks.q_first, L - keep.last_for(L));
+  // fine-tuning
+  s.finetune = c.finetune;
+  s.optim = c.optim;
+  s.adapters = c.adapters();
+  s.gathered_block = (s.fp8_all_gather ? 1 : 2) * s.Pb;
+  if (!s.adapters) {
+    s.Pt = s.P;
+    s.Pt_block = s.fsdp ? s.block_full : s.Pb;
+    s.factored = c.optim == optimizer_kind::adafactor ? adafactor_full_elements(m) / tpd : 0;  // only Adafactor reads it
+  } else {
+    s.adapter = adapter_shape_of(m, c.lora);
+    s.Pt = static_cast<double>(L) * s.adapter.params;
+    s.Pt_block = s.adapter.params;
+    s.factored = static_cast<double>(L) * s.adapter.factored;
+    s.lora_rank = c.lora.rank;
+    s.lora_dropout = c.lora.dropout;
+    s.adapter_bytes = (c.master == master_weights::fp32 && !s.fsdp) ? 4 : 2;
+    const double block_lin_all = static_cast<double>(pc_full.block_linear * L + pc_full.layer_adjust) / tpd;  // every block linear
+    if (c.finetune == finetune_mode::qlora) {
+      s.frozen = nf4_bytes_per_param * block_lin_all + 2 * (s.P - block_lin_all);
+      s.gathered_block = nf4_bytes_per_param * s.lin + 2 * (s.Pb - s.lin);
+      s.dequant = 2 * largest_block_linear(m);
+    } else {
+      s.frozen = 2 * s.P;
+    }
+  }
   return s;
 }
 
@@ -207,11 +248,25 @@ struct model_states {
 /// root, reduce-scattered at the end of backward). Sources: PyTorch `torch.optim.AdamW` (two states per
 /// parameter, `set_to_none`), FSDP2 `fully_shard` docs (sharded parameters, gradients and states;
 /// `MixedPrecisionPolicy` with fp32 reduce), ZeRO (Rajbhandari et al. 2020, arXiv:1910.02054).
+///
+/// Fine-tuning (LoRA/QLoRA, docs/finetune.md): the frozen base keeps no gradient and no optimizer state (PEFT
+/// `_mark_only_adapters_as_trainable` sets `requires_grad=False`, `src/peft/tuners/tuners_utils.py`); parameters are
+/// the frozen base (bf16, or NF4 block linears for QLoRA) plus the adapters in the master dtype, `(frozen +
+/// w·Pt)/N`; gradients and optimizer states cover the adapters `Pt` only; the LM head is frozen (no head
+/// gradient). Other optimizers than AdamW keep optimizer_state_bytes (8-bit, Adafactor, SGD, Lion).
 [[nodiscard]] inline model_states model_state_bytes(const memory_shape& s) noexcept {
   const double w = s.w, g = s.w, P = s.P, n = s.n;
   model_states r;
+  if (s.adapters) {
+    r.parameters = bytes::base((s.frozen + w * s.Pt) / n);
+    r.optimizer_states = bytes::base(optimizer_state_bytes(s.optim, w, s.Pt, s.factored) / n);
+    r.gradients = bytes::base(g * s.Pt / n);
+    if (s.accum) r.accumulated_gradients = r.gradients;
+    r.block_gradient = bytes::base(s.accum ? 0 : g * s.Pt_block / (s.fsdp ? n : 1));
+    return r;
+  }
   r.parameters = bytes::base(w * P / n);
-  r.optimizer_states = bytes::base(2 * w * P / n);
+  r.optimizer_states = bytes::base(optimizer_state_bytes(s.optim, w, P, s.factored) / n);
   r.gradients = bytes::base(g * P / n);
   if (s.accum) r.accumulated_gradients = bytes::base(g * P / n);
   r.block_gradient = bytes::base(s.accum ? 0 : (s.fsdp ? g * s.block_full / n : g * s.Pb));
@@ -278,6 +333,33 @@ struct activation_inventory {
   return r;
 }
 
+/// Change of the bytes one block saves per token when its base is frozen and LoRA adapts `s.adapter`
+/// (added to activation_bytes_per_token's `block_saved`; bf16 residual stream).
+///
+/// A frozen linear computes no weight gradient, so autograd does not save its input (a saved input of `mm` is
+/// guarded by `should_compute_output` of the weight: PyTorch `tools/autograd/gen_variable_type.py`,
+/// `derivatives.yaml`): the two norms' outputs `2·2h` and the down-projection input `2F` are dropped; the rest
+/// (norm inputs, q/k/v, attention output and LSE, gate, act(gate), up) is still needed for the input gradient.
+/// The adapters save, per adapted linear (PEFT `src/peft/tuners/lora/layer.py` `Linear.forward`:
+/// `lora_B(lora_A(dropout(x))) * scaling`): `lora_A`'s input — shared bf16 storage when the adapters compute in
+/// bf16 without dropout (one `2h` for q/k/v, one for gate/up, the attention output already saved for o, `2F`
+/// for down), else its own copy of `ab·d_in` (PEFT casts x to the fp32 adapter dtype, `_cast_input_dtype`) —
+/// plus with dropout p > 0 the bool mask `d_in` (`native_dropout`); and `lora_B`'s input, the LoRA intermediate
+/// x·A, `ab·r` per adapted linear.
+[[nodiscard]] constexpr double adapter_saved_delta(const model_spec& m, const memory_shape& s) noexcept {
+  if (!s.adapters) return 0;
+  const adapter_shape& a = s.adapter;
+  const double h = s.h, f = detail::mlp_width_per_token(m), ab = s.adapter_bytes;
+  double d = -(2 * 2 * h + 2 * f);
+  if (ab > 2 || s.lora_dropout > 0) {
+    d += (ab + (s.lora_dropout > 0 ? 1 : 0)) * a.in_sum;
+  } else {
+    d += (a.qkv_input ? 2 * h : 0) + (a.gate_up_input ? 2 * h : 0) + (a.down ? 2 * f : 0);
+  }
+  d += a.modules * ab * s.lora_rank;
+  return d;
+}
+
 /// Activations saved from the forward to the backward pass, per block and in all.
 struct saved_activations {
   activation_inventory high_precision;  ///< per token, blocks whose linears run in bf16
@@ -314,6 +396,9 @@ struct saved_activations {
   saved_activations r;
   r.high_precision = activation_bytes_per_token(m, s.amp, s.format, false);
   r.low_precision = activation_bytes_per_token(m, s.amp, s.format, true);
+  const double lora = adapter_saved_delta(m, s);  // 0 for a full fine-tune
+  r.high_precision.block_saved += lora;
+  r.low_precision.block_saved += lora;
   r.blocks = s.blocks;
   r.T = s.T;
   r.checkpoint = bytes::base(r.high_precision.checkpoint * s.T);
@@ -356,7 +441,7 @@ struct loss_buffers {
     while (chunk < std::ceil(T / inc)) chunk *= 2;
     chunk = std::min(chunk, T);
     r.saved = bytes::base(2 * T * h);                                          // gradient w.r.t. the head input
-    r.head_gradient = bytes::base((s.accum ? 0 : (s.fsdp ? 2 : g)) * s.head_w);  // head weight gradient
+    r.head_gradient = bytes::base((s.accum || s.adapters ? 0 : (s.fsdp ? 2 : g)) * s.head_w);  // head weight gradient (frozen head: none)
     r.forward_transient = bytes::base((2 + 4) * chunk * V);                    // chunk logits bf16 + fp32 gradient
   }
   return r;
@@ -403,12 +488,12 @@ struct weight_copies {
     for (std::int64_t i = 0; i < s.blocks.layers; ++i) after += !s.blocks.checkpointed(i) ? amp_block : 0.0;
   r.autocast_after_forward = bytes::base(after);
   r.fsdp_root = bytes::base(s.fsdp ? 2 * s.root_params : 0);
-  r.fsdp_gathered = bytes::base(s.fsdp && !s.grad_op ? 2 * (s.fp8_all_gather ? 1 : 2) * s.Pb : 0);
-  const double kept_block = s.grad_op ? 2 * s.Pb : 0;
+  r.fsdp_gathered = bytes::base(s.fsdp && !s.grad_op ? 2 * s.gathered_block : 0);  // QLoRA: the packed NF4 storage
+  const double kept_block = s.grad_op ? s.gathered_block : 0;
   r.grad_op_block = bytes::base(kept_block);
   r.grad_op_all = bytes::base(kept_block * L);
   r.quantized_block = bytes::base(s.format.weight_copy_bytes * s.lin);
-  if (s.ddp) r.ddp_buckets = bytes::base(s.w * s.P);
+  if (s.ddp) r.ddp_buckets = bytes::base(s.w * s.Pt);
   return r;
 }
 
@@ -422,6 +507,7 @@ struct transient_buffers {
   bytes checkpointed_forward;    ///< intermediates of a checkpointed block's forward (nothing saved), T·6F
   bytes root_reduce_scatter;     ///< FSDP2 root gradients at the end of backward (bf16 + fp32 copy)
   bytes optimizer;               ///< foreach AdamW: one full-size temporary list, w·P/N (fused: 0)
+  bytes dequantized_weight;      ///< QLoRA: the bf16 weight one 4-bit linear dequantizes while it runs (forward and backward)
 };
 
 /// Transient working sets of one step.
@@ -432,18 +518,27 @@ struct transient_buffers {
 /// sharding the gradient `w·P_block`, or bf16 `2·lin` when accumulating into fp32 gradients (autocast). A
 /// checkpointed block's forward runs without saving, holding its MLP intermediates `6·T·F`. At the end of
 /// backward FSDP2 reduce-scatters the root's gradients. `foreach` AdamW (`torch.optim.AdamW(foreach=True)`,
-/// `_multi_tensor_adamw`) allocates a full-size intermediate list; `fused` none. Sources: PyTorch autograd,
+/// `_multi_tensor_adamw`) allocates a full-size intermediate list; `fused` none (the other optimizers: none;
+/// bitsandbytes' 8-bit kernels dequantize in registers, `docs/source/explanations/optimizers.mdx`). QLoRA: each
+/// 4-bit linear dequantizes its weight to a bf16 `[N, K]` buffer for the op (bitsandbytes
+/// `backends/cuda/ops.py` `_dequant_linear_fallback` for more than 1536 tokens; `MatMul4Bit.backward` dequantizes
+/// again), the largest one alive at a time. Sources: PyTorch autograd,
 /// FSDP2 `torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py` (reduce-scatter input), torch.optim.
 [[nodiscard]] constexpr transient_buffers transient_bytes(const memory_shape& s, const saved_activations& a,
                                                          const weight_copies& wc) noexcept {
   const bool fp32_master = s.master == master_weights::fp32;
   transient_buffers r;
   r.activation_gradients = bytes::base(a.high_precision.grad_temp * s.T);
-  r.block_gradient_buffers = bytes::base(s.fsdp ? 2 * s.Pb + (fp32_master ? 4 * s.Pb : 0) + wc.fsdp_gathered.raw()
-                                                : (s.accum ? 2 * s.lin : s.w * s.Pb));
+  if (s.adapters)  // only the adapters' gradients (docs/finetune.md)
+    r.block_gradient_buffers = bytes::base(s.fsdp ? 2 * s.Pt_block + (fp32_master ? 4 * s.Pt_block : 0) + wc.fsdp_gathered.raw()
+                                                  : s.w * s.Pt_block);
+  else
+    r.block_gradient_buffers = bytes::base(s.fsdp ? 2 * s.Pb + (fp32_master ? 4 * s.Pb : 0) + wc.fsdp_gathered.raw()
+                                                  : (s.accum ? 2 * s.lin : s.w * s.Pb));
   r.checkpointed_forward = bytes::base(s.T * (6 * s.F));
-  r.root_reduce_scatter = bytes::base(s.fsdp ? 2 * s.root_params + (fp32_master ? 4 * s.root_params : 0) : 0);
-  if (s.optimizer == optimizer_impl::foreach) r.optimizer = bytes::base(s.w * s.P / s.n);
+  r.root_reduce_scatter = bytes::base(s.fsdp && !s.adapters ? 2 * s.root_params + (fp32_master ? 4 * s.root_params : 0) : 0);
+  if (s.optimizer == optimizer_impl::foreach && s.optim == optimizer_kind::adamw) r.optimizer = bytes::base(s.w * s.Pt / s.n);
+  r.dequantized_weight = bytes::base(s.dequant);
   return r;
 }
 
@@ -525,13 +620,14 @@ struct allocator_replay {
 };
 
 /// Whether the step trace (alloc::replay_step_trace) describes configuration `c` of `m`: the eager decoder of
-/// `measure.py` / the reference trainer on one GPU. Other configurations keep the cheap bound
+/// `measure.py` / the reference trainer on one GPU (full fine-tune, AdamW). Other configurations keep the cheap bound
 /// (fragmentation_slack, reduce_scatter_pool).
 [[nodiscard]] inline bool replayable(const model_spec& m, const training_config& c) noexcept {
   return !m.is_moe() && !m.is_mla() && m.gated_mlp && !m.layer_norm && m.norms_per_block == 2 && !m.o_bias &&
          !m.mlp_bias && m.positions == 0 && !m.qk_norm && c.world_size == 1 && c.tp == 1 && c.cp == 1 && c.pp == 1 &&
          (!c.sharded() || (c.shard == sharding::full && c.master == master_weights::fp32)) && c.grad_accum == 1 && c.loss == loss_impl::standard && c.format == compute_format::bf16 &&
-         (c.ac.mode == ac_mode::none || c.ac.mode == ac_mode::full) && !c.fp8_all_gather;
+         (c.ac.mode == ac_mode::none || c.ac.mode == ac_mode::full) && !c.fp8_all_gather &&
+         !c.adapters() && c.optim == optimizer_kind::adamw;  // the trace is a full fine-tune with AdamW
 }
 
 /// The replay term of configuration `c` of `m` (see allocator_replay).
@@ -663,7 +759,7 @@ struct memory_terms {
     lb.compute_weights = bytes::base(root + wc.fsdp_gathered.raw() + kept_all + wc.autocast_blocks.raw() +
                                      (s.blocks.quantized(i) ? wc.quantized_block.raw() : 0));
     lb.activations = bytes::base(saved_all - act.block(i));
-    lb.transient = bytes::base(terms::forward_working_set(act, t.transient, i));
+    lb.transient = bytes::base(terms::forward_working_set(act, t.transient, i) + t.transient.dequantized_weight.raw());
     fwd_peak = std::max(fwd_peak, consider(lb, step_phase::forward));
   }
   memory_breakdown after_fwd = base;
@@ -681,7 +777,8 @@ struct memory_terms {
   }
   const double head_grad = s.loss == loss_impl::chunked ? t.loss.head_gradient.raw() : t.states.head_gradient.raw();
   const double gres = t.states.block_gradient.raw();
-  const double tr = t.transient.activation_gradients.raw() + t.transient.block_gradient_buffers.raw();
+  const double tr = t.transient.activation_gradients.raw() + t.transient.block_gradient_buffers.raw() +
+                    t.transient.dequantized_weight.raw();
   const double amp_block = wc.autocast_block.raw();
   const double kept_block = wc.grad_op_block.raw();
   const double wcopy = wc.quantized_block.raw();

@@ -201,6 +201,16 @@ inline std::string shortest(double v) {
   add("--ep", std::to_string(c.ep));
   add("--optimizer-impl", to_string(c.optimizer));
   add("--loss", to_string(c.loss));
+  // Fine-tuning settings: written when they differ from a full AdamW fine-tune (the lines of earlier releases
+  // stay as they were); with adapters every LoRA setting is written.
+  if (c.optim != optimizer_kind::adamw) add("--optimizer", to_string(c.optim));
+  if (c.adapters()) {
+    add("--finetune", to_string(c.finetune));
+    add("--lora-rank", std::to_string(c.lora.rank));
+    add("--lora-alpha", detail::shortest(c.lora.alpha));
+    add("--lora-targets", lora_targets_to_string(c.lora.targets));
+    add("--lora-dropout", detail::shortest(c.lora.dropout));
+  }
   return a;
 }
 
@@ -261,7 +271,11 @@ inline std::string shortest(double v) {
   if (c.ep > 1) s += ", EP " + std::to_string(c.ep);
   if (c.pp > 1) s += ", PP " + std::to_string(c.pp);
   if (c.master == master_weights::bf16) s += ", bf16 master";
-  if (c.optimizer == optimizer_impl::foreach) s += ", foreach AdamW";
+  if (c.optimizer == optimizer_impl::foreach && c.optim == optimizer_kind::adamw) s += ", foreach AdamW";
+  if (c.optim != optimizer_kind::adamw) s += std::string(", ") + to_string(c.optim);
+  if (c.adapters())
+    s += std::string(", ") + (c.finetune == finetune_mode::qlora ? "QLoRA" : "LoRA") + " r" + std::to_string(c.lora.rank) + " " +
+         lora_targets_to_string(c.lora.targets);
   if (c.loss == loss_impl::chunked) s += ", chunked loss";
   return s;
 }
@@ -275,7 +289,8 @@ struct setting_column {
 
 /// The settings a table row shows, in the one order every table uses: micro-batch, sequence, accumulation,
 /// data-parallel degree, global batch (tokens), checkpointing, sharding, TP, CP, EP, precision, master
-/// weights, loss, optimizer. See differing_columns to keep only those in which rows differ.
+/// weights, loss, optimizer implementation, fine-tuning (full, or lora/qlora with rank and targets), optimizer.
+/// See differing_columns to keep only those in which rows differ.
 [[nodiscard]] inline std::vector<setting_column> setting_columns(const training_config& c) {
   auto tokens = [](std::int64_t t) {
     if (t >= 1'000'000 && t % 1'048'576 == 0) return std::to_string(t / 1'048'576) + "Mi";
@@ -295,7 +310,11 @@ struct setting_column {
           {"precision", "precision", to_string(c.format)},
           {"master_weights", "master", to_string(c.master)},
           {"loss", "loss", to_string(c.loss)},
-          {"optimizer_impl", "optimizer", to_string(c.optimizer)}};
+          {"optimizer_impl", "optimizer", to_string(c.optimizer)},
+          {"finetune", "finetune", c.adapters() ? std::string(to_string(c.finetune)) + " r" + std::to_string(c.lora.rank) + " " +
+                                                      lora_targets_to_string(c.lora.targets)
+                                                : std::string("full")},
+          {"optim", "optim", to_string(c.optim)}};
 }
 
 /// Which of setting_columns() to show for `rows`: the core columns (micro-batch, sequence, accumulation, DP,

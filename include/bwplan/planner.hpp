@@ -34,6 +34,9 @@ struct plan_request {
   std::vector<loss_impl> losses{loss_impl::standard, loss_impl::chunked};
   master_weights master = master_weights::fp32;
   optimizer_impl optimizer = optimizer_impl::fused;
+  finetune_mode finetune = finetune_mode::full;     ///< full fine-tune, LoRA or QLoRA (adapters: tp 1 and bf16 only)
+  lora_settings lora;                               ///< the adapters of a LoRA / QLoRA search (the user's rank and targets)
+  std::vector<optimizer_kind> optimizers{optimizer_kind::adamw};  ///< optimizers tried (`--optimizer auto`: all)
   /// Called after each evaluated configuration with (evaluated so far, configurations in the search), e.g.
   /// to draw a progress bar; empty: not called. It must not throw.
   std::function<void(std::int64_t, std::int64_t)> progress;
@@ -48,7 +51,8 @@ struct plan_request {
 [[nodiscard]] inline std::int64_t plan_search_size(const plan_request& req, int world, std::size_t eps = 1) {
   std::int64_t n = 0;
   const auto per_mbs = static_cast<std::int64_t>(req.shardings.size() * req.tps.size() * req.checkpointings.size() * req.losses.size() *
-                                                 eps * std::max<std::size_t>(1, req.formats.size()));
+                                                 eps * std::max<std::size_t>(1, req.formats.size()) *
+                                                 std::max<std::size_t>(1, req.optimizers.size()));
   for (std::int64_t seq : req.seq_lens) {
     if (seq < 1) continue;
     for (std::int64_t mbs = req.min_micro_batch; mbs >= 1 && mbs <= req.max_micro_batch; mbs *= 2) {
@@ -74,7 +78,7 @@ struct plan_result {
   std::vector<plan_candidate> best_per_format;  ///< the best fitting candidate of each format tried (in request order)
 };
 
-/// Searches micro-batch size (powers of two), activation checkpointing, sharding, loss implementation,
+/// Searches micro-batch size (powers of two), activation checkpointing, sharding, loss implementation, optimizer,
 /// expert parallelism (MoE models only: detail::ep_candidates) and sequence length; gradient accumulation follows from the global batch
 /// (`ceil(global_batch_tokens / (mbs · seq · world))`). Keeps candidates whose device peak is at most
 /// (1 − headroom) · capacity and ranks them by tokens/s. Returns at most `top` candidates; with
@@ -123,7 +127,10 @@ struct plan_result {
           for (loss_impl loss : req.losses) {
            for (std::size_t fi = 0; fi < req.formats.size(); ++fi) {
           for (int ep : eps) {
-            if ((world / tp) % ep != 0) continue;  // experts are split over ep x tp GPUs
+           if ((world / tp) % ep != 0) continue;  // experts are split over ep x tp GPUs
+           for (optimizer_kind opt : req.optimizers) {
+            // adapters: tp 1 and bf16 (violations of training_config)
+            if (req.finetune != finetune_mode::full && (tp != 1 || req.formats[fi] != compute_format::bf16)) continue;
             training_config c;
             c.format = req.formats[fi];
             c.ep = ep;
@@ -135,6 +142,9 @@ struct plan_result {
             c.tp = tp;
             c.master = req.master;
             c.optimizer = req.optimizer;
+            c.optim = opt;
+            c.finetune = req.finetune;
+            if (req.finetune != finetune_mode::full) c.lora = req.lora;
             c.loss = loss;
             c.ac = ac;
             const std::int64_t step_tokens = tokens / tp;  // data-parallel degree world / tp
@@ -155,6 +165,7 @@ struct plan_result {
               keep.insert(std::upper_bound(keep.begin(), keep.end(), pc, better), pc);
               if (keep.size() > cap) keep.pop_back();
             }
+           }
            }
           }
           }

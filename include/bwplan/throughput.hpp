@@ -2,6 +2,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
 
+#include <bwplan/finetune.hpp>
 #include <bwplan/hardware.hpp>
 #include <bwplan/model.hpp>
 #include <bwplan/moe.hpp>
@@ -230,6 +231,14 @@ struct throughput_shape {
   bool amp = false;  ///< autocast over fp32 weights (fp32 residual stream)
   int gpn = 1;       ///< GPUs per node the job uses, min(gpus per node, world)
   format_traits format;  ///< traits of the compute format on this GPU
+  // --- fine-tuning (docs/finetune.md)
+  bool adapters = false;  ///< LoRA/QLoRA: frozen base, no weight-gradient GEMMs for it
+  bool qlora = false;     ///< the base's block linears are NF4 and dequantized per use
+  double Pt = 0;          ///< trained parameters per GPU before sharding (P, or the adapters)
+  double Ptc = 0;         ///< trained parameters reduced per GPU (Pc, or the adapters)
+  double gather = 0;      ///< bytes FSDP2 all-gathers per micro-batch pass: bf16 2·Pc, FP8 Pc + root, QLoRA packed NF4 linears
+  double state = 0;       ///< optimizer state bytes of the trained parameters per GPU before sharding
+  adapter_shape adapter;  ///< the adapters of one block
 };
 
 /// The shape of configuration `c` of `m` on `gpu` (see throughput_shape). Does not validate `c`.
@@ -269,6 +278,22 @@ struct throughput_shape {
   r.recompute_passes =
       (c.ac.mode == ac_mode::selective_op || c.ac.mode == ac_mode::selective_attn) ? 0.5 * r.L : r.nck;
   r.gpn = std::max(1, std::min(c.gpus_per_node, c.world_size));
+  r.adapters = c.adapters();
+  r.qlora = c.finetune == finetune_mode::qlora;
+  r.gather = c.fp8_all_gather ? r.Pc + r.root_gemm : 2 * r.Pc;
+  if (r.adapters) {
+    r.amp = false;  // the frozen base is bf16: no autocast casts of fp32 weights
+    r.adapter = adapter_shape_of(m, c.lora);
+    r.Pt = r.L * r.adapter.params;
+    r.Ptc = r.Pt;
+    const double lin_all = static_cast<double>(pc.block_linear * m.layers + pc.layer_adjust) / c.tp;
+    if (r.qlora) r.gather = nf4_bytes_per_param * lin_all + 2 * (r.Pc - lin_all);
+    r.state = optimizer_state_bytes(c.optim, r.w, r.Pt, r.L * r.adapter.factored);
+  } else {
+    r.Pt = r.P;
+    r.Ptc = r.Pc;
+    r.state = optimizer_state_bytes(c.optim, r.w, r.P, c.optim == optimizer_kind::adafactor ? adafactor_full_elements(m) / c.tp : 0);
+  }
   return r;
 }
 
@@ -286,8 +311,10 @@ struct gemm_terms {
   seconds high_precision;   ///< bf16 blocks: forward, backward (2×) and recompute
   seconds low_precision;    ///< low-precision blocks: forward, backward (2×) and recompute
   seconds lm_head;          ///< LM head, forward and backward, at peak · gemm_max
-  /// Sum of the three, in this order.
-  [[nodiscard]] constexpr seconds total() const noexcept { return high_precision + low_precision + lm_head; }
+  flops adapter;            ///< LoRA adapter GEMM FLOPs of one micro-batch, forward + backward (0 for a full fine-tune)
+  seconds adapters;         ///< LoRA adapters: skinny rank-r GEMMs, memory-bound (see gemm_time)
+  /// Sum of the four, in this order.
+  [[nodiscard]] constexpr seconds total() const noexcept { return high_precision + low_precision + lm_head + adapters; }
 };
 
 /// GEMMs of one micro-batch: `2·T·lin` per block forward, twice that backward, plus the recompute (full
@@ -297,6 +324,13 @@ struct gemm_terms {
 /// `relative_gemm_efficiency`. Sources: Narayanan et al. 2021 (arXiv:2104.04473) for the FLOP count; the
 /// efficiency curve fitted on `h200-calibration.jsonl` (790/989 TFLOP/s on an 8192³ bf16 matmul). Every rate is
 /// scaled by the power limit's clock fraction (`clock`, gpu_spec::compute_clock_fraction).
+///
+/// A frozen base (LoRA, QLoRA) runs no weight-gradient GEMMs: its blocks and LM head cost `2·` forward instead of
+/// `3·` (autograd skips `mm` outputs whose `should_compute_output` is false; PEFT freezes the base). The adapters
+/// add `6·T·Pt_block` FLOPs per block (forward x·A and (x·A)·B, backward input and weight gradients of both),
+/// skinny rank-r GEMMs bound by HBM: per adapted linear each of the three passes reads the input `2·T·d_in`, and
+/// reads and writes the output `2·2·T·d_out` (the base output the adapter adds into), at the achieved HBM rate,
+/// or their FLOPs at the bf16 GEMM rate when that is slower.
 [[nodiscard]] inline gemm_terms gemm_time(const throughput_shape& s, const training_config& c,
                                           const throughput_calibration& k) noexcept {
   const double T = s.T, h = s.h, L = s.L, nq = s.nq, peak = s.peak, peak_lp = s.peak_lp;
@@ -324,9 +358,17 @@ struct gemm_terms {
   r.recompute_low = flops::base(recompute_lp);
   r.high_rate = flop_rate::base(hp_rate);
   r.low_rate = flop_rate::base(lp_rate);
-  r.high_precision = seconds::base((3 * (L - nq) * block_gemm + recompute_hp) / hp_rate);
-  r.low_precision = seconds::base((3 * nq * block_gemm + recompute_lp) / lp_rate);
-  r.lm_head = seconds::base(3 * head_gemm / (s.clock * peak * k.gemm_max));
+  const double passes = s.adapters ? 2 : 3;  // a frozen base: forward + input gradient only
+  r.high_precision = seconds::base((passes * (L - nq) * block_gemm + recompute_hp) / hp_rate);
+  r.low_precision = seconds::base((passes * nq * block_gemm + recompute_lp) / lp_rate);
+  r.lm_head = seconds::base(passes * head_gemm / (s.clock * peak * k.gemm_max));
+  if (s.adapters) {
+    const double runs = L + s.nck;  // every block, again for the recomputed ones (forward only, counted whole)
+    const double fl = 6 * T * s.adapter.params * L + 2 * T * s.adapter.params * s.nck;
+    const double by = 3 * T * (2 * s.adapter.in_sum + 4 * s.adapter.out_sum) * runs;
+    r.adapter = flops::base(fl);
+    r.adapters = seconds::base(std::max(fl / hp_rate, s.hbm > 0 ? by / s.hbm : 0.0));
+  }
   return r;
 }
 
@@ -360,7 +402,8 @@ struct memory_bound_terms {
   bytes loss;          ///< the loss over T·V (standard: fp32 upcast, log-softmax and their gradients; chunked: less)
   bytes casts;         ///< fp32 master weights cast to bf16 (autocast per use; FSDP2 before the gather and after)
   bytes quantization;  ///< quantizing activations and weights of low-precision blocks
-  seconds time;        ///< (elementwise + loss + casts + quantization) / achieved HBM bandwidth
+  bytes dequantization;  ///< QLoRA: NF4 block linears dequantized to bf16 in forward, backward and recompute
+  seconds time;        ///< (elementwise + loss + casts + quantization + dequantization) / achieved HBM bandwidth
 };
 
 /// Element-wise, loss and cast kernels of one micro-batch at the calibrated fraction `memory` of HBM bandwidth.
@@ -376,7 +419,7 @@ struct memory_bound_terms {
   const double rs = s.amp ? 4 : 2;
   const double block_bytes = T * (h * rs * 10 + f * 2 * 10 + (q + 2 * kv) * 2 * 6);
   const double loss_bytes = c.loss == loss_impl::standard ? T * V * 20 : T * V * 8;
-  const double cast_bytes = c.master == master_weights::fp32 ? (s.fsdp ? 2 : 1) * 6 * s.P / s.n : 0;
+  const double cast_bytes = c.master == master_weights::fp32 ? (s.fsdp ? 2 : 1) * 6 * s.Pt / s.n : 0;  // trained params only
   const double act_elems = T * (2 * h + q + f);
   const double dual = ft.weight_copy_bytes > 0 ? ft.weight_copy_bytes / std::max(ft.quantized_bytes, 1e-9) : 1;
   const double quant_bytes = s.nq * (2 * act_elems * dual * ft.quantized_bytes + 2 * s.lin * (2 + dual * ft.quantized_bytes));
@@ -386,7 +429,11 @@ struct memory_bound_terms {
   r.loss = bytes::base(loss_bytes);
   r.casts = bytes::base(cast_bytes);
   r.quantization = bytes::base(quant_bytes);
-  r.time = seconds::base((elementwise + loss_bytes + cast_bytes + quant_bytes) / s.hbm);
+  // QLoRA: every 4-bit linear reads its packed weight and writes a bf16 copy per use: forward, backward and the
+  // recompute of checkpointed blocks (bitsandbytes `dequantize_4bit`, `MatMul4Bit.forward/backward`)
+  const double dequant_bytes = s.qlora ? (s.L * 2 + s.nck) * s.lin * (nf4_bytes_per_param + 2) : 0;
+  r.dequantization = bytes::base(dequant_bytes);
+  r.time = seconds::base((elementwise + loss_bytes + cast_bytes + quant_bytes + dequant_bytes) / s.hbm);
   return r;
 }
 
@@ -397,10 +444,12 @@ struct memory_bound_terms {
   return seconds::base((3 * s.L + s.recompute_passes + (s.nq > 0 ? 2 * s.nq : 0)) * 15 * k.launch_s);
 }
 
-/// Optimizer step (once per step): fused AdamW reads p, g, m, v and writes p, m, v, `7·w·P/N` bytes at the
-/// achieved HBM bandwidth (`torch.optim.AdamW(fused=True)`, one memory-bound kernel).
+/// Optimizer step (once per step): reads the parameters and gradients and writes the parameters, `3·w·Pt/N`,
+/// and reads and writes its states, `2·state/N`, at the achieved HBM bandwidth: fused AdamW `7·w·P/N`
+/// (`torch.optim.AdamW(fused=True)`, one memory-bound kernel); 8-bit states 2.03 B per parameter (bitsandbytes);
+/// Adafactor's factored vectors; one state for SGD and Lion. Only the trained parameters (LoRA: the adapters).
 [[nodiscard]] constexpr seconds optimizer_time(const throughput_shape& s) noexcept {
-  return seconds::base(7 * s.w * s.P / s.n / s.hbm);
+  return seconds::base((3 * s.w * s.Pt + 2 * s.state) / s.n / s.hbm);
 }
 
 /// Compute of one micro-batch, by op class.
@@ -446,10 +495,11 @@ struct fsdp_collectives {
   if (!(s.fsdp && shard_n > 1)) return r;
   const comm_group sg = comm_group_of(shard_n, c.tp, s.gpn);
   const double Lb = s.Lb;
-  const double ag_bytes = c.fp8_all_gather ? s.Pc + s.root_gemm : 2 * s.Pc;
+  const double ag_bytes = s.gather;  // bf16 2·Pc; FP8 all-gather Pc + bf16 root; QLoRA packed NF4 linears
   const double gathers = c.shard == sharding::grad_op ? 1.0 : 2.0;  // grad-op keeps forward's gather for backward
   const double ag = gathers * (Lb + 1) * collective_time(collective_kind::all_gather, bytes::base(ag_bytes / (Lb + 1)), sg, gpu, inst, k).raw();
-  const double rs_b = (Lb + 1) * collective_time(collective_kind::reduce_scatter, bytes::base(s.w * s.Pc / (Lb + 1)), sg, gpu, inst, k).raw();
+  // gradients of the trained parameters only (LoRA: the adapters; the frozen root has none)
+  const double rs_b = (Lb + 1) * collective_time(collective_kind::reduce_scatter, bytes::base(s.w * s.Ptc / (Lb + 1)), sg, gpu, inst, k).raw();
   r.active = true;
   r.per_micro_batch = seconds::base(ag + rs_b);
   r.first_gather = collective_time(collective_kind::all_gather, bytes::base(ag_bytes / (Lb + 1)), sg, gpu, inst, k);
@@ -463,7 +513,7 @@ struct fsdp_collectives {
   const int mesh = c.fsdp_mesh(), shard_n = c.shard_size();
   if (!(c.shard == sharding::hybrid && mesh / shard_n > 1)) return seconds{};
   const comm_group rg = comm_group_of(mesh / shard_n, c.tp * shard_n, s.gpn);
-  return collective_time(collective_kind::all_reduce, bytes::base(s.w * s.Pc / shard_n), rg, gpu, inst, k);
+  return collective_time(collective_kind::all_reduce, bytes::base(s.w * s.Ptc / shard_n), rg, gpu, inst, k);
 }
 
 /// DDP: one all-reduce of every gradient `w·Pc` per step (no_sync on the earlier micro-batches); 0 unless
@@ -473,7 +523,7 @@ struct fsdp_collectives {
                                             const instance_spec* inst, const throughput_calibration& k) noexcept {
   const int mesh = c.fsdp_mesh();
   if (!(!s.fsdp && mesh > 1)) return seconds{};
-  return collective_time(collective_kind::all_reduce, bytes::base(s.w * s.Pc), comm_group_of(mesh, c.tp, s.gpn), gpu, inst, k);
+  return collective_time(collective_kind::all_reduce, bytes::base(s.w * s.Ptc), comm_group_of(mesh, c.tp, s.gpn), gpu, inst, k);
 }
 
 /// Tensor parallelism with sequence parallel, per step: per block an all-gather before and a reduce-scatter
@@ -627,7 +677,10 @@ struct throughput_terms {
   const double t_opt = t.optimizer.raw();
   const terms::compute_terms& cp = t.compute;
   throughput_estimate e;
-  e.step_flops.model = flops::base(3 * t.forward_per_micro_batch.raw() * ga);
+  // A frozen base does forward + input gradient (2 × forward) and the adapters their own 6·T·Pt: the FLOPs the
+  // step needs (docs/finetune.md#throughput)
+  e.step_flops.model = t.shape.adapters ? flops::base((2 * t.forward_per_micro_batch.raw() + cp.gemm.adapter.raw()) * ga)
+                                        : flops::base(3 * t.forward_per_micro_batch.raw() * ga);
   e.step_flops.recompute =
       flops::base((cp.gemm.recompute_high.raw() + cp.gemm.recompute_low.raw() + cp.attention.recompute.raw()) * ga);
   e.gemm = seconds::base(ga * cp.gemm.total().raw());

@@ -10,6 +10,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace bwplan {
@@ -96,6 +97,86 @@ enum class optimizer_impl {
   foreach,  ///< `foreach=True`: multi-tensor ops with full-size intermediate lists
 };
 
+/// What a run trains: every parameter, or low-rank adapters on a frozen base.
+enum class finetune_mode {
+  full,   ///< every parameter trained (gradients and optimizer states for all of them)
+  lora,   ///< LoRA (Hu et al. 2021, arXiv:2106.09685; PEFT `src/peft/tuners/lora/layer.py`): frozen base, trained A·B
+  qlora,  ///< QLoRA (Dettmers et al. 2023, arXiv:2305.14314): LoRA over a base stored NF4 (bitsandbytes, block 64, double quantization)
+};
+
+/// The optimizer and the bytes of state it keeps per trained parameter (see optimizer_state_bytes_per_param).
+enum class optimizer_kind {
+  adamw,             ///< `torch.optim.AdamW`: exp_avg + exp_avg_sq in the parameter dtype
+  adamw_8bit,        ///< bitsandbytes `AdamW8bit`: two uint8 states + one fp32 absmax per 256-element block each
+  paged_adamw_8bit,  ///< bitsandbytes `PagedAdamW8bit`: the same bytes in CUDA managed memory (paged out only under pressure)
+  adafactor,         ///< `torch.optim.Adafactor`: factored second moment (row + column vectors per matrix), no first moment
+  sgd,               ///< `torch.optim.SGD(momentum>0)`: one momentum buffer
+  lion,              ///< Lion (Chen et al. 2023, arXiv:2302.06675; bitsandbytes `Lion`): one state (exp_avg)
+};
+
+/// Linear layers of a decoder block that LoRA adapts, as a bit set (PEFT's `target_modules` by module name).
+namespace lora_target {
+inline constexpr unsigned q = 1, k = 2, v = 4, o = 8, gate = 16, up = 32, down = 64;
+inline constexpr unsigned attention = q | k | v | o;   ///< q_proj, k_proj, v_proj, o_proj
+inline constexpr unsigned mlp = gate | up | down;      ///< gate_proj, up_proj, down_proj
+inline constexpr unsigned all_linear = attention | mlp;  ///< PEFT "all-linear" (every block linear; never the LM head)
+}  // namespace lora_target
+
+/// LoRA settings (used with finetune_mode lora and qlora). PEFT `LoraConfig`: `r`, `lora_alpha`,
+/// `target_modules`, `lora_dropout` (PEFT `src/peft/tuners/lora/config.py`).
+struct lora_settings {
+  int rank = 16;                                 ///< r: inner dimension of A (r × d_in) and B (d_out × r)
+  double alpha = 32;                             ///< lora_alpha: the update is scaled by alpha / r
+  unsigned targets = lora_target::all_linear;    ///< adapted block linears (lora_target bits)
+  double dropout = 0;                            ///< lora_dropout: p > 0 keeps a dropout mask and output per adapted input
+  [[nodiscard]] bool operator==(const lora_settings&) const = default;
+};
+
+/// The Hugging Face module names of the lora_target bits, in block order.
+[[nodiscard]] inline const std::vector<std::pair<unsigned, std::string>>& lora_module_names() {
+  static const std::vector<std::pair<unsigned, std::string>> n{
+      {lora_target::q, "q_proj"},       {lora_target::k, "k_proj"},   {lora_target::v, "v_proj"}, {lora_target::o, "o_proj"},
+      {lora_target::gate, "gate_proj"}, {lora_target::up, "up_proj"}, {lora_target::down, "down_proj"}};
+  return n;
+}
+
+/// The one printer of a target set: "attention", "mlp", "all-linear", or the module names joined by ','
+/// ("q_proj,v_proj").
+[[nodiscard]] inline std::string lora_targets_to_string(unsigned t) {
+  if (t == lora_target::all_linear) return "all-linear";
+  if (t == lora_target::attention) return "attention";
+  if (t == lora_target::mlp) return "mlp";
+  std::string s;
+  for (const auto& [bit, name] : lora_module_names())
+    if (t & bit) s += (s.empty() ? "" : ",") + name;
+  return s;
+}
+
+/// The one parser: "attention", "mlp", "all-linear", or a ','-separated list of module names (q_proj, k_proj,
+/// v_proj, o_proj, gate_proj, up_proj, down_proj; the short forms q, k, v, o, gate, up, down too). nullopt for
+/// anything else or an empty set.
+[[nodiscard]] inline std::optional<unsigned> parse_lora_targets(std::string_view s) {
+  if (s == "all-linear") return lora_target::all_linear;
+  if (s == "attention") return lora_target::attention;
+  if (s == "mlp") return lora_target::mlp;
+  unsigned t = 0;
+  while (!s.empty()) {
+    const auto comma = s.find(',');
+    const std::string_view item = s.substr(0, comma);
+    bool found = false;
+    for (const auto& [bit, name] : lora_module_names()) {
+      const std::string_view n = name;
+      if (item == n || item == n.substr(0, n.find('_'))) { t |= bit; found = true; }
+    }
+    if (!found) return std::nullopt;
+    if (comma == std::string_view::npos) break;
+    s = s.substr(comma + 1);
+    if (s.empty()) return std::nullopt;
+  }
+  if (t == 0) return std::nullopt;
+  return t;
+}
+
 /// Loss computation over the vocabulary.
 enum class loss_impl {
   standard,  ///< `F.cross_entropy(logits.float(), labels)`: full fp32 logits and log-softmax
@@ -123,6 +204,9 @@ struct training_config {
   int tp = 1;           ///< tensor-parallel degree (within a node, with sequence parallel)
   int cp = 1;           ///< context-parallel degree (ring attention over the sequence)
   int pp = 1;           ///< pipeline-parallel degree (not modelled by this release: a plan with pp > 1 is refused)
+  finetune_mode finetune = finetune_mode::full;   ///< full fine-tune, LoRA or QLoRA
+  lora_settings lora;                             ///< LoRA settings (finetune lora / qlora; kept but unused with full)
+  optimizer_kind optim = optimizer_kind::adamw;   ///< the optimizer (optimizer_impl applies to AdamW only)
 
   [[nodiscard]] bool operator==(const training_config&) const = default;
 
@@ -163,6 +247,8 @@ struct training_config {
   [[nodiscard]] constexpr std::int64_t checkpointed_blocks(std::int64_t layers) const noexcept {
     return ac.recomputes_blocks() ? (layers + ac.every - 1) / ac.every : 0;
   }
+  /// Whether the base weights are frozen (LoRA or QLoRA).
+  [[nodiscard]] constexpr bool adapters() const noexcept { return finetune != finetune_mode::full; }
 };
 
 /// Every legality rule of a training configuration on its own (no model, no hardware), in one list.
@@ -173,7 +259,8 @@ struct training_config {
 /// sharding; ep divides the GPUs left after tp; tp stays within a node; tp·cp·pp divides the world size;
 /// 2·cp divides the sequence (torchtitan's load-balanced ring attention, `context_parallel` in
 /// torch/distributed/tensor/experimental/_attention.py); a hybrid shard group divides the FSDP mesh and is set only with hybrid sharding;
-/// MoE capacity factor ≥ 1. `first_only` stops at the first (the planner's hot loop only needs a yes/no).
+/// MoE capacity factor ≥ 1; LoRA rank 1..65536, alpha > 0, dropout in [0, 1), at least one target; LoRA and QLoRA
+/// with precision bf16 and tp 1 (what this release models). `first_only` stops at the first (the planner's hot loop only needs a yes/no).
 /// Model-dependent rules (heads, experts, positions) are bwplan::plan_violations in plan.hpp.
 [[nodiscard]] inline std::vector<plan_violation> violations(const training_config& c, bool first_only = false) {
   std::vector<plan_violation> out;
@@ -196,6 +283,21 @@ struct training_config {
   need(c.cp >= 1, "cp", [&] { return "context-parallel degree must be >= 1, got " + s(c.cp); });
   need(c.ep >= 1, "ep", [&] { return "expert-parallel degree must be >= 1, got " + s(c.ep); });
   need(c.pp >= 1, "pp", [&] { return "pipeline-parallel degree must be >= 1, got " + s(c.pp); });
+  need(c.lora.rank >= 1 && c.lora.rank <= 65536, "lora_rank", [&] { return "LoRA rank must be between 1 and 65536, got " + s(c.lora.rank); });
+  need(c.lora.alpha > 0 && c.lora.alpha <= 1e6, "lora_alpha", [&] { return std::string("LoRA alpha must be > 0 and <= 1000000"); });
+  need(c.lora.dropout >= 0 && c.lora.dropout < 1, "lora_dropout", [&] { return std::string("LoRA dropout must be in [0, 1)"); });
+  need(c.lora.targets != 0 && (c.lora.targets & ~lora_target::all_linear) == 0, "lora_targets",
+       [&] { return std::string("LoRA targets must name at least one block linear"); });
+  need(c.adapters() || c.lora == lora_settings{}, "lora_rank",
+       [&] { return std::string("LoRA settings need finetune lora or qlora"); });
+  need(!c.adapters() || c.format == compute_format::bf16, "precision", [&] {
+    return std::string(c.finetune == finetune_mode::qlora ? "QLoRA computes in bf16 over an NF4 base (bitsandbytes Linear4bit)"
+                                                          : "LoRA over a low-precision base is not modelled by this release") +
+           ": precision must be bf16";
+  });
+  need(!c.adapters() || c.tp == 1, "tp", [&] {
+    return "tensor parallelism " + s(c.tp) + " is not modelled with LoRA/QLoRA adapters (PEFT wraps nn.Linear; tp must be 1)";
+  });
   if (!out.empty()) return out;  // the rules below divide by these
   need(c.moe_capacity_factor >= 1, "moe_capacity_factor", [&] { return std::string("MoE capacity factor must be >= 1"); });
   need(c.world_size % c.ep == 0, "ep", [&] {
@@ -238,5 +340,35 @@ inline void validate(const training_config& c) {
 }
 [[nodiscard]] constexpr const char* to_string(optimizer_impl o) noexcept { return o == optimizer_impl::fused ? "fused" : "foreach"; }
 [[nodiscard]] constexpr const char* to_string(loss_impl l) noexcept { return l == loss_impl::standard ? "standard" : "chunked"; }
+[[nodiscard]] constexpr const char* to_string(finetune_mode f) noexcept {
+  return f == finetune_mode::full ? "full" : f == finetune_mode::lora ? "lora" : "qlora";
+}
+[[nodiscard]] constexpr const char* to_string(optimizer_kind o) noexcept {
+  switch (o) {
+    case optimizer_kind::adamw: return "adamw";
+    case optimizer_kind::adamw_8bit: return "adamw-8bit";
+    case optimizer_kind::paged_adamw_8bit: return "paged-adamw-8bit";
+    case optimizer_kind::adafactor: return "adafactor";
+    case optimizer_kind::sgd: return "sgd";
+    case optimizer_kind::lion: return "lion";
+  }
+  return "adamw";
+}
+/// Every finetune_mode and optimizer_kind, in declaration order (parsers, sweeps, the search).
+inline constexpr finetune_mode all_finetune_modes[] = {finetune_mode::full, finetune_mode::lora, finetune_mode::qlora};
+inline constexpr optimizer_kind all_optimizers[] = {optimizer_kind::adamw, optimizer_kind::adamw_8bit, optimizer_kind::paged_adamw_8bit,
+                                                    optimizer_kind::adafactor, optimizer_kind::sgd, optimizer_kind::lion};
+/// The one parser of a finetune mode name ("full", "lora", "qlora").
+[[nodiscard]] inline std::optional<finetune_mode> parse_finetune(std::string_view s) noexcept {
+  for (auto f : all_finetune_modes)
+    if (s == to_string(f)) return f;
+  return std::nullopt;
+}
+/// The one parser of an optimizer name ("adamw", "adamw-8bit", "paged-adamw-8bit", "adafactor", "sgd", "lion").
+[[nodiscard]] inline std::optional<optimizer_kind> parse_optimizer(std::string_view s) noexcept {
+  for (auto o : all_optimizers)
+    if (s == to_string(o)) return o;
+  return std::nullopt;
+}
 
 }  // namespace bwplan

@@ -21,7 +21,8 @@ CONTRACT = C.load_contract(os.path.join(ROOT, "configs", "training-contract.json
 # The plan-file keys the contract must carry (the issue's list), and its own keys.
 PLAN_KEYS = ["model", "instance", "gpu", "nodes", "gpus", "precision", "master_weights", "micro_batch_size", "seq_len",
              "global_batch_size", "grad_accum", "activation_checkpointing", "sharding", "shard_group", "tp", "cp", "ep", "pp",
-             "optimizer", "optimizer_impl", "loss", "bf16_layers", "fp8_all_gather", "headroom"]
+             "optimizer", "optimizer_impl", "loss", "finetune", "lora_rank", "lora_alpha", "lora_targets", "lora_dropout",
+             "bf16_layers", "fp8_all_gather", "headroom"]
 CONTRACT_KEYS = ["contract_version", "max_steps", "data", "checkpoint_dir", "measure"]
 
 
@@ -238,7 +239,10 @@ class BadHyperparameterTest(unittest.TestCase):
         ({"instance": "ml.p5.48xlarge"}, "instance"),
         ({"nodes": "2"}, "nodes"),
         ({"batch": "2"}, "batch"),
-        ({"optimizer": "sgd"}, "optimizer"),
+        ({"optimizer": "adam"}, "optimizer"),
+        ({"finetune": "dora"}, "finetune"),
+        ({"lora_targets": "lm_head"}, "lora_targets"),
+        ({"lora_dropout": "1"}, "lora_dropout"),
         ({"gpu": "a100"}, "gpu"),
         ({"ep": "0"}, "ep"),
     ]

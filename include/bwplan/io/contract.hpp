@@ -453,9 +453,15 @@ inline std::string expected(const contract_field& f) {
   if (key == "cp") return c.cp;
   if (key == "ep") return c.ep;
   if (key == "pp") return c.pp;
-  if (key == "optimizer") return "adamw";
+  if (key == "optimizer") return to_string(c.optim);
   if (key == "optimizer_impl") return to_string(c.optimizer);
   if (key == "loss") return to_string(c.loss);
+  if (key == "finetune") return to_string(c.finetune);
+  // LoRA settings: sent with adapters only (a full fine-tune keeps their defaults, plan violations)
+  if (key == "lora_rank") return c.adapters() ? nlohmann::json(c.lora.rank) : nlohmann::json();
+  if (key == "lora_alpha") return c.adapters() ? nlohmann::json(c.lora.alpha) : nlohmann::json();
+  if (key == "lora_targets") return c.adapters() ? nlohmann::json(lora_targets_to_string(c.lora.targets)) : nlohmann::json();
+  if (key == "lora_dropout") return c.adapters() ? nlohmann::json(c.lora.dropout) : nlohmann::json();
   if (key == "bf16_layers") return to_string(c.bf16_kept());
   if (key == "fp8_all_gather") return c.fp8_all_gather;
   throw config_error(k.file, "/fields", "plan field '" + std::string(key) + "' of the training contract is unknown to this bwplan");
@@ -512,7 +518,8 @@ inline std::optional<condition_value> refusal_value(const plan& p, std::string_v
   if (key == "activation_checkpointing") return name(to_string(c.ac));
   if (key == "loss") return name(to_string(c.loss));
   if (key == "optimizer_impl") return name(to_string(c.optimizer));
-  if (key == "optimizer") return name("adamw");
+  if (key == "optimizer") return name(to_string(c.optim));
+  if (key == "finetune") return name(to_string(c.finetune));
   if (key == "tp") return num(c.tp);
   if (key == "cp") return num(c.cp);
   if (key == "ep") return num(c.ep);

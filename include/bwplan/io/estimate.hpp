@@ -41,7 +41,14 @@ namespace bwplan::io {
           {"quantized_blocks", c.quantized_blocks(m.layers)},
           {"fp8_all_gather", c.fp8_all_gather},
           {"optimizer_impl", to_string(c.optimizer)},
-          {"loss", to_string(c.loss)}};
+          {"loss", to_string(c.loss)},
+          {"optimizer", to_string(c.optim)},
+          {"finetune", to_string(c.finetune)},
+          {"lora", c.adapters() ? nlohmann::ordered_json{{"rank", c.lora.rank},
+                                                          {"alpha", c.lora.alpha},
+                                                          {"targets", lora_targets_to_string(c.lora.targets)},
+                                                          {"dropout", c.lora.dropout}}
+                                : nlohmann::ordered_json()}};
 }
 
 /// Communication seconds by parallelism; the parts add up to the total.

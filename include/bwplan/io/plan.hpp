@@ -21,6 +21,7 @@
 #include <cmath>
 #include <cstdint>
 #include <filesystem>
+#include <iterator>
 #include <functional>
 #include <optional>
 #include <string>
@@ -85,7 +86,7 @@ namespace io {
       "$schema", "schema_version", "name", "model", "instance", "gpu", "nodes", "gpus", "precision",
       "bf16_layers", "fp8_all_gather", "master_weights", "micro_batch_size", "seq_len", "global_batch_size",
       "grad_accum", "activation_checkpointing", "ac_every", "sharding", "shard_group", "tp", "cp", "ep", "pp",
-      "optimizer", "optimizer_impl", "loss", "headroom", "check"};
+      "optimizer", "optimizer_impl", "loss", "finetune", "lora_rank", "lora_alpha", "lora_targets", "lora_dropout", "headroom", "check"};
   return k;
 }
 
@@ -223,7 +224,23 @@ T plan_enum(const nlohmann::json& v, const std::string& file, const std::string&
     else if (k == "cp") c.cp = static_cast<int>(plan_int(v, file, ptr, 1, L::max_degree));
     else if (k == "ep") c.ep = static_cast<int>(plan_int(v, file, ptr, 1, L::max_degree));
     else if (k == "pp") c.pp = static_cast<int>(plan_int(v, file, ptr, 1, L::max_degree));
-    else if (k == "optimizer") (void)plan_enum<int>(v, file, ptr, {"adamw"}, {0});
+    else if (k == "optimizer") {
+      std::vector<std::string> names;
+      for (auto o : all_optimizers) names.emplace_back(to_string(o));
+      c.optim = plan_enum<optimizer_kind>(v, file, ptr, names, std::vector<optimizer_kind>(std::begin(all_optimizers), std::end(all_optimizers)));
+    }
+    else if (k == "finetune")
+      c.finetune = plan_enum<finetune_mode>(v, file, ptr, {"full", "lora", "qlora"}, {finetune_mode::full, finetune_mode::lora, finetune_mode::qlora});
+    else if (k == "lora_rank") c.lora.rank = static_cast<int>(plan_int(v, file, ptr, 1, 65536));
+    else if (k == "lora_alpha") c.lora.alpha = plan_number(v, file, ptr, 1e-9, 1e6, false, "in (0, 1000000]");
+    else if (k == "lora_dropout") c.lora.dropout = plan_number(v, file, ptr, 0, 1, true, "in [0, 1)");
+    else if (k == "lora_targets") {
+      const std::string t = plan_string(v, file, ptr);
+      const auto bits = parse_lora_targets(t);
+      if (!bits) throw config_error(file, ptr, "unknown LoRA targets '" + t + "'; allowed: attention, mlp, all-linear, or a list of "
+                                               "q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj");
+      c.lora.targets = *bits;
+    }
     else if (k == "optimizer_impl")
       c.optimizer = plan_enum<optimizer_impl>(v, file, ptr, {"fused", "foreach"}, {optimizer_impl::fused, optimizer_impl::foreach});
     else if (k == "loss") c.loss = plan_enum<loss_impl>(v, file, ptr, {"standard", "chunked"}, {loss_impl::standard, loss_impl::chunked});
@@ -289,9 +306,16 @@ T plan_enum(const nlohmann::json& v, const std::string& file, const std::string&
   j["cp"] = c.cp;
   j["ep"] = c.ep;
   j["pp"] = c.pp;
-  j["optimizer"] = "adamw";
+  j["optimizer"] = to_string(c.optim);
   j["optimizer_impl"] = to_string(c.optimizer);
   j["loss"] = to_string(c.loss);
+  j["finetune"] = to_string(c.finetune);
+  if (c.adapters() || !(c.lora == lora_settings{})) {
+    j["lora_rank"] = c.lora.rank;
+    j["lora_alpha"] = c.lora.alpha;
+    j["lora_targets"] = lora_targets_to_string(c.lora.targets);
+    j["lora_dropout"] = c.lora.dropout;
+  }
   j["headroom"] = p.headroom;
   const check_settings defaults;
   if (!(p.check == defaults)) {

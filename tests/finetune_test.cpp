@@ -1,0 +1,341 @@
+// Fine-tuning (issue 14): LoRA / QLoRA adapters, the NF4 base, the optimizers' state bytes, their flags and plan
+// fields, hand-derived terms, and published peak-memory measurements (tests/data/finetune-memory.json).
+#include "test_util.hpp"
+
+#include <bwplan/bwplan.hpp>
+#include <bwplan/finetune.hpp>
+#include <bwplan/io/plan.hpp>
+
+#include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+using namespace bwplan;
+using test::run_cli;
+namespace fs = std::filesystem;
+
+namespace {
+
+// Llama-3.2-1B (as tests/terms_test.cpp): h 2048, L 16, a 32, g 8, d 64, F 8192, V 128256, tied embeddings.
+model_spec llama_1b() {
+  model_spec m;
+  m.name = "llama-1b";
+  m.family = "llama";
+  m.hidden = 2048;
+  m.layers = 16;
+  m.heads = 32;
+  m.kv_heads = 8;
+  m.head_dim = 64;
+  m.intermediate = 8192;
+  m.vocab = 128256;
+  m.max_context = 131072;
+  m.tied_embeddings = true;
+  return m;
+}
+constexpr double P = 1'235'814'400;
+constexpr double lin = 60'817'408;
+constexpr double h = 2048, F = 8192, L = 16;
+// all-linear r = 16 per block: q, o 16·(2048 + 2048); k, v 16·(2048 + 512); gate, up, down 16·(2048 + 8192)
+constexpr double Pa_block = 2 * 65536 + 2 * 40960 + 3 * 163840;  // 704,512
+constexpr double Pa = L * Pa_block;                                // 11,272,192
+
+gpu_spec h100() {
+  gpu_spec g;
+  g.id = "h100";
+  g.architecture = "hopper";
+  g.hbm_total = 80 * gib;
+  g.hbm_bandwidth = 3.35 * tb_per_s;
+  g.nvlink_per_direction = 450 * gb_per_s;
+  g.dense_flops["bf16"] = 989 * tflop_per_s;
+  return g;
+}
+
+training_config lora_config(finetune_mode f = finetune_mode::lora) {
+  training_config c;
+  c.seq_len = 2048;
+  c.finetune = f;
+  c.lora.rank = 16;
+  return c;
+}
+
+nlohmann::json estimate_json(std::vector<std::string> args) {
+  args.insert(args.begin(), "estimate");
+  args.insert(args.end(), {"--format", "json"});
+  const auto r = run_cli(args);
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  return nlohmann::json::parse(r.out);
+}
+
+}  // namespace
+
+TEST_CASE("finetune: LoRA targets parse and print as one vocabulary", "[finetune]") {
+  CHECK(parse_lora_targets("all-linear") == lora_target::all_linear);
+  CHECK(parse_lora_targets("attention") == lora_target::attention);
+  CHECK(parse_lora_targets("mlp") == lora_target::mlp);
+  CHECK(parse_lora_targets("q_proj,v_proj") == (lora_target::q | lora_target::v));
+  CHECK(parse_lora_targets("q,v") == (lora_target::q | lora_target::v));
+  CHECK_FALSE(parse_lora_targets("lm_head"));
+  CHECK_FALSE(parse_lora_targets(""));
+  CHECK_FALSE(parse_lora_targets("q_proj,"));
+  for (unsigned t = 1; t <= lora_target::all_linear; ++t) CHECK(parse_lora_targets(lora_targets_to_string(t)) == t);
+  for (auto o : all_optimizers) CHECK(parse_optimizer(to_string(o)) == o);
+  for (auto f : all_finetune_modes) CHECK(parse_finetune(to_string(f)) == f);
+}
+
+TEST_CASE("finetune: adapter count matches PEFT's recorded Llama-3.2-3B r32 q,v count", "[finetune]") {
+  // PEFT method_comparison/MetaMathQA/results/lora--llama-3.2-3B-rank32.json: num_trainable_params 9,175,040
+  model_spec m = llama_1b();
+  m.hidden = 3072;
+  m.layers = 28;
+  m.heads = 24;
+  m.kv_heads = 8;
+  m.head_dim = 128;
+  lora_settings s;
+  s.rank = 32;
+  s.targets = lora_target::q | lora_target::v;
+  CHECK(adapter_shape_of(m, s).params * 28 == 9'175'040);
+  CHECK(adapter_shape_of(llama_1b(), lora_settings{16, 32, lora_target::all_linear, 0}).params == Pa_block);
+}
+
+TEST_CASE("finetune: NF4 and 8-bit state bytes per parameter", "[finetune]") {
+  CHECK(nf4_bytes_per_param == Approx(0.515869140625));  // 4.127 bits (QLoRA paper: 0.127 bits of constants)
+  CHECK(bnb_8bit_pair_bytes == 2.03125);
+  CHECK(optimizer_state_bytes_per_param(optimizer_kind::adamw, 4) == 8);
+  CHECK(optimizer_state_bytes_per_param(optimizer_kind::adamw, 2) == 4);
+  CHECK(optimizer_state_bytes_per_param(optimizer_kind::sgd, 4) == 4);
+  CHECK(optimizer_state_bytes_per_param(optimizer_kind::lion, 2) == 2);
+  CHECK(optimizer_state_bytes_per_param(optimizer_kind::paged_adamw_8bit, 4) == 2.03125);
+}
+
+TEST_CASE("finetune: model states of LoRA and QLoRA on a 1B model (hand-derived)", "[finetune][terms]") {
+  const model_spec m = llama_1b();
+  const gpu_spec g = h100();
+  SECTION("LoRA, one GPU, fp32 master: bf16 base + fp32 adapters; gradients and AdamW states for the adapters only") {
+    const auto s = terms::memory_shape_of(m, lora_config(), g);
+    const auto ms = terms::model_state_bytes(s);
+    CHECK(ms.parameters.raw() == Approx(2 * P + 4 * Pa));
+    CHECK(ms.optimizer_states.raw() == Approx(8 * Pa));
+    CHECK(ms.gradients.raw() == Approx(4 * Pa));
+    CHECK(ms.head_gradient.raw() == 0);
+    CHECK(ms.block_gradient.raw() == Approx(4 * Pa_block));
+    CHECK_FALSE(s.amp);  // a frozen bf16 base: nothing for autocast to cast
+  }
+  SECTION("QLoRA: NF4 block linears, bf16 embedding and norms") {
+    const auto ms = terms::model_state_bytes(terms::memory_shape_of(m, lora_config(finetune_mode::qlora), g));
+    CHECK(ms.parameters.raw() == Approx(nf4_bytes_per_param * L * lin + 2 * (P - L * lin) + 4 * Pa));
+    CHECK(ms.optimizer_states.raw() == Approx(8 * Pa));
+  }
+  SECTION("LoRA under FSDP over 8: base and adapters sharded") {
+    training_config c = lora_config();
+    c.world_size = 8;
+    c.shard = sharding::full;
+    const auto ms = terms::model_state_bytes(terms::memory_shape_of(m, c, g));
+    CHECK(ms.parameters.raw() == Approx((2 * P + 4 * Pa) / 8));
+    CHECK(ms.gradients.raw() == Approx(4 * Pa / 8));
+  }
+  SECTION("full fine-tune, bf16: 8-bit AdamW, SGD, Lion, Adafactor states") {
+    training_config c;
+    c.master = master_weights::bf16;
+    auto states = [&](optimizer_kind o) {
+      c.optim = o;
+      return terms::model_state_bytes(terms::memory_shape_of(m, c, g)).optimizer_states.raw();
+    };
+    CHECK(states(optimizer_kind::adamw) == Approx(4 * P));
+    CHECK(states(optimizer_kind::adamw_8bit) == Approx(2.03125 * P));
+    CHECK(states(optimizer_kind::sgd) == Approx(2 * P));
+    CHECK(states(optimizer_kind::lion) == Approx(2 * P));
+    // Adafactor: per block (h+q) + 2(h+kv) + (q+h) + 3(h+F) + norms 2h = 48,128; embedding V+h (tied); final norm h
+    const double factored = L * 48128 + (128256 + 2048) + 2048;
+    CHECK(states(optimizer_kind::adafactor) == Approx(2 * factored));
+  }
+}
+
+TEST_CASE("finetune: saved activations of a frozen base with adapters (hand-derived)", "[finetune][terms]") {
+  const model_spec m = llama_1b();
+  const gpu_spec g = h100();
+  training_config full;
+  full.seq_len = 2048;
+  full.world_size = 8;
+  full.shard = sharding::full;
+  training_config lora = full;
+  lora.finetune = finetune_mode::lora;
+  lora.lora.rank = 16;
+  const double T = 2048;
+  auto block = [&](const training_config& c) {
+    return terms::saved_activation_bytes(m, terms::memory_shape_of(m, c, g)).full_block(0);
+  };
+  SECTION("FSDP (bf16 adapters, shared inputs): the frozen linears' inputs go, the adapters keep them and x·A") {
+    // − (2·2h + 2F) + 2h (q,k,v input) + 2h (gate/up input) + 2F (down input) + 7 · 2 · r
+    CHECK(block(lora) - block(full) == Approx(T * (7 * 2 * 16)));
+  }
+  SECTION("one GPU, fp32 master: PEFT's fp32 adapters copy each adapted input") {
+    training_config one = lora;
+    one.world_size = 1;
+    one.shard = sharding::none;
+    training_config one_full = full;
+    one_full.world_size = 1;
+    one_full.shard = sharding::none;
+    one_full.master = master_weights::bf16;  // the same bf16 residual stream as the frozen bf16 base
+    const double in_sum = 3 * h + 2048 + 2 * h + F;  // q,k,v + o + gate,up + down
+    CHECK(block(one) - block(one_full) == Approx(T * (-(4 * h + 2 * F) + 4 * in_sum + 7 * 4 * 16)));
+  }
+  SECTION("dropout keeps a bool mask and the dropped input per adapted linear") {
+    training_config d = lora;
+    d.lora.dropout = 0.1;
+    const double in_sum = 3 * h + 2048 + 2 * h + F;
+    CHECK(block(d) - block(full) == Approx(T * (-(4 * h + 2 * F) + 3 * in_sum + 7 * 2 * 16)));
+  }
+}
+
+TEST_CASE("finetune: a frozen base skips the weight-gradient GEMMs, QLoRA adds dequantization", "[finetune][terms]") {
+  const model_spec m = llama_1b();
+  const gpu_spec g = h100();
+  training_config full;
+  full.seq_len = 2048;
+  training_config lora = lora_config();
+  const auto tf = compute_throughput_terms(m, full, g);
+  const auto tl = compute_throughput_terms(m, lora, g);
+  CHECK(tl.compute.gemm.high_precision.raw() == Approx(tf.compute.gemm.high_precision.raw() * 2 / 3));
+  CHECK(tl.compute.gemm.lm_head.raw() == Approx(tf.compute.gemm.lm_head.raw() * 2 / 3));
+  CHECK(tl.compute.gemm.adapter.raw() == Approx(6 * 2048 * Pa));
+  CHECK(tl.compute.gemm.adapters.raw() > 0);
+  const auto tq = compute_throughput_terms(m, lora_config(finetune_mode::qlora), g);
+  CHECK(tq.compute.memory_bound.dequantization.raw() == Approx(2 * L * lin * (nf4_bytes_per_param + 2)));
+  CHECK(estimate_throughput(m, lora_config(finetune_mode::qlora), g).step > estimate_throughput(m, lora, g).step);
+  CHECK(estimate_throughput(m, lora, g).step < estimate_throughput(m, full, g).step);
+}
+
+TEST_CASE("finetune: rules of the plan", "[finetune][plan]") {
+  training_config c = lora_config();
+  CHECK(violations(c).empty());
+  c.tp = 2;
+  c.world_size = 2;
+  CHECK(violations(c).front().field == "tp");
+  c = lora_config();
+  c.format = compute_format::fp8;
+  CHECK(violations(c).front().field == "precision");
+  c = lora_config();
+  c.lora.rank = 0;
+  CHECK(violations(c).front().field == "lora_rank");
+  c = lora_config();
+  c.lora.dropout = 1;
+  CHECK(violations(c).front().field == "lora_dropout");
+  training_config f;
+  f.lora.rank = 8;  // LoRA settings on a full fine-tune
+  CHECK(violations(f).front().field == "lora_rank");
+}
+
+TEST_CASE("finetune: flags, plan file, reproduce line and contract carry every setting", "[finetune][plan][roundtrip]") {
+  const std::vector<std::string> args{"Llama-3.1-8B", "--instance", "ml.p5en.48xlarge", "--finetune", "qlora", "--lora-rank", "32",
+                                      "--lora-alpha", "64", "--lora-targets", "q_proj,v_proj", "--lora-dropout", "0.05",
+                                      "--optimizer", "paged-adamw-8bit", "--ac", "full"};
+  const auto a = estimate_json(args);
+  CHECK(a["config"]["finetune"] == "qlora");
+  CHECK(a["config"]["optimizer"] == "paged-adamw-8bit");
+  CHECK(a["config"]["lora"]["rank"] == 32);
+  CHECK(a["config"]["lora"]["targets"] == "q_proj,v_proj");
+  // estimate --emit plan → estimate --plan: the same numbers
+  std::vector<std::string> emit{"estimate"};
+  emit.insert(emit.end(), args.begin(), args.end());
+  emit.insert(emit.end(), {"--emit", "plan"});
+  const auto e = run_cli(emit);
+  INFO(e.err);
+  REQUIRE(e.code == 0);
+  const auto pj = nlohmann::json::parse(e.out);
+  CHECK(pj["finetune"] == "qlora");
+  CHECK(pj["lora_rank"] == 32);
+  CHECK(pj["lora_alpha"] == 64.0);
+  CHECK(pj["lora_dropout"] == 0.05);
+  CHECK(pj["optimizer"] == "paged-adamw-8bit");
+  const fs::path file = fs::path(BWPLAN_TEST_OUTPUT_DIR) / "finetune-plan.json";
+  std::ofstream(file) << e.out;
+  const auto b = estimate_json({"--plan", file.string()});
+  CHECK(b["memory"]["peak_reserved_bytes"] == a["memory"]["peak_reserved_bytes"]);
+  CHECK(b["throughput"]["tokens_per_s"] == a["throughput"]["tokens_per_s"]);
+  // the reader gives back the same plan
+  const plan_document d = io::plan_from_json(pj, "emitted");
+  CHECK(d.value.training.finetune == finetune_mode::qlora);
+  CHECK(d.value.training.lora == lora_settings{32, 64, lora_target::q | lora_target::v, 0.05});
+  CHECK(d.value.training.optim == optimizer_kind::paged_adamw_8bit);
+  // the reproduce line
+  plan p = d.value;
+  const auto line = to_cli_args(p);
+  for (const char* flag : {"--finetune", "--lora-rank", "--lora-alpha", "--lora-targets", "--lora-dropout", "--optimizer"})
+    CHECK(std::find(line.begin(), line.end(), flag) != line.end());
+  std::vector<std::string> again(line.begin(), line.end());
+  const auto c = estimate_json(again);
+  CHECK(c["memory"]["peak_reserved_bytes"] == a["memory"]["peak_reserved_bytes"]);
+  // bad values: one line naming the flag
+  auto bad = run_cli({"estimate", "Llama-3.1-8B", "--finetune", "dora"});
+  CHECK(bad.code == 2);
+  CHECK(bad.err.find("--finetune") != std::string::npos);
+  bad = run_cli({"estimate", "Llama-3.1-8B", "--lora-rank", "8"});
+  CHECK(bad.code == 2);
+  CHECK(bad.err.find("--finetune lora or qlora") != std::string::npos);
+  bad = run_cli({"estimate", "Llama-3.1-8B", "--finetune", "lora", "--precision", "fp8"});
+  CHECK(bad.code == 2);
+}
+
+TEST_CASE("finetune: the SageMaker payload carries the settings or refuses the plan with the reason", "[finetune][sagemaker]") {
+  auto r = run_cli({"sagemaker", "Llama-3.1-8B", "--instance", "ml.p5en.48xlarge", "--finetune", "lora", "--role-arn",
+                    "arn:aws:iam::123456789012:role/SageMakerRole", "--output-s3", "s3://bucket/out"});
+  CHECK(r.code != 0);
+  CHECK(r.err.find("T-lora") != std::string::npos);
+  r = run_cli({"sagemaker", "Llama-3.1-8B", "--instance", "ml.p5en.48xlarge", "--optimizer", "adamw-8bit", "--role-arn",
+               "arn:aws:iam::123456789012:role/SageMakerRole", "--output-s3", "s3://bucket/out"});
+  CHECK(r.code != 0);
+  CHECK(r.err.find("T-bnb") != std::string::npos);
+}
+
+TEST_CASE("finetune: Llama 3 8B full fine-tune on one 80 GB GPU fails in its first optimizer step", "[finetune][validation]") {
+  // Known public case (issue 14): forward and backward of step 1 fit (no optimizer states yet: torch.optim
+  // allocates them lazily in the first step()), the optimizer step does not. bf16 params and grads with fp32
+  // AdamW states and masters as DeepSpeed ZeRO-2 keeps them on one GPU (16 GB + 16 GB + 96 GB) behave alike.
+  const auto j = estimate_json({"Llama-3.1-8B", "--gpu", "h100", "--mbs", "1", "--seq", "2048", "--ac", "full", "--sharding", "none"});
+  const double capacity = j["memory"]["capacity_bytes"].get<double>();
+  const double states = j["memory"]["breakdown"]["optimizer_states"].get<double>();
+  const double fwd = j["memory"]["phases"]["forward_peak_bytes"].get<double>();
+  const double bwd = j["memory"]["phases"]["backward_peak_bytes"].get<double>();
+  const double opt = j["memory"]["phases"]["optimizer_peak_bytes"].get<double>();
+  const double ctx = j["memory"]["non_pytorch_bytes"].get<double>();
+  CHECK_FALSE(j["fits"].get<bool>());
+  CHECK(std::max(fwd, bwd) - states + ctx < capacity);  // step 1 forward and backward: no states yet
+  CHECK(opt + ctx > capacity);                          // the first optimizer.step() allocates them: OOM
+  // its memory savers: 8-bit AdamW states with bf16 masters fit; so does LoRA
+  CHECK(estimate_json({"Llama-3.1-8B", "--gpu", "h100", "--mbs", "1", "--seq", "2048", "--ac", "full", "--sharding", "none",
+                       "--master", "bf16", "--optimizer", "adamw-8bit"})["fits"].get<bool>());
+  CHECK(estimate_json({"Llama-3.1-8B", "--gpu", "h100", "--mbs", "1", "--seq", "2048", "--ac", "full", "--sharding", "none",
+                       "--finetune", "lora"})["fits"].get<bool>());
+}
+
+TEST_CASE("finetune: published LoRA, QLoRA and optimizer peak memory within 10 percent", "[finetune][validation]") {
+  std::ifstream in(fs::path(BWPLAN_SOURCE_DIR) / "tests" / "data" / "finetune-memory.json");
+  REQUIRE(in.good());
+  const nlohmann::json cases = nlohmann::json::parse(in);
+  REQUIRE(cases["cases"].size() >= 5);
+  int asserted = 0;
+  for (const auto& c : cases["cases"]) asserted += c.value("asserted", true) ? 1 : 0;
+  CHECK(asserted >= 4);
+  for (std::size_t i = 0; i < cases["cases"].size(); ++i) {
+    const nlohmann::json& c = cases["cases"][i];
+    std::vector<std::string> args;
+    for (const auto& a : c["args"]) args.push_back(a.get<std::string>());
+    for (auto& a : args)
+      if (a.rfind("tests/data/", 0) == 0) a = (fs::path(BWPLAN_SOURCE_DIR) / a).string();
+    const auto j = estimate_json(args);
+    const double predicted = j["memory"][c["metric"].get<std::string>() + "_bytes"].get<double>() / (1024.0 * 1024 * 1024);
+    const double measured = c["measured_gib"].get<double>();
+    INFO(c["id"].get<std::string>() << ": predicted " << predicted << " GiB, measured " << measured << " GiB");
+    const double err = std::abs(predicted / measured - 1);
+    // the cases the model reproduces are asserted; the others (marked, with the reason) must stay where the
+    // table in docs/validation.md says they are, so that a change of the model shows in the table
+    if (c.value("asserted", true)) CHECK(err <= c["tolerance"].get<double>());
+    else CHECK(std::abs(100 * (predicted / measured - 1) - c["reported_error_pct"].get<double>()) < 1.0);
+  }
+}
