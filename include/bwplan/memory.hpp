@@ -1047,11 +1047,11 @@ namespace terms {
 inline void allocator_setting_check(const memory_terms& t, memory_estimate& e) {
   const bool expandable = t.shape.expandable;
   if (e.fits != expandable) return;  // does not fit without expandable segments, or fits with them
+  if (!expandable && !e.replayed && e.device_peak() - t.allocator.logits_segment > e.capacity) return;  // cannot fit either way
   memory_terms o = t;
   o.shape.expandable = !expandable;
   o.replay.settings.expandable_segments = !expandable;
   o.allocator.logits_segment = freed_logits_segment(o.shape);
-  if (!expandable && !e.replayed && e.device_peak() - t.allocator.logits_segment > e.capacity) return;  // cannot fit either way
   const memory_estimate f = compose_memory(o);
   if (f.fits != e.fits)
     e.allocator_setting = expandable ? allocator_setting_verdict::needs_expandable : allocator_setting_verdict::fits_if_expandable;

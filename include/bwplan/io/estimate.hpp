@@ -44,14 +44,14 @@ namespace bwplan::io {
           {"loss", to_string(c.loss)},
           {"optimizer", to_string(c.optim)},
           {"finetune", to_string(c.finetune)},
+          {"stack", to_string(c.stack)},
+          {"compile", c.compile},
+          {"expandable_segments", c.expandable_segments},
           {"lora", c.adapters() ? nlohmann::ordered_json{{"rank", c.lora.rank},
                                                           {"alpha", c.lora.alpha},
                                                           {"targets", lora_targets_to_string(c.lora.targets)},
                                                           {"dropout", c.lora.dropout}}
-                                : nlohmann::ordered_json()},
-          {"stack", to_string(c.stack)},
-          {"compile", c.compile},
-          {"expandable_segments", c.expandable_segments}};
+                                : nlohmann::ordered_json()}};
 }
 
 /// Communication seconds by parallelism; the parts add up to the total.
