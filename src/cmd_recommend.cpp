@@ -90,6 +90,9 @@ std::optional<memory_saver> find_memory_saver(const model_spec& m, const resolve
       {"QLoRA (NF4 base)", finetune_mode::qlora, optimizer_kind::adamw, std::nullopt},
   };
   for (const step& st : steps) {
+    // the stack's own rules: Megatron keeps fp32 main parameters; LoRA is modelled with hf and torchtune only
+    if (req.stack == training_stack::megatron && st.master == master_weights::bf16) continue;
+    if (st.f != finetune_mode::full && req.stack != training_stack::hf && req.stack != training_stack::torchtune) continue;
     plan_request r = req;
     r.progress = nullptr;
     r.finetune = st.f;
