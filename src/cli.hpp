@@ -101,6 +101,9 @@ struct plan_options {
   double lora_alpha = 32;          ///< --lora-alpha
   std::string lora_targets = "all-linear";  ///< --lora-targets
   double lora_dropout = 0;         ///< --lora-dropout
+  std::string stack = "hf";        ///< --stack hf | torchtitan | torchtune | megatron
+  bool compile = false;            ///< --compile
+  bool expandable_segments = false;  ///< --expandable-segments
   std::string plan_file;           ///< --plan FILE: settings read from a plan file; flags given as well override them
   const CLI::App* app = nullptr;   ///< the subcommand whose flags were parsed (set by add_plan_options)
 };
@@ -111,7 +114,8 @@ void require_support(const hardware_catalog& cat, const gpu_spec& gpu, compute_f
 
 /// Registers MODEL, --plan and the plan flags (--gpu, --instance, --nodes, --gpus, --mbs, --seq, --grad-accum,
 /// --ac, --ac-every, --master, --sharding, --shard-group, --tp, --cp, --ep, --pp, --optimizer-impl, --loss,
-/// --precision, --bf16-layers, --fp8-all-gather) on `sub`, writing into `o`.
+/// --precision, --bf16-layers, --fp8-all-gather, fine-tuning, --stack, --compile, --expandable-segments) on `sub`, writing
+/// into `o`.
 void add_plan_options(CLI::App* sub, const std::shared_ptr<plan_options>& o);
 
 /// The command-line flag of plan field `field` (plan-file key, e.g. "micro_batch_size" → "--mbs"), or the

@@ -56,6 +56,10 @@ struct recommend_options {
   double lora_alpha = 32;
   std::string lora_targets = "all-linear";
   double lora_dropout = 0;
+  // the training stack (docs/stacks.md)
+  std::string stack = "hf";         ///< --stack
+  bool compile = false;             ///< --compile
+  bool expandable_segments = false; ///< --expandable-segments
 };
 
 /// A memory saver that makes a full fine-tune fit: its label, its best plan, and the same layout run as a full
@@ -86,6 +90,9 @@ std::optional<memory_saver> find_memory_saver(const model_spec& m, const resolve
       {"QLoRA (NF4 base)", finetune_mode::qlora, optimizer_kind::adamw, std::nullopt},
   };
   for (const step& st : steps) {
+    // the stack's own rules: Megatron keeps fp32 main parameters; LoRA is modelled with hf and torchtune only
+    if (req.stack == training_stack::megatron && st.master == master_weights::bf16) continue;
+    if (st.f != finetune_mode::full && req.stack != training_stack::hf && req.stack != training_stack::torchtune) continue;
     plan_request r = req;
     r.progress = nullptr;
     r.finetune = st.f;
@@ -462,6 +469,12 @@ runner register_recommend(CLI::App& app, context& ctx) {
   sub->add_option("--lora-targets", o->lora_targets, "attention | mlp | all-linear | q_proj,v_proj,... (with --finetune lora|qlora)")
       ->capture_default_str();
   sub->add_option("--lora-dropout", o->lora_dropout, "LoRA dropout (with --finetune lora|qlora)")->capture_default_str();
+  sub->add_option("--stack", o->stack, "training stack the plans run on: hf | torchtitan | torchtune | megatron (docs/stacks.md)")
+      ->option_text("hf|torchtitan|torchtune|megatron")->capture_default_str();
+  sub->add_flag("--compile", o->compile, "plans use torch.compile as the stack applies it");
+  sub->add_flag("--expandable-segments", o->expandable_segments,
+                "every plan runs with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (without it, a plan that fits only with it "
+                "is kept with it and says so)");
   add_sagemaker_options(sub->add_option_group("SageMaker (with --emit)"), std::shared_ptr<sagemaker::job_settings>(o, &o->job));
 
   return [o, sub, &ctx]() -> int {
@@ -588,6 +601,25 @@ runner register_recommend(CLI::App& app, context& ctx) {
       req.checkpointings = {*a};
     }
     if (!o->master.empty()) req.master = o->master == "bf16" ? master_weights::bf16 : master_weights::fp32;
+    {  // the training stack, torch.compile and the allocator setting (pinned)
+      const auto st = parse_stack(o->stack);
+      if (!st) throw invalid_request("--stack: unknown value '" + o->stack + "'; allowed: hf, torchtitan, torchtune, megatron");
+      req.stack = *st;
+      req.compile = o->compile;
+      req.expandable_segments = o->expandable_segments;
+      if (req.stack == training_stack::torchtune) {  // torchtune trains in the model dtype (bf16)
+        if (o->master == "fp32") throw invalid_request("--master fp32: torchtune trains in the model dtype without autocast; use --master bf16 with --stack torchtune");
+        req.master = master_weights::bf16;
+      }
+      if (req.stack == training_stack::megatron) {
+        if (o->master == "bf16") throw invalid_request("--master bf16: Megatron-LM keeps fp32 main parameters (--bf16); use --master fp32 with --stack megatron");
+        if (o->compile) throw invalid_request("--compile: Megatron-LM does not torch.compile its model (--stack megatron)");
+        req.shardings = {sharding::none};
+        req.losses = {loss_impl::standard};
+      }
+      if (req.finetune != finetune_mode::full && req.stack != training_stack::hf && req.stack != training_stack::torchtune)
+        throw invalid_request(std::string("--finetune ") + to_string(req.finetune) + ": LoRA / QLoRA are modelled with the hf and torchtune stacks only");
+    }
     const bool auto_seq = o->seq == "auto";
     if (auto_seq) {
       req.seq_lens.clear();

@@ -87,6 +87,7 @@ std::string estimate_markdown(const model_spec& m, const resolved_target& t, con
                    me.fits ? fmt::format("{:.1f}% free", 100 * me.headroom())
                            : fmt::format("{:.2f} GiB over", (me.device_peak() - me.capacity).in(gib)),
                    to_string(me.peak_phase));
+  if (const std::string note = allocator_setting_note(me); !note.empty()) s += "Allocator: " + note + ".\n\n";
   const auto& b = me.at_peak;
   const std::pair<const char*, bytes> parts[] = {
       {"parameters", b.parameters},           {"optimizer states", b.optimizer_states}, {"gradients", b.gradients},

@@ -62,6 +62,14 @@ void add_plan_options(CLI::App* sub, const std::shared_ptr<plan_options>& o) {
   sub->add_option("--lora-targets", o->lora_targets,
                   "adapted block linears: attention | mlp | all-linear | a list such as q_proj,v_proj (default all-linear)");
   sub->add_option("--lora-dropout", o->lora_dropout, "LoRA dropout probability in [0, 1) (default 0)");
+  sub->add_option("--stack", o->stack,
+                  "training stack whose memory inventory applies: hf (the reference trainer, default) | torchtitan | torchtune | "
+                  "megatron (docs/stacks.md)")
+      ->option_text("hf|torchtitan|torchtune|megatron");
+  sub->add_flag("--compile", o->compile,
+                "torch.compile as the stack applies it (hf: each block; torchtitan, torchtune: blocks and loss; not megatron)");
+  sub->add_flag("--expandable-segments", o->expandable_segments,
+                "run with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (the caching allocator's setting; the SageMaker job sets it)");
 }
 
 std::string plan_flag(std::string_view field) {
@@ -74,7 +82,8 @@ std::string plan_flag(std::string_view field) {
       {"bf16_layers", "--bf16-layers"},  {"headroom", "--headroom"},   {"global_batch_tokens", "--global-batch-tokens"},
       {"master_weights", "--master"},    {"loss", "--loss"},           {"optimizer_impl", "--optimizer-impl"},
       {"optimizer", "--optimizer"},      {"finetune", "--finetune"},   {"lora_rank", "--lora-rank"},
-      {"lora_alpha", "--lora-alpha"},    {"lora_targets", "--lora-targets"}, {"lora_dropout", "--lora-dropout"}};
+      {"lora_alpha", "--lora-alpha"},    {"lora_targets", "--lora-targets"}, {"lora_dropout", "--lora-dropout"},
+      {"stack", "--stack"},              {"compile", "--compile"},     {"expandable_segments", "--expandable-segments"}};
   const auto it = flags.find(field);
   return std::string(it == flags.end() ? field : it->second);
 }
@@ -189,6 +198,17 @@ resolved_plan resolve_plan(const context& ctx, const hardware_catalog& cat, cons
                             "' (attention, mlp, all-linear, or a list of q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj)");
     c.lora.targets = *targets;
   }
+  if (from_flag("--stack", "stack")) {
+    const auto s = parse_stack(o.stack);
+    if (!s) {
+      std::string msg = "--stack: unknown value '" + o.stack + "'";
+      if (auto m = closest_match(o.stack, {"hf", "torchtitan", "torchtune", "megatron"})) msg += " (did you mean '" + *m + "'?)";
+      throw invalid_request(msg + "; allowed: hf, torchtitan, torchtune, megatron");
+    }
+    c.stack = *s;
+  }
+  if (from_flag("--compile", "compile")) c.compile = o.compile;
+  if (from_flag("--expandable-segments", "expandable_segments")) c.expandable_segments = o.expandable_segments;
   if (!c.adapters() && (given(o, "--lora-rank") || given(o, "--lora-alpha") || given(o, "--lora-targets") || given(o, "--lora-dropout")))
     throw invalid_request("--lora-rank/--lora-alpha/--lora-targets/--lora-dropout: need --finetune lora or qlora");
   if (from_flag("--precision", "precision")) {

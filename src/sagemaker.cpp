@@ -514,8 +514,20 @@ job_request build_request(const plan_view& plan, const job_settings& s, std::chr
     env["FI_PROVIDER"] = "efa";
     env["FI_EFA_USE_DEVICE_RDMA"] = "1";
   }
+  // the caching allocator's setting the plan was estimated with (the trainer checks it against its hyperparameter)
+  if (c.expandable_segments) env["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True";
   for (const auto& kv : s.env) {
     auto [k, v] = key_value(kv, "--env");
+    if (k == "PYTORCH_CUDA_ALLOC_CONF") {
+      std::string low = v;
+      std::transform(low.begin(), low.end(), low.begin(), [](unsigned char ch) { return static_cast<char>(std::tolower(ch)); });
+      const bool on = low.find("expandable_segments:true") != std::string::npos;
+      if (on != c.expandable_segments)
+        throw invalid_request(fmt::format("--env PYTORCH_CUDA_ALLOC_CONF={}: the plan was estimated with expandable_segments {}; set "
+                                          "it with --expandable-segments (or the plan's expandable_segments) so that the job runs "
+                                          "the allocator that was estimated",
+                                          v, c.expandable_segments ? "on" : "off"));
+    }
     env[k] = v;
   }
 

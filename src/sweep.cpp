@@ -106,6 +106,9 @@ void apply(plan& p, const std::string& key, const std::string& v) {
   else if (key == "finetune") c.finetune = *parse_finetune(v);
   else if (key == "optimizer") c.optim = *parse_optimizer(v);
   else if (key == "lora-rank") c.lora.rank = static_cast<int>(std::min<std::int64_t>(std::stoll(v), 65537));
+  else if (key == "stack") c.stack = *parse_stack(v);
+  else if (key == "compile") c.compile = v == "true";
+  else if (key == "expandable-segments") c.expandable_segments = v == "true";
   else if (key == "tp" || key == "cp" || key == "ep") {
     const int d = static_cast<int>(std::min<std::int64_t>(std::stoll(v), plan_limits::max_degree + 1));
     (key == "tp" ? c.tp : key == "cp" ? c.cp : c.ep) = d;
@@ -125,7 +128,8 @@ const std::vector<std::string>& sweep_keys() {
   static const std::vector<std::string> keys = {"mbs",      "seq",      "grad-accum", "nodes",  "ac",
                                                 "ac-every", "sharding", "loss",       "master", "optimizer-impl",
                                                 "precision", "tp",      "cp",         "ep",     "instance",
-                                                "finetune",  "optimizer", "lora-rank"};
+                                                "finetune",  "optimizer", "lora-rank", "stack",  "compile",
+                                                "expandable-segments"};
   return keys;
 }
 
@@ -175,6 +179,8 @@ sweep_axis parse_vary(const std::string& spec) {
     else if (a.key == "precision") check_member(spec, item, formats);
     else if (a.key == "finetune") check_member(spec, item, {"full", "lora", "qlora"});
     else if (a.key == "optimizer") check_member(spec, item, {"adamw", "adamw-8bit", "paged-adamw-8bit", "adafactor", "sgd", "lion"});
+    else if (a.key == "stack") check_member(spec, item, {"hf", "torchtitan", "torchtune", "megatron"});
+    else if (a.key == "compile" || a.key == "expandable-segments") check_member(spec, item, {"true", "false"});
     if (!is_integer_key(a.key) && a.key != "ac") a.values.push_back(item);
   }
   return a;
@@ -256,7 +262,7 @@ const std::vector<std::string>& sweep_columns() {
       "tp",          "cp",           "ep",         "precision",      "master",           "optimizer",
       "loss",        "peak_phase",   "peak_allocated_gib", "peak_reserved_gib", "device_peak_gib", "capacity_gib",
       "headroom",    "fits",         "tokens_per_s", "tokens_per_s_per_gpu", "step_s",      "mfu",
-      "finetune",    "optim",        "lora_rank",  "lora_targets"};
+      "finetune",    "optim",        "lora_rank",  "lora_targets", "stack",     "compile",          "expandable_segments"};
   return cols;
 }
 
@@ -297,7 +303,10 @@ std::vector<std::string> sweep_row(const model_spec& m, const sweep_point& p) {
           to_string(c.finetune),
           to_string(c.optim),
           c.adapters() ? std::to_string(c.lora.rank) : "",
-          c.adapters() ? lora_targets_to_string(c.lora.targets) : ""};
+          c.adapters() ? lora_targets_to_string(c.lora.targets) : "",
+          to_string(c.stack),
+          c.compile ? "true" : "false",
+          c.expandable_segments ? "true" : "false"};
 }
 
 std::string sweep_csv(const model_spec& m, const std::vector<sweep_point>& points) {
@@ -343,6 +352,9 @@ nlohmann::ordered_json sweep_json(const model_spec& m, const resolved_target& t,
                            {"loss", to_string(c.loss)},
                            {"finetune", to_string(c.finetune)},
                            {"optim", to_string(c.optim)},
+                           {"stack", to_string(c.stack)},
+                           {"compile", c.compile},
+                           {"expandable_segments", c.expandable_segments},
                            {"peak_phase", to_string(me.peak_phase)},
                            {"peak_allocated_gib", me.peak_allocated.in(gib)},
                            {"peak_reserved_gib", me.peak_reserved.in(gib)},

@@ -63,6 +63,12 @@ std::vector<grid_plan> make_grid() {
     if (prec == "fp8" && shard == "full" && i % 2 == 0) a.emplace_back("--fp8-all-gather");
     if (prec != "bf16" && i % 5 == 1) { a.emplace_back("--bf16-layers"); a.emplace_back(i % 2 ? "first:1,last:2" : "0.25"); }
     if (shard == "hybrid" && n == 2 && i % 2 == 0) { a.emplace_back("--shard-group"); a.emplace_back(std::to_string(8 / tp)); }
+    // the training stack, torch.compile and the allocator setting (the stacks' own rules keep the legal ones)
+    const char* stacks[] = {"hf", "torchtitan", "torchtune", "megatron"};
+    const std::string stack = stacks[static_cast<std::size_t>(i / 29) % 4];
+    if (stack != "hf" || i % 31 == 5) { a.emplace_back("--stack"); a.emplace_back(stack); }
+    if (i % 7 == 2) a.emplace_back("--compile");
+    if (i % 9 == 4) a.emplace_back("--expandable-segments");
     // keep the legal ones: the tool's own rules decide
     std::vector<std::string> probe{"estimate"};
     probe.insert(probe.end(), a.begin(), a.end());
@@ -136,7 +142,8 @@ TEST_CASE("plan round trip: flags, plan file, check, report reproduce line and s
                         "--ac=none", "--ac=full", "--ac=every-2", "--ac=selective-op", "--ac=selective-attn", "--sharding=none",
                         "--sharding=full", "--sharding=hybrid", "--sharding=grad-op", "--tp=1", "--tp=2", "--tp=4", "--cp=1", "--cp=2",
                         "--ep=1", "--ep=2", "--master=fp32", "--master=bf16", "--loss=standard", "--loss=chunked",
-                        "--optimizer-impl=fused", "--optimizer-impl=foreach"})
+                        "--optimizer-impl=fused", "--optimizer-impl=foreach", "--stack=torchtitan", "--stack=torchtune",
+                        "--stack=megatron"})
     CHECK(seen.count(v) == 1);
 
   const std::string dir = (fs::path(BWPLAN_TEST_OUTPUT_DIR) / "roundtrip").string();

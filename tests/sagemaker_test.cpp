@@ -422,12 +422,16 @@ TEST_CASE("sagemaker: the request carries the plan", "[sagemaker]") {
     CHECK_THAT(e.warnings[0], Catch::StartsWith("meta-llama/Llama-3.1-8B is gated on the Hugging Face Hub: pass --env HF_TOKEN="));
   }
   SECTION("--hyperparameter takes the contract's own keys, typed by the contract") {
-    s.hyperparameters = {"learning_rate=2e-4", "seed=7", "compile=True", "checkpoint_every=100"};
+    s.hyperparameters = {"learning_rate=2e-4", "seed=7", "measure=False", "checkpoint_every=100"};
     const auto e = sagemaker::build_request({p, m, gpu, inst, te, contract}, s, now);
     CHECK(e.request["HyperParameters"]["learning_rate"] == "0.0002");
     CHECK(e.request["HyperParameters"]["seed"] == "7");
-    CHECK(e.request["HyperParameters"]["compile"] == "true");
+    CHECK(e.request["HyperParameters"]["measure"] == "false");
     CHECK(e.request["HyperParameters"]["checkpoint_every"] == "100");
+    CHECK(e.request["HyperParameters"]["compile"] == "false");  // a plan field now (--compile), sent with the plan
+    s.hyperparameters = {"compile=True"};
+    CHECK_THROWS_WITH(sagemaker::build_request({p, m, gpu, inst, te, contract}, s, now),
+                      Catch::StartsWith("--hyperparameter compile: set by the plan"));
     s.hyperparameters = {"run_name=exp"};
     CHECK_THROWS_WITH(sagemaker::build_request({p, m, gpu, inst, te, contract}, s, now),
                       Catch::StartsWith("--hyperparameter run_name: unknown to the reference trainer (training contract version 1)"));

@@ -103,6 +103,16 @@ def main(argv=None) -> int:
             return 0
         if not a.probe:
             refuse_static(plans[0], contract)
+        # the caching allocator's setting, before torch initialises CUDA (one setting per process)
+        settings = {bool(p["expandable_segments"]) for p in plans}
+        if len(settings) > 1:
+            raise C.ContractError("expandable_segments: the probe's plans differ; the allocator setting is one per process")
+        try:
+            conf = runtime.allocator_conf(settings.pop())
+        except ValueError as e:
+            raise C.ContractError(f"expandable_segments: {e}")
+        if conf is not None:
+            os.environ["PYTORCH_CUDA_ALLOC_CONF"] = conf
     except C.ContractError as e:
         print(f"train.py: error: {e}", file=sys.stderr)
         return 2

@@ -87,6 +87,7 @@ class caching_allocator {
     if (it != fs.end()) {
       b = std::get<2>(*it);
       fs.erase(it);
+      remap(b);
     } else if (s_.expandable_segments && !small) {
       b = expand(size, stream);
     } else {
@@ -144,6 +145,7 @@ class caching_allocator {
         if (n.next >= 0) blocks_[static_cast<std::size_t>(n.next)].prev = h;
       }
       me.size += n.size;
+      me.unmapped += n.unmapped;
     }
     if (s_.expandable_segments && !b.small && blocks_[static_cast<std::size_t>(h)].next < 0) tails_[b.stream] = h;
     insert(h);
@@ -165,6 +167,7 @@ class caching_allocator {
     std::uint64_t addr = 0, size = 0;
     int stream = 0, prev = -1, next = -1;
     bool small = false, allocated = false;
+    std::uint64_t unmapped = 0;  ///< expandable segments: bytes of whole pages of this free block unmapped after an out of memory
   };
   using key = std::tuple<std::uint64_t, std::uint64_t, int>;  // size, address, block
 
@@ -190,6 +193,37 @@ class caching_allocator {
         }
       }
   }
+  // expandable segments: a free block handed out again has its unmapped pages mapped again (A:2297-2328); over the
+  // budget, the pages of other free blocks are unmapped first, as on an out of memory
+  void remap(int h) {
+    block& b = blocks_[static_cast<std::size_t>(h)];
+    if (b.unmapped == 0) return;
+    const std::uint64_t m = b.unmapped;
+    b.unmapped = 0;
+    if (reserved_ + m > s_.budget) {
+      release_cached();
+      unmap_free_pages();
+      if (reserved_ + m > s_.budget && !oom_) { oom_ = true; oom_request_ = m; }
+    }
+    reserved_ += m;
+    peak_reserved_ = std::max(peak_reserved_, reserved_);
+  }
+  // release_cached_blocks on expandable segments: unmap the whole pages of every free block of the large pools,
+  // [ceil(ptr), floor(ptr + size)) in pages of the segment (A:454-461, A:2850-2915)
+  void unmap_free_pages() {
+    if (!s_.expandable_segments) return;
+    for (auto& [k, fs] : pools_)
+      for (const auto& entry : fs) {
+        block& b = blocks_[static_cast<std::size_t>(std::get<2>(entry))];
+        if (b.small) continue;
+        const std::uint64_t lo = (b.addr + kLargeBuffer - 1) / kLargeBuffer, hi = (b.addr + b.size) / kLargeBuffer;
+        const std::uint64_t pages = hi > lo ? (hi - lo) * kLargeBuffer : 0;
+        if (pages > b.unmapped) {
+          reserved_ -= pages - b.unmapped;
+          b.unmapped = pages;
+        }
+      }
+  }
   // expandable segment of `stream`: map whole pages after its free tail (A:2297-2328)
   int expand(std::uint64_t size, int stream) {
     auto [it, fresh] = tails_.try_emplace(stream, -1);
@@ -197,8 +231,19 @@ class caching_allocator {
     const bool free_tail = tail >= 0 && !blocks_[static_cast<std::size_t>(tail)].allocated;
     const std::uint64_t have = free_tail ? blocks_[static_cast<std::size_t>(tail)].size : 0;
     const std::uint64_t add = (size - have + kLargeBuffer - 1) / kLargeBuffer * kLargeBuffer;
-    if (reserved_ + add > s_.budget && !oom_) { oom_ = true; oom_request_ = size; }
-    reserved_ += add;
+    const std::uint64_t remapped = free_tail ? blocks_[static_cast<std::size_t>(tail)].unmapped : 0;
+    if (free_tail) blocks_[static_cast<std::size_t>(tail)].unmapped = 0;
+    if (reserved_ + add + remapped > s_.budget) {
+      release_cached();
+      unmap_free_pages();
+      if (free_tail) {  // the tail itself may have been unmapped just now: it is mapped again with the new pages
+        block& t = blocks_[static_cast<std::size_t>(tail)];
+        reserved_ += t.unmapped;
+        t.unmapped = 0;
+      }
+      if (reserved_ + add + remapped > s_.budget && !oom_) { oom_ = true; oom_request_ = size; }
+    }
+    reserved_ += add + remapped;
     peak_reserved_ = std::max(peak_reserved_, reserved_);
     int b;
     if (free_tail) {
@@ -208,8 +253,13 @@ class caching_allocator {
       b = tail;
     } else {
       std::uint64_t addr = next_addr_;
-      if (tail >= 0) { const block& t = blocks_[static_cast<std::size_t>(tail)]; addr = t.addr + t.size; }
-      else next_addr_ += std::uint64_t{1} << 50;  // a fresh virtual range
+      if (tail >= 0) {
+        const block& t = blocks_[static_cast<std::size_t>(tail)];
+        addr = t.addr + t.size;
+      } else {  // a fresh virtual range, page-aligned
+        addr = (next_addr_ + kLargeBuffer - 1) / kLargeBuffer * kLargeBuffer;
+        next_addr_ = addr + (std::uint64_t{1} << 50) / kLargeBuffer * kLargeBuffer;
+      }
       b = new_block(addr, add, stream, false);
       blocks_[static_cast<std::size_t>(b)].prev = tail;
       if (tail >= 0) blocks_[static_cast<std::size_t>(tail)].next = b;

@@ -122,6 +122,7 @@ inline std::string plan_settings(const training_config& c) {
   if (c.cp > 1) s += ", cp " + std::to_string(c.cp);
   if (c.ep > 1) s += ", ep " + std::to_string(c.ep);
   s += std::string(", loss ") + to_string(c.loss);
+  if (c.expandable_segments) s += ", expandable_segments true";
   return s;
 }
 
@@ -284,6 +285,10 @@ inline std::string_view rule_for(const plan_violation& v) {
   req.finetune = c.finetune;  // the same fine-tuning and optimizer as the plan
   req.lora = c.lora;
   req.optimizers = {c.optim};
+  req.stack = c.stack;  // the same stack and compile setting as the plan
+  req.compile = c.compile;
+  req.expandable_segments = c.expandable_segments;
+  if (c.stack == training_stack::megatron) { req.shardings = {sharding::none}; req.losses = {loss_impl::standard}; }
   if (c.adapters()) { req.tps = {1}; req.formats = {compute_format::bf16}; }
   const plan_result best = search_plans(m, in.gpu, in.instance, req, 1);
   if (!best.ranked.empty()) res.best = best.ranked.front();
@@ -303,7 +308,11 @@ inline std::string_view rule_for(const plan_violation& v) {
          "does not fit on " + in.gpu.id + ": peak " + gib_str(me.device_peak()) + " per GPU (" + to_string(me.peak_phase) +
              " phase) but CUDA can use " + gib_str(cap) + "; " + detail::grouped(std::ceil(missing.raw())) + " bytes (" +
              gib_str(missing) + ") missing",
-         "reduce micro_batch_size, enable activation_checkpointing, use sharding full or loss chunked, or add nodes" + best_hint,
+         std::string(me.allocator_setting == allocator_setting_verdict::fits_if_expandable
+                         ? "it fits with the caching allocator's expandable_segments:True: set \"expandable_segments\": true "
+                           "(--expandable-segments; the SageMaker job then sets PYTORCH_CUDA_ALLOC_CONF), or "
+                         : "") +
+             "reduce micro_batch_size, enable activation_checkpointing, use sharding full or loss chunked, or add nodes" + best_hint,
          {"/micro_batch_size", "/activation_checkpointing", "/model"});
   } else if (me.headroom() < p.headroom) {
     const bytes want = (1.0 - p.headroom) * cap;

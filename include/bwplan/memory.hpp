@@ -18,6 +18,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 namespace bwplan {
 
@@ -61,6 +62,14 @@ enum class step_phase { forward, backward, optimizer };
   return p == step_phase::forward ? "forward" : p == step_phase::backward ? "backward" : "optimizer";
 }
 
+/// What the caching allocator's `expandable_segments` setting does to the fit verdict (estimate_memory evaluates the
+/// other setting when it could change the verdict).
+enum class allocator_setting_verdict {
+  unaffected,          ///< both settings give the same verdict
+  needs_expandable,    ///< fits with `expandable_segments:True` (as planned) and would not fit without it
+  fits_if_expandable,  ///< does not fit as planned and would fit with `expandable_segments:True`
+};
+
 /// Result of estimate_memory: per-GPU bytes, as `torch.cuda` would report them.
 struct memory_estimate {
   memory_breakdown at_peak;       ///< breakdown at the peak moment
@@ -80,6 +89,7 @@ struct memory_estimate {
   bytes capacity;                 ///< bytes CUDA can use on the GPU (nvidia-smi total − driver reserve)
   bool fits = false;              ///< peak_reserved + non_pytorch ≤ capacity
   bool replayed = false;          ///< peak_reserved and fits come from the caching-allocator replay (else the cheap bound)
+  allocator_setting_verdict allocator_setting = allocator_setting_verdict::unaffected;  ///< see allocator_setting_verdict
 
   /// Device bytes in use at the peak: reserved + context + NCCL.
   [[nodiscard]] constexpr bytes device_peak() const noexcept { return peak_reserved + non_pytorch; }
@@ -159,6 +169,15 @@ struct memory_shape {
   double lora_rank = 0;    ///< r
   double lora_dropout = 0; ///< p
   adapter_shape adapter;   ///< the adapters of one block
+  // --- training stack and torch.compile (docs/stacks.md)
+  training_stack stack = training_stack::hf;
+  bool compile = false;        ///< torch.compile as the stack applies it (the blocks; torchtitan and torchtune also the loss)
+  bool compiled_loss = false;  ///< the loss runs under torch.compile (torchtitan, torchtune with compile)
+  bool megatron = false;       ///< Megatron-LM: bf16 model, fp32 main parameters and main-gradient buffer
+  double tp = 1;               ///< tensor-parallel degree
+  bool sp_gathered = false;    ///< sequence parallel through DTensor styles (tp > 1, not Megatron): the gathered inputs are saved
+  bool loss_parallel = false;  ///< vocabulary-parallel cross-entropy over fp32 DTensor/local buffers (tp > 1, not Megatron)
+  bool expandable = false;     ///< `expandable_segments:True`
 };
 
 /// The shape of configuration `c` of model `m` on `gpu` (see memory_shape). Does not validate `c`.
@@ -168,7 +187,16 @@ struct memory_shape {
   memory_shape s;
   s.fsdp = c.sharded();
   s.grad_op = c.shard == sharding::grad_op;
-  s.amp = !s.fsdp && c.master == master_weights::fp32 && !c.adapters();  // a frozen bf16 base has no fp32 weights to autocast
+  s.megatron = c.stack == training_stack::megatron;
+  // a frozen bf16 base has no fp32 weights to autocast; Megatron trains a bf16 model (Float16Module), no autocast
+  s.amp = !s.fsdp && c.master == master_weights::fp32 && !c.adapters() && !s.megatron;
+  s.stack = c.stack;
+  s.compile = c.compile && !s.megatron;
+  s.compiled_loss = s.compile && (c.stack == training_stack::torchtitan || c.stack == training_stack::torchtune);
+  s.tp = c.tp;
+  s.sp_gathered = c.tp > 1 && !s.megatron;
+  s.loss_parallel = c.tp > 1 && !s.megatron;
+  s.expandable = c.expandable_segments;
   s.accum = c.grad_accum > 1;
   s.ddp = !s.fsdp && c.fsdp_mesh() > 1;
   s.multi_process = s.fsdp || c.world_size > 1;
@@ -254,9 +282,24 @@ struct model_states {
 /// the frozen base (bf16, or NF4 block linears for QLoRA) plus the adapters in the master dtype, `(frozen +
 /// w·Pt)/N`; gradients and optimizer states cover the adapters `Pt` only; the LM head is frozen (no head
 /// gradient). Other optimizers than AdamW keep optimizer_state_bytes (8-bit, Adafactor, SGD, Lion).
+///
+/// Megatron-LM (stack megatron, `--bf16`): the optimizer's fp32 main parameters `4·P`
+/// (`Float16OptimizerWithFloat16Params`, megatron/core/optimizer/optimizer.py) and AdamW states `8·P`; the gradients
+/// live in one fp32 main-gradient buffer allocated when the model is wrapped and zeroed, never freed, between steps
+/// (`grad_data = torch.zeros(numel, dtype=grad_dtype)`, megatron/core/distributed/param_and_grad_buffer.py L1190-1195;
+/// `grad_dtype` fp32 with `accumulate_allreduce_grads_in_fp32`, L924 and megatron/training/arguments.py L1204-1217
+/// @d98e8a6): `4·P` at every moment of the step, nothing added per block (the bf16 model weights are
+/// weight_copies::bf16_model).
 [[nodiscard]] inline model_states model_state_bytes(const memory_shape& s) noexcept {
   const double w = s.w, g = s.w, P = s.P, n = s.n;
   model_states r;
+  if (s.megatron) {
+    r.parameters = bytes::base(4 * P / n);
+    r.optimizer_states = bytes::base(optimizer_state_bytes(s.optim, 4, P, s.factored) / n);
+    r.gradients = bytes::base(4 * P / n);
+    r.accumulated_gradients = r.gradients;  // the main-gradient buffer: permanent
+    return r;
+  }
   if (s.adapters) {
     r.parameters = bytes::base((s.frozen + w * s.Pt) / n);
     r.optimizer_states = bytes::base(optimizer_state_bytes(s.optim, w, s.Pt, s.factored) / n);
@@ -360,6 +403,75 @@ struct activation_inventory {
   return d;
 }
 
+/// Per-token change of what one block, the final norm and LM head input, and the backward's activation gradients
+/// hold under the plan's training stack, tensor parallelism and torch.compile, relative to the hf inventory of
+/// activation_bytes_per_token (docs/stacks.md).
+struct stack_activation_delta {
+  double block = 0;        ///< added to block_saved (what a non-checkpointed block keeps; a recompute rebuilds it)
+  double final_saved = 0;  ///< added to final_saved (final norm input + LM head input)
+  double grad_temp = 0;    ///< added to grad_temp (activation gradients of the block running backward)
+};
+
+/// The stack's terms of the saved activations, per token (T per GPU), for a block whose linears run in bf16 or,
+/// `quantized`, in the compute format. Each term cites the file it comes from.
+///
+/// - **torchtune module code** (pytorch/torchtune @bd2a0fc7): `RMSNorm.forward` upcasts its input, `x_fp32 =
+///   x.float()`, which `pow` and `mul` save (torchtune/modules/rms_norm.py L28-41): each norm keeps a 4-byte copy
+///   where the hf inventory keeps the 2-byte input, `+2h` per norm (the final norm too); `MultiHeadAttention`
+///   expands K and V to the query heads before SDPA, `k.unsqueeze(2).expand(...).flatten(1, 2)`, a copy SDPA saves
+///   (torchtune/modules/attention.py L289-290), `+2·2·(q − kv)`, and hands the o-projection a contiguous copy of the
+///   attention output, `output.transpose(1, 2).contiguous()` (L302), `+2q`.
+/// - **Megatron-LM fused SwiGLU** (NVIDIA/Megatron-LM @d98e8a6): with `--bias-swiglu-fusion` (the default,
+///   megatron/training/arguments.py L2895-2898, argument_utils.py L317) `SwiGLUFunction` saves only its input, the
+///   fc1 output, and recomputes the activation in backward (megatron/core/fusions/fused_bias_swiglu.py L216-235):
+///   act(gate) is not kept, `−2F`.
+/// - **Sequence parallel through DTensor styles** (tp > 1; the reference trainer apps/train/bwtrain/parallel.py
+///   `apply_tp`, torchtitan torchtitan/parallelisms/parallelize_llama.py L174-191 @9dec370 and
+///   models/common/decoder_sharding.py @b5bcd76, torchtune torchtune/models/llama3/_parallelism.py): the norms run
+///   sequence-sharded (`SequenceParallel`), and `PrepareModuleInput(input_layouts=Shard(1),
+///   desired_input_layouts=Replicate())` all-gathers the inputs of attention and of the MLP to the full sequence
+///   (`DTensor.redistribute` in `_prepare_input_arg`, torch/distributed/tensor/parallel/style.py): the column-parallel
+///   linears save the gathered tensor, tp times the sharded normalized output the inventory counts, `+n·b·h·(tp − 1)`
+///   (n = 2 shared inputs, or 5 autocast casts; b = 2, or the format's saved-input bytes); the LM head
+///   (`ColwiseParallel(input_layouts=Shard(1))`) saves its gathered input, `+2h·(tp − 1)`; and the gradient of a
+///   gathered input is full length until its reduce-scatter, `+2h·(tp − 1)` in backward. Megatron's sequence parallel
+///   saves the sharded input and gathers it again in backward (Korthikanti et al. 2022, arXiv:2205.05198 §4.2.2), so
+///   Megatron adds nothing.
+/// - **torch.compile of the blocks** (hf, torchtitan, torchtune with compile): Inductor's min-cut partitioner
+///   (torch/_functorch/partitioners.py `min_cut_rematerialization_partition`) recomputes in backward the pointwise
+///   outputs that only fusible backward ops read and saves those a matmul or attention backward reads
+///   (`is_materialized_backwards`, `should_ban_recomputation`); with `torch._functorch.config.cse` identical casts
+///   become one. So: a norm's fp32 upcast of a bf16 input is recomputed (torchtune, `−2h` per norm); act(gate) is
+///   recomputed from the saved gate (`−2F`); the three autocast casts of the Q/K/V input and the two of the
+///   gate/up input become one each (`−3·2h`, bf16 blocks). The normalized inputs, q, k, v and the attention
+///   output feed matmuls or SDPA's backward and stay. Under per-op SAC the policy decides what is saved
+///   (`selective_op` unchanged); whole-block checkpoints keep their input.
+[[nodiscard]] constexpr stack_activation_delta stack_saved_delta(const model_spec& m, const memory_shape& s,
+                                                                 bool quantized) noexcept {
+  stack_activation_delta d;
+  const double h = s.h, f = detail::mlp_width_per_token(m);
+  const double q = static_cast<double>(m.q_dim()), kv = static_cast<double>(m.kv_dim());
+  const double norms = static_cast<double>(m.norms_per_block);
+  if (s.stack == training_stack::torchtune) {
+    d.block += norms * 2 * h + 2 * 2 * (q - kv) + 2 * q;
+    d.final_saved += 2 * h;
+  }
+  if (s.megatron && m.gated_mlp) d.block -= 2 * f;
+  if (s.sp_gathered) {
+    const double n_in = s.amp ? 5 : 2;
+    const double b = quantized ? s.format.saved_input_bytes : 2;
+    d.block += n_in * b * h * (s.tp - 1);
+    d.final_saved += 2 * h * (s.tp - 1);
+    d.grad_temp += 2 * h * (s.tp - 1);
+  }
+  if (s.compile) {
+    if (s.stack == training_stack::torchtune) d.block -= norms * 2 * h;
+    if (m.gated_mlp) d.block -= 2 * f;
+    if (s.amp && !quantized) d.block -= 3 * 2 * h;
+  }
+  return d;
+}
+
 /// Activations saved from the forward to the backward pass, per block and in all.
 struct saved_activations {
   activation_inventory high_precision;  ///< per token, blocks whose linears run in bf16
@@ -399,6 +511,12 @@ struct saved_activations {
   const double lora = adapter_saved_delta(m, s);  // 0 for a full fine-tune
   r.high_precision.block_saved += lora;
   r.low_precision.block_saved += lora;
+  const stack_activation_delta dh = stack_saved_delta(m, s, false), dl = stack_saved_delta(m, s, true);  // 0 for hf, tp 1, eager
+  r.high_precision.block_saved += dh.block;
+  r.low_precision.block_saved += dl.block;
+  r.high_precision.final_saved += dh.final_saved;
+  r.high_precision.grad_temp += dh.grad_temp;
+  r.low_precision.grad_temp += dl.grad_temp;
   r.blocks = s.blocks;
   r.T = s.T;
   r.checkpoint = bytes::base(r.high_precision.checkpoint * s.T);
@@ -420,22 +538,67 @@ struct loss_buffers {
   bytes head_gradient;       ///< chunked: the LM head's weight gradient, accumulated during the forward (0 when accumulating)
 };
 
-/// Loss buffers of one micro-batch.
+/// Chunks of the chunked losses over materialised logits: torchtitan `chunked_cross_entropy_loss(...,
+/// num_output_chunks=8)` (torchtitan/components/loss.py L21-35 @e23bb707) and torchtune `CEWithChunkedOutputLoss`
+/// (`num_output_chunks=8`, torchtune/modules/loss/ce_chunked_output_loss.py L35-37 @bd2a0fc7).
+inline constexpr double stack_loss_chunks = 8;
+
+/// Loss buffers of one micro-batch, by stack (docs/stacks.md). T = tokens per GPU, V the vocabulary (with tp > 1
+/// the logits are T·tp tokens × V/tp: the same bytes).
 ///
-/// Standard (`F.cross_entropy(logits.float(), labels)`): the bf16 logits `2·T·V` and their fp32 upcast `4·T·V`
-/// are alive with the fp32 log-softmax `4·T·V`, which autograd saves; backward starts with the gradients of the
-/// log-softmax output and of the fp32 logits `(4 + 4)·T·V`. Chunked (Liger-Kernel fused linear cross-entropy,
-/// `LigerFusedLinearCrossEntropyFunction`): chunks of `next_pow2(ceil(T / ceil(V / h)))` tokens, each holding
-/// bf16 logits and their fp32 gradient `(2 + 4)·chunk·V`; the gradient w.r.t. the head input `2·T·h` is computed
-/// in forward and saved, and the head weight gradient is accumulated in forward (`w·V·h`, bf16 under FSDP).
+/// Standard, eager (hf: `F.cross_entropy(logits.float(), labels)`; torchtitan `cross_entropy_loss`): the bf16 logits
+/// `2·T·V` and their fp32 upcast `4·T·V` are alive with the fp32 log-softmax `4·T·V`, which autograd saves; backward
+/// starts with the gradients of the log-softmax output and of the fp32 logits `(4 + 4)·T·V`. torchtune's model returns
+/// fp32 logits, `self.output(h).float()` (torchtune/modules/transformer.py L687 @bd2a0fc7): the bf16 logits are
+/// gone before the log-softmax runs (forward `4·T·V` with the saved `4·T·V`). Vocabulary-parallel (tp > 1, DTensor
+/// `loss_parallel` in torch/distributed/tensor/parallel/loss.py `_log_softmax`, `_nll_loss_and_log_softmax_backward`;
+/// torchtitan `_LossParallelCrossEntropy`, components/loss.py L110-210 @b5bcd76): the shifted fp32 logits `x − max`
+/// are a tensor of their own in forward and backward builds `zeros_like`, `exp` and their sum before the product,
+/// `+4·T·V` in each.
+///
+/// Megatron (`VocabParallelCrossEntropy`, megatron/core/tensor_parallel/cross_entropy.py L20-116 @d98e8a6): one fp32
+/// copy of the logits, shifted, exponentiated and normalised in place and saved as the softmax (`4·T·V`; forward
+/// with the bf16 logits `2·T·V`); backward turns the saved softmax into the gradient in place and the engine casts
+/// it to the bf16 logits' dtype (`2·T·V`).
+///
+/// Chunked, hf (Liger-Kernel fused linear cross-entropy, `LigerFusedLinearCrossEntropyFunction`): chunks of
+/// `next_pow2(ceil(T / ceil(V / h)))` tokens, each holding bf16 logits and their fp32 gradient `(2 + 4)·chunk·V`; the
+/// gradient w.r.t. the head input `2·T·h` is computed in forward and saved, and the head weight gradient is
+/// accumulated in forward (`w·V·h`, bf16 under FSDP). Chunked, torchtitan and torchtune (above): the model still
+/// builds the bf16 logits `2·T·V`; each of the 8 chunks is upcast (`4·T·V/8`) and its fp32 log-softmax saved (`4·T·V`
+/// in all); backward starts with one chunk's two fp32 gradients `8·T·V/8`.
+///
+/// Compiled (torchtitan, torchtune with compile; `torch.compile` of the loss, torchtitan components/loss.py
+/// L245-252 and config/configs.py L301 @b5bcd76, torchtune training/_compile.py L56-76): Inductor fuses the upcast,
+/// log-softmax and NLL into reductions over the logits and saves its input and one fp32 log-sum-exp per row:
+/// torchtitan's compiled function takes the bf16 logits (`2·T·V` saved; backward writes the bf16 gradient `2·T·V`
+/// in one kernel); torchtune's takes the model's fp32 logits (`4·T·V` saved, forward `2·T·V` more at the eager
+/// upcast, backward the fp32 gradient `4·T·V`); torchtune's chunked loss compiles `compute_cross_entropy` per chunk
+/// (the bf16 chunks `2·T·V` saved, one bf16 chunk gradient at a time); torchtitan's chunks are views of one tensor,
+/// whose gradient is gathered whole (`2·T·V`).
 [[nodiscard]] inline loss_buffers loss_buffer_bytes(const memory_shape& s) noexcept {
-  const double T = s.T, V = s.V, h = s.h, g = s.w;
+  const double T = s.T, V = s.V, h = s.h, g = s.w, TV = T * V, C = stack_loss_chunks;
+  const bool tune = s.stack == training_stack::torchtune;
+  const double lp = s.loss_parallel ? 4 * TV : 0;  // the shifted copy (forward), exp and the sum (backward)
   loss_buffers r;
-  if (s.loss == loss_impl::standard) {
-    r.saved = bytes::base(4 * T * V);                    // fp32 log-softmax output
-    r.forward_transient = bytes::base((2 + 4) * T * V);  // bf16 logits + fp32 upcast alive with it
-    r.backward_transient = bytes::base((4 + 4) * T * V); // grads of log-softmax output and of the fp32 logits
-  } else {
+  if (s.megatron) {
+    r.saved = bytes::base(4 * TV);               // fp32 softmax, in place over the fp32 copy
+    r.forward_transient = bytes::base(2 * TV);   // the bf16 logits while the copy is made
+    r.backward_transient = bytes::base(2 * TV);  // the gradient cast to bf16
+  } else if (s.loss == loss_impl::standard) {
+    if (s.compiled_loss && tune) {
+      r.saved = bytes::base(4 * TV + 4 * T);
+      r.forward_transient = bytes::base(2 * TV);
+      r.backward_transient = bytes::base(4 * TV);
+    } else if (s.compiled_loss) {
+      r.saved = bytes::base(2 * TV + 4 * T);
+      r.backward_transient = bytes::base(2 * TV);
+    } else {
+      r.saved = bytes::base(4 * TV);                                   // fp32 log-softmax output
+      r.forward_transient = bytes::base((tune ? 4 : 2 + 4) * TV + lp); // (bf16 logits +) fp32 upcast alive with it
+      r.backward_transient = bytes::base((4 + 4) * TV + lp);           // grads of log-softmax output and of the fp32 logits
+    }
+  } else if (s.stack == training_stack::hf) {
     const double inc = std::ceil(V / h);
     double chunk = 1;
     while (chunk < std::ceil(T / inc)) chunk *= 2;
@@ -443,6 +606,13 @@ struct loss_buffers {
     r.saved = bytes::base(2 * T * h);                                          // gradient w.r.t. the head input
     r.head_gradient = bytes::base((s.accum || s.adapters ? 0 : (s.fsdp ? 2 : g)) * s.head_w);  // head weight gradient (frozen head: none)
     r.forward_transient = bytes::base((2 + 4) * chunk * V);                    // chunk logits bf16 + fp32 gradient
+  } else if (s.compiled_loss) {  // torchtitan / torchtune chunks of bf16 logits, each chunk's loss compiled
+    r.saved = bytes::base(2 * TV + 4 * T);
+    r.backward_transient = bytes::base(tune ? 2 * TV / C : 2 * TV);
+  } else {  // torchtitan / torchtune chunks of bf16 logits, eager
+    r.saved = bytes::base(4 * TV);
+    r.forward_transient = bytes::base(2 * TV + (4 * TV + lp) / C);
+    r.backward_transient = bytes::base((8 * TV + lp) / C);
   }
   return r;
 }
@@ -463,6 +633,7 @@ struct weight_copies {
   bytes grad_op_all;             ///< SHARD_GRAD_OP: every block kept gathered, L · grad_op_block
   bytes quantized_block;         ///< low-precision copies of one block's weights (and transposes) while it runs
   bytes ddp_buckets;             ///< DDP gradient buckets, w·P
+  bytes bf16_model;              ///< Megatron: the bf16 model weights, 2·P, at every moment (the fp32 main parameters are model_states)
 };
 
 /// Weight copies and communication buffers of one step.
@@ -474,7 +645,10 @@ struct weight_copies {
 /// `enable_fsdp_float8_all_gather`); with `reshard_after_forward=False` (SHARD_GRAD_OP) every block stays
 /// gathered from its forward to its backward. A low-precision block holds its weights' quantized copies
 /// (`format_traits::weight_copy_bytes` per element: Transformer Engine / torchao). DDP holds one bucket copy of
-/// every gradient (`torch.nn.parallel.DistributedDataParallel`, `gradient_as_bucket_view=False`).
+/// every gradient (`torch.nn.parallel.DistributedDataParallel`, `gradient_as_bucket_view=False`). Megatron keeps its
+/// model in bf16 (`Float16Module`, megatron/core/transformer/module.py L479 @d98e8a6) beside the fp32 main parameters,
+/// `2·P` at every moment, and has no bucket copy: its DDP all-reduces the main-gradient buffer in place, bucket by
+/// bucket (megatron/core/distributed/distributed_data_parallel.py).
 [[nodiscard]] constexpr weight_copies weight_copy_bytes(const memory_shape& s) noexcept {
   const double L = static_cast<double>(s.blocks.layers);
   weight_copies r;
@@ -493,7 +667,8 @@ struct weight_copies {
   r.grad_op_block = bytes::base(kept_block);
   r.grad_op_all = bytes::base(kept_block * L);
   r.quantized_block = bytes::base(s.format.weight_copy_bytes * s.lin);
-  if (s.ddp) r.ddp_buckets = bytes::base(s.w * s.Pt);
+  if (s.ddp && !s.megatron) r.ddp_buckets = bytes::base(s.w * s.Pt);
+  if (s.megatron) r.bf16_model = bytes::base(2 * s.P / s.n);
   return r;
 }
 
@@ -532,12 +707,14 @@ struct transient_buffers {
   if (s.adapters)  // only the adapters' gradients (docs/finetune.md)
     r.block_gradient_buffers = bytes::base(s.fsdp ? 2 * s.Pt_block + (fp32_master ? 4 * s.Pt_block : 0) + wc.fsdp_gathered.raw()
                                                   : s.w * s.Pt_block);
+  else if (s.megatron)  // gradient-accumulation fusion: the weight-gradient GEMMs accumulate into the fp32 main_grad
+    r.block_gradient_buffers = bytes{};  // (megatron/core/tensor_parallel/layers.py L600-602, `wgrad_gemm_accum_fp32`)
   else
     r.block_gradient_buffers = bytes::base(s.fsdp ? 2 * s.Pb + (fp32_master ? 4 * s.Pb : 0) + wc.fsdp_gathered.raw()
                                                   : (s.accum ? 2 * s.lin : s.w * s.Pb));
   r.checkpointed_forward = bytes::base(s.T * (6 * s.F));
   r.root_reduce_scatter = bytes::base(s.fsdp && !s.adapters ? 2 * s.root_params + (fp32_master ? 4 * s.root_params : 0) : 0);
-  if (s.optimizer == optimizer_impl::foreach && s.optim == optimizer_kind::adamw) r.optimizer = bytes::base(s.w * s.Pt / s.n);
+  if (s.optimizer == optimizer_impl::foreach && s.optim == optimizer_kind::adamw && !s.megatron) r.optimizer = bytes::base(s.w * s.Pt / s.n);
   r.dequantized_weight = bytes::base(s.dequant);
   return r;
 }
@@ -571,17 +748,26 @@ struct allocator_overheads {
   bytes capacity;          ///< bytes CUDA can use on the GPU
 };
 
+/// The freed bf16-logits segment the fp32 requests of an eager standard loss cannot reuse, `2·T·V` (0 when the loss
+/// is Megatron's, whose bf16 gradient cast fits in it, compiled, chunked or Liger's, or with `expandable_segments:True`,
+/// which maps the freed pages again for the next request).
+[[nodiscard]] constexpr bytes freed_logits_segment(const memory_shape& s) noexcept {
+  const bool freed = s.loss == loss_impl::standard && !s.megatron && !s.compiled_loss && !s.expandable;
+  return bytes::base(freed ? 2 * s.T * s.V : 0);
+}
+
 /// Allocator and process overheads of one configuration.
 ///
 /// The CUDA context and NCCL communicator buffers are measured (runtime_overheads, H200, PyTorch 2.11); NCCL
 /// only once a process group exists. The caching allocator (PyTorch `CUDACachingAllocator`, docs "CUDA
 /// semantics: memory management") rounds and splits segments: the freed bf16-logits segment cannot serve the
-/// larger fp32 requests of the loss backward, and a share of the activation churn stays reserved.
+/// larger fp32 requests of the loss backward (eager standard loss; with `expandable_segments:True` the freed pages are
+/// mapped again for the next request, so none is left), and a share of the activation churn stays reserved.
 [[nodiscard]] inline allocator_overheads allocator_bytes(const memory_shape& s, const gpu_spec& gpu,
                                                          const runtime_overheads& rt) {
   allocator_overheads r;
   r.workspace = rt.cublas_workspace;
-  r.logits_segment = bytes::base(s.loss == loss_impl::standard ? 2 * s.T * s.V : 0);
+  r.logits_segment = freed_logits_segment(s);
   r.fragmentation = rt.fragmentation;
   r.stream_pool = s.fsdp && s.n > 1 && !s.accum;
   r.non_pytorch = rt.cuda_context + (s.multi_process ? rt.nccl : bytes{});
@@ -627,7 +813,8 @@ struct allocator_replay {
          !m.mlp_bias && m.positions == 0 && !m.qk_norm && c.world_size == 1 && c.tp == 1 && c.cp == 1 && c.pp == 1 &&
          (!c.sharded() || (c.shard == sharding::full && c.master == master_weights::fp32)) && c.grad_accum == 1 && c.loss == loss_impl::standard && c.format == compute_format::bf16 &&
          (c.ac.mode == ac_mode::none || c.ac.mode == ac_mode::full) && !c.fp8_all_gather &&
-         !c.adapters() && c.optim == optimizer_kind::adamw;  // the trace is a full fine-tune with AdamW
+         !c.adapters() && c.optim == optimizer_kind::adamw &&  // the trace is a full fine-tune with AdamW
+         c.stack == training_stack::hf && !c.compile;          // of the eager hf modules
 }
 
 /// The replay term of configuration `c` of `m` (see allocator_replay).
@@ -638,6 +825,7 @@ struct allocator_replay {
   r.policy = rt.replay;
   r.band = rt.replay_band;
   r.settings = rt.allocator;
+  r.settings.expandable_segments = c.expandable_segments;
   if (!r.replayable) return r;
   alloc::step_shape& t = r.shape;
   t.hidden = m.hidden; t.layers = m.layers; t.heads = m.heads; t.kv_heads = m.kv_heads; t.head_dim = m.head_dim;
@@ -725,9 +913,11 @@ struct memory_terms {
   base.optimizer_states = t.states.optimizer_states;
   base.workspace = t.allocator.workspace;
   base.ddp_buckets = wc.ddp_buckets;
-  base.gradients = t.states.accumulated_gradients;  // kept across micro-batches
+  base.gradients = t.states.accumulated_gradients;  // kept across micro-batches (Megatron: the main-gradient buffer)
+  base.compute_weights = wc.bf16_model;             // Megatron's bf16 model, every moment (0 otherwise)
 
   const double root = wc.fsdp_root.raw();
+  const double perm = wc.bf16_model.raw();
   const double kept_all = wc.grad_op_all.raw();
   const double saved_all = act.all_blocks.raw();
   const double final_saved = act.final_saved.raw();
@@ -748,7 +938,7 @@ struct memory_terms {
   memory_estimate e;
   // ---- forward: the loss running
   memory_breakdown f = base;
-  f.compute_weights = bytes::base(root + kept_all + wc.autocast_all.raw());
+  f.compute_weights = bytes::base(perm + root + kept_all + wc.autocast_all.raw());
   f.activations = bytes::base(saved_all + final_saved);
   f.logits = t.loss.saved + t.loss.forward_transient;
   f.gradients += t.loss.head_gradient;
@@ -756,14 +946,14 @@ struct memory_terms {
   {  // last block running: its working set, the gathered blocks and its quantized weights
     memory_breakdown lb = base;
     const std::int64_t i = L - 1;
-    lb.compute_weights = bytes::base(root + wc.fsdp_gathered.raw() + kept_all + wc.autocast_blocks.raw() +
+    lb.compute_weights = bytes::base(perm + root + wc.fsdp_gathered.raw() + kept_all + wc.autocast_blocks.raw() +
                                      (s.blocks.quantized(i) ? wc.quantized_block.raw() : 0));
     lb.activations = bytes::base(saved_all - act.block(i));
     lb.transient = bytes::base(terms::forward_working_set(act, t.transient, i) + t.transient.dequantized_weight.raw());
     fwd_peak = std::max(fwd_peak, consider(lb, step_phase::forward));
   }
   memory_breakdown after_fwd = base;
-  after_fwd.compute_weights = bytes::base(root + kept_all + wc.autocast_head.raw() + wc.autocast_after_forward.raw());
+  after_fwd.compute_weights = bytes::base(perm + root + kept_all + wc.autocast_head.raw() + wc.autocast_after_forward.raw());
   after_fwd.activations = bytes::base(saved_all + final_saved);
   after_fwd.logits = t.loss.saved;
   after_fwd.gradients += t.loss.head_gradient;
@@ -775,7 +965,8 @@ struct memory_terms {
     lp.transient = t.loss.backward_transient;
     bwd_peak = consider(lp, step_phase::backward);
   }
-  const double head_grad = s.loss == loss_impl::chunked ? t.loss.head_gradient.raw() : t.states.head_gradient.raw();
+  const double head_grad = s.loss == loss_impl::chunked && s.stack == training_stack::hf ? t.loss.head_gradient.raw()
+                                                                                          : t.states.head_gradient.raw();
   const double gres = t.states.block_gradient.raw();
   const double tr = t.transient.activation_gradients.raw() + t.transient.block_gradient_buffers.raw() +
                     t.transient.dequantized_weight.raw();
@@ -805,7 +996,7 @@ struct memory_terms {
   if (best_i >= 0) {
     memory_breakdown b = base;
     b.activations = bytes::base(best_acts);
-    b.compute_weights = bytes::base(root + best_cw);
+    b.compute_weights = bytes::base(perm + root + best_cw);
     b.gradients += bytes::base(best_grads);
     b.transient = bytes::base(best_tr);
     bwd_peak = std::max(bwd_peak, consider(b, step_phase::backward));
@@ -814,7 +1005,7 @@ struct memory_terms {
   after_bwd.gradients = t.states.gradients;
   {  // end of backward: FSDP root reduce-scatter
     memory_breakdown eb = after_bwd;
-    eb.compute_weights = wc.fsdp_root;
+    eb.compute_weights = wc.fsdp_root + wc.bf16_model;
     eb.transient = t.transient.root_reduce_scatter;
     bwd_peak = std::max(bwd_peak, consider(eb, step_phase::backward));
   }
@@ -844,6 +1035,30 @@ struct memory_terms {
   return e;
 }
 
+namespace terms {
+
+/// Sets `e.allocator_setting` (see allocator_setting_verdict): evaluates the step of `t` again with the other
+/// `expandable_segments` setting when that could change the verdict of `e` — a plan that does not fit without
+/// expandable segments, or one that fits with them. Expandable segments map 20 MiB pages into one segment per stream
+/// and pool and free blocks merge within it (`expandable_segments:True`, c10/cuda/CUDACachingAllocator.cpp
+/// A:2178-2328; /work/shared/reference/allocator.md §3): the replay takes them as the allocator does (simplified);
+/// the cheap bound drops the freed bf16-logits segment. Where neither a replay nor that segment can move the verdict,
+/// nothing is evaluated (the search's hot loop).
+inline void allocator_setting_check(const memory_terms& t, memory_estimate& e) {
+  const bool expandable = t.shape.expandable;
+  if (e.fits != expandable) return;  // does not fit without expandable segments, or fits with them
+  if (!expandable && !e.replayed && e.device_peak() - t.allocator.logits_segment > e.capacity) return;  // cannot fit either way
+  memory_terms o = t;
+  o.shape.expandable = !expandable;
+  o.replay.settings.expandable_segments = !expandable;
+  o.allocator.logits_segment = freed_logits_segment(o.shape);
+  const memory_estimate f = compose_memory(o);
+  if (f.fits != e.fits)
+    e.allocator_setting = expandable ? allocator_setting_verdict::needs_expandable : allocator_setting_verdict::fits_if_expandable;
+}
+
+}  // namespace terms
+
 /// Peak per-GPU memory of one steady-state training step (AdamW, step ≥ 2, gradients set to None):
 /// compose_memory(compute_memory_terms(m, c, gpu, rt)).
 ///
@@ -860,7 +1075,24 @@ struct memory_terms {
 /// Throws invalid_request if `c` is invalid (see validate).
 [[nodiscard]] inline memory_estimate estimate_memory(const model_spec& m, const training_config& c, const gpu_spec& gpu,
                                                      const runtime_overheads& rt = {}) {
-  return compose_memory(compute_memory_terms(m, c, gpu, rt));
+  const memory_terms t = compute_memory_terms(m, c, gpu, rt);
+  memory_estimate e = compose_memory(t);
+  terms::allocator_setting_check(t, e);
+  return e;
+}
+
+/// One sentence on what the allocator setting does to the verdict of `e` (allocator_setting_verdict), or "" when
+/// nothing: the line every output (terminal, Markdown, JSON, check) prints.
+[[nodiscard]] inline std::string allocator_setting_note(const memory_estimate& e) {
+  switch (e.allocator_setting) {
+    case allocator_setting_verdict::fits_if_expandable:
+      return "does not fit with the caching allocator's default segments, but fits with PYTORCH_CUDA_ALLOC_CONF="
+             "expandable_segments:True (--expandable-segments: the plan file and the SageMaker job then carry it)";
+    case allocator_setting_verdict::needs_expandable:
+      return "fits only with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, as planned: with the default segments the step "
+             "runs out of memory";
+    default: return "";
+  }
 }
 
 namespace detail {

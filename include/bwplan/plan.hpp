@@ -211,6 +211,11 @@ inline std::string shortest(double v) {
     add("--lora-targets", lora_targets_to_string(c.lora.targets));
     add("--lora-dropout", detail::shortest(c.lora.dropout));
   }
+  // The training stack, torch.compile and the allocator setting: written when they differ from the defaults (hf,
+  // eager, expandable_segments off), so the lines of earlier releases stay as they were.
+  if (c.stack != training_stack::hf) add("--stack", to_string(c.stack));
+  if (c.compile) a.emplace_back("--compile");
+  if (c.expandable_segments) a.emplace_back("--expandable-segments");
   return a;
 }
 
@@ -277,6 +282,9 @@ inline std::string shortest(double v) {
     s += std::string(", ") + (c.finetune == finetune_mode::qlora ? "QLoRA" : "LoRA") + " r" + std::to_string(c.lora.rank) + " " +
          lora_targets_to_string(c.lora.targets);
   if (c.loss == loss_impl::chunked) s += ", chunked loss";
+  if (c.stack != training_stack::hf) s += std::string(", ") + to_string(c.stack);
+  if (c.compile) s += ", torch.compile";
+  if (c.expandable_segments) s += ", expandable segments";
   return s;
 }
 
@@ -289,7 +297,8 @@ struct setting_column {
 
 /// The settings a table row shows, in the one order every table uses: micro-batch, sequence, accumulation,
 /// data-parallel degree, global batch (tokens), checkpointing, sharding, TP, CP, EP, precision, master
-/// weights, loss, optimizer implementation, fine-tuning (full, or lora/qlora with rank and targets), optimizer.
+/// weights, loss, optimizer implementation, fine-tuning (full, or lora/qlora with rank and targets), optimizer,
+/// training stack, torch.compile, expandable segments.
 /// See differing_columns to keep only those in which rows differ.
 [[nodiscard]] inline std::vector<setting_column> setting_columns(const training_config& c) {
   auto tokens = [](std::int64_t t) {
@@ -314,7 +323,10 @@ struct setting_column {
           {"finetune", "finetune", c.adapters() ? std::string(to_string(c.finetune)) + " r" + std::to_string(c.lora.rank) + " " +
                                                       lora_targets_to_string(c.lora.targets)
                                                 : std::string("full")},
-          {"optim", "optim", to_string(c.optim)}};
+          {"optim", "optim", to_string(c.optim)},
+          {"stack", "stack", to_string(c.stack)},
+          {"compile", "compile", c.compile ? "yes" : "no"},
+          {"expandable_segments", "exp. seg.", c.expandable_segments ? "yes" : "no"}};
 }
 
 /// Which of setting_columns() to show for `rows`: the core columns (micro-batch, sequence, accumulation, DP,

@@ -37,6 +37,12 @@ struct plan_request {
   finetune_mode finetune = finetune_mode::full;     ///< full fine-tune, LoRA or QLoRA (adapters: tp 1 and bf16 only)
   lora_settings lora;                               ///< the adapters of a LoRA / QLoRA search (the user's rank and targets)
   std::vector<optimizer_kind> optimizers{optimizer_kind::adamw};  ///< optimizers tried (`--optimizer auto`: all)
+  training_stack stack = training_stack::hf;        ///< the training stack (megatron: sharding none and the standard loss only)
+  bool compile = false;                             ///< torch.compile as the stack applies it
+  bool expandable_segments = false;                 ///< every candidate runs with `expandable_segments:True`
+  /// Without expandable_segments: a candidate over the line whose replayed step fits with `expandable_segments:True`
+  /// is kept with that setting (the plan carries it; the SageMaker job sets PYTORCH_CUDA_ALLOC_CONF).
+  bool allow_expandable_segments = true;
   /// Called after each evaluated configuration with (evaluated so far, configurations in the search), e.g.
   /// to draw a progress bar; empty: not called. It must not throw.
   std::function<void(std::int64_t, std::int64_t)> progress;
@@ -131,6 +137,8 @@ struct plan_result {
            for (optimizer_kind opt : req.optimizers) {
             // adapters: tp 1 and bf16 (violations of training_config)
             if (req.finetune != finetune_mode::full && (tp != 1 || req.formats[fi] != compute_format::bf16)) continue;
+            // Megatron: DDP over its main-gradient buffer and its own cross-entropy (violations of training_config)
+            if (req.stack == training_stack::megatron && (sh != sharding::none || loss != loss_impl::standard)) continue;
             training_config c;
             c.format = req.formats[fi];
             c.ep = ep;
@@ -147,13 +155,25 @@ struct plan_result {
             if (req.finetune != finetune_mode::full) c.lora = req.lora;
             c.loss = loss;
             c.ac = ac;
+            c.stack = req.stack;
+            c.compile = req.compile;
+            c.expandable_segments = req.expandable_segments;
             const std::int64_t step_tokens = tokens / tp;  // data-parallel degree world / tp
             c.grad_accum = std::max<std::int64_t>(1, (req.global_batch_tokens + step_tokens - 1) / step_tokens);
             if (req.admit && !req.admit(c)) continue;
             ++res.evaluated;
             if (req.progress) req.progress(res.evaluated, total);
             memory_estimate me = estimate_memory(m, c, gpu, rt_search);
-            if (me.device_peak() > (1.0 - req.headroom) * me.capacity) continue;
+            if (me.device_peak() > (1.0 - req.headroom) * me.capacity) {
+              // only the allocator setting in the way: the replayed step with expandable segments
+              if (!me.replayed || c.expandable_segments || !req.allow_expandable_segments) continue;
+              training_config ce = c;
+              ce.expandable_segments = true;
+              memory_estimate mx = estimate_memory(m, ce, gpu, rt_search);
+              if (mx.device_peak() > (1.0 - req.headroom) * mx.capacity) continue;
+              c = ce;
+              me = mx;
+            }
             ++res.fitting;
             plan_candidate pc{c, me, estimate_throughput(m, c, gpu, inst, k)};
             if (!have_format[fi] || better(pc, per_format[fi])) { per_format[fi] = pc; have_format[fi] = true; }

@@ -183,6 +183,37 @@ enum class loss_impl {
   chunked,   ///< fused linear + cross-entropy in token chunks (Liger-Kernel style): no full logits
 };
 
+/// The training stack a plan runs on: whose module code, loss, gradient layout and torch.compile behaviour the
+/// memory terms follow (docs/stacks.md). Each stack's terms cite its files at a pinned commit.
+enum class training_stack {
+  hf,          ///< the reference trainer (apps/train): Hugging Face transformers modules, FSDP2 / DDP / autocast (bwplan's calibrated inventory)
+  torchtitan,  ///< pytorch/torchtitan: its Llama 3 decoder, FSDP2, chunked loss over materialised bf16 logits, compiles blocks and loss
+  torchtune,   ///< pytorch/torchtune recipes: pure bf16, fp32 copies in RMSNorm, GQA-expanded K/V, fp32 logits from the model
+  megatron,    ///< NVIDIA Megatron-LM (Megatron-Core): bf16 model, fp32 main parameters and a permanent fp32 main-gradient buffer, no DDP bucket copy
+};
+
+/// Every training_stack, in declaration order (parsers, sweeps).
+inline constexpr training_stack all_stacks[] = {training_stack::hf, training_stack::torchtitan, training_stack::torchtune,
+                                                training_stack::megatron};
+
+/// The one printer: "hf", "torchtitan", "torchtune", "megatron".
+[[nodiscard]] constexpr const char* to_string(training_stack s) noexcept {
+  switch (s) {
+    case training_stack::hf: return "hf";
+    case training_stack::torchtitan: return "torchtitan";
+    case training_stack::torchtune: return "torchtune";
+    case training_stack::megatron: return "megatron";
+  }
+  return "hf";
+}
+
+/// The one parser of a stack name (the names of to_string(training_stack)); nullopt for anything else.
+[[nodiscard]] inline std::optional<training_stack> parse_stack(std::string_view s) noexcept {
+  for (auto x : all_stacks)
+    if (s == to_string(x)) return x;
+  return std::nullopt;
+}
+
 /// One training configuration for one data-parallel replica group.
 struct training_config {
   std::int64_t micro_batch = 1;     ///< sequences per GPU per forward/backward (micro-batch size)
@@ -207,6 +238,9 @@ struct training_config {
   finetune_mode finetune = finetune_mode::full;   ///< full fine-tune, LoRA or QLoRA
   lora_settings lora;                             ///< LoRA settings (finetune lora / qlora; kept but unused with full)
   optimizer_kind optim = optimizer_kind::adamw;   ///< the optimizer (optimizer_impl applies to AdamW only)
+  training_stack stack = training_stack::hf;     ///< the training stack (module code, loss, gradient layout; docs/stacks.md)
+  bool compile = false;               ///< torch.compile as the stack applies it (hf: each block; torchtitan, torchtune: blocks and loss)
+  bool expandable_segments = false;   ///< `PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True` (the caching allocator's setting)
 
   [[nodiscard]] bool operator==(const training_config&) const = default;
 
@@ -260,7 +294,8 @@ struct training_config {
 /// 2·cp divides the sequence (torchtitan's load-balanced ring attention, `context_parallel` in
 /// torch/distributed/tensor/experimental/_attention.py); a hybrid shard group divides the FSDP mesh and is set only with hybrid sharding;
 /// MoE capacity factor ≥ 1; LoRA rank 1..65536, alpha > 0, dropout in [0, 1), at least one target; LoRA and QLoRA
-/// with precision bf16 and tp 1 (what this release models). `first_only` stops at the first (the planner's hot loop only needs a yes/no).
+/// with precision bf16 and tp 1 (what this release models); the stack's own settings (megatron: sharding none, fp32 master
+/// weights, standard loss, no compile; torchtune: bf16 master weights; LoRA with hf and torchtune). `first_only` stops at the first (the planner's hot loop only needs a yes/no).
 /// Model-dependent rules (heads, experts, positions) are bwplan::plan_violations in plan.hpp.
 [[nodiscard]] inline std::vector<plan_violation> violations(const training_config& c, bool first_only = false) {
   std::vector<plan_violation> out;
@@ -297,6 +332,26 @@ struct training_config {
   });
   need(!c.adapters() || c.tp == 1, "tp", [&] {
     return "tensor parallelism " + s(c.tp) + " is not modelled with LoRA/QLoRA adapters (PEFT wraps nn.Linear; tp must be 1)";
+  });
+  // the training stack: what each stack runs (docs/stacks.md)
+  const bool mg = c.stack == training_stack::megatron;
+  need(!(mg && c.compile), "compile", [&] { return std::string("Megatron-LM does not torch.compile its model (stack megatron): compile must be false"); });
+  need(!mg || c.shard == sharding::none, "sharding", [&] {
+    return std::string("stack megatron models Megatron-Core's data parallelism (sharding none: DDP over a permanent fp32 main-gradient buffer); "
+                       "Megatron-FSDP is not modelled");
+  });
+  need(!mg || c.master == master_weights::fp32, "master_weights", [&] {
+    return std::string("Megatron-LM trains a bf16 model with fp32 main parameters (--bf16): master weights must be fp32");
+  });
+  need(!mg || c.loss == loss_impl::standard, "loss", [&] {
+    return std::string("Megatron-LM has no chunked loss (its vocabulary-parallel cross-entropy runs in place over fp32 logits): loss must be standard");
+  });
+  need(!(c.stack == training_stack::torchtune) || c.master == master_weights::bf16, "master_weights", [&] {
+    return std::string("torchtune trains in the model dtype without autocast (dtype bf16: parameters, gradients and optimizer states bf16): "
+                       "master weights must be bf16 with stack torchtune");
+  });
+  need(!c.adapters() || c.stack == training_stack::hf || c.stack == training_stack::torchtune, "finetune", [&] {
+    return std::string("LoRA / QLoRA are modelled with the hf and torchtune stacks only, got stack ") + to_string(c.stack);
   });
   if (!out.empty()) return out;  // the rules below divide by these
   need(c.moe_capacity_factor >= 1, "moe_capacity_factor", [&] { return std::string("MoE capacity factor must be >= 1"); });

@@ -22,7 +22,7 @@ CONTRACT = C.load_contract(os.path.join(ROOT, "configs", "training-contract.json
 PLAN_KEYS = ["model", "instance", "gpu", "nodes", "gpus", "precision", "master_weights", "micro_batch_size", "seq_len",
              "global_batch_size", "grad_accum", "activation_checkpointing", "sharding", "shard_group", "tp", "cp", "ep", "pp",
              "optimizer", "optimizer_impl", "loss", "finetune", "lora_rank", "lora_alpha", "lora_targets", "lora_dropout",
-             "bf16_layers", "fp8_all_gather", "headroom"]
+             "stack", "compile", "expandable_segments", "bf16_layers", "fp8_all_gather", "headroom"]
 CONTRACT_KEYS = ["contract_version", "max_steps", "data", "checkpoint_dir", "measure"]
 
 
@@ -46,6 +46,7 @@ def grid():
             "fp8_all_gather": prec == "fp8" and sh != "none" and i % 2 == 0,
             "max_steps": 10 + i, "data": ["auto", "synthetic", "train"][i % 3], "checkpoint_dir": "/opt/ml/checkpoints",
             "measure": i % 2 == 0, "learning_rate": 1e-4 * (1 + i % 5), "compile": i % 7 == 0,
+            "expandable_segments": i % 3 == 0,
         }
         dp = 16 // (tp * cp)
         plan["grad_accum"] = 1 + i % 4
@@ -289,6 +290,10 @@ class RefusalTest(unittest.TestCase):
         self.assertEqual(self.ids(sharding="none", tp=2, gpus=2), set())
         self.assertEqual(self.ids(loss="chunked", tp=2), {"T-chunked-tp"})
         self.assertEqual(self.ids(loss="chunked", cp=2), set())
+        self.assertEqual(self.ids(stack="hf"), set())
+        for s in ("torchtitan", "torchtune", "megatron"):
+            self.assertEqual(self.ids(stack=s), {"T-stack"})
+        self.assertEqual(self.ids(compile="True", expandable_segments="True"), set())
 
 
 class CommandLineTest(unittest.TestCase):

@@ -135,6 +135,19 @@ class RuntimeTest(unittest.TestCase):
         self.assertTrue(runtime.must_stop_for_capacity(deadline, 60, 120, now=deadline - 32 * 60))
         self.assertFalse(runtime.must_stop_for_capacity(None, 60, 120))
 
+    def test_allocator_conf(self):
+        """expandable_segments reaches PYTORCH_CUDA_ALLOC_CONF before CUDA initialises; a contradiction is refused."""
+        self.assertEqual(runtime.allocator_conf(True, {}), "expandable_segments:True")
+        self.assertEqual(runtime.allocator_conf(True, {"PYTORCH_CUDA_ALLOC_CONF": "max_split_size_mb:512"}),
+                         "max_split_size_mb:512,expandable_segments:True")
+        self.assertIsNone(runtime.allocator_conf(True, {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}))
+        self.assertIsNone(runtime.allocator_conf(False, {}))
+        self.assertIsNone(runtime.allocator_conf(False, {"PYTORCH_CUDA_ALLOC_CONF": "max_split_size_mb:512"}))
+        with self.assertRaises(ValueError):
+            runtime.allocator_conf(False, {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"})
+        with self.assertRaises(ValueError):
+            runtime.allocator_conf(True, {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:False"})
+
     def test_gpu_ids(self):
         self.assertEqual(runtime.gpu_id_of("NVIDIA H200"), "h200")
         self.assertEqual(runtime.gpu_id_of("NVIDIA H100 80GB HBM3"), "h100")

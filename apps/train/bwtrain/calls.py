@@ -57,6 +57,8 @@ def describe(plan: Dict[str, Any], local_world_size: int = 8) -> List[str]:
         add('transformers.AttentionInterface.register("sdpa", checkpointed sdpa_attention_forward)')
     if plan["compile"]:
         add("block.compile() for every decoder block")
+    if plan.get("expandable_segments"):
+        add("PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (set before CUDA initialises)")
     if fsdp:
         mesh = "mesh[dp_replicate, dp_shard_cp] (HSDP)" if plan["sharding"] == "hybrid" else "mesh[dp_shard_cp]"
         add(f"torch.distributed.fsdp.fully_shard(block | root, mesh={mesh}, mp_policy=MixedPrecisionPolicy(param_dtype=bf16, "

@@ -100,8 +100,30 @@ def versions() -> Dict[str, Optional[str]]:
     return out
 
 
+def allocator_conf(expandable_segments: bool, environ: Optional[Dict[str, str]] = None) -> Optional[str]:
+    """The ``PYTORCH_CUDA_ALLOC_CONF`` the plan's ``expandable_segments`` asks for, given the current environment:
+    the value to set (the current one with ``expandable_segments:True`` appended), or None when nothing needs to
+    change. Raises ValueError when the environment already sets expandable_segments the other way. PyTorch reads
+    the variable when the caching allocator initialises, so it must be set before CUDA is first used
+    (c10/cuda/CUDAAllocatorConfig.cpp)."""
+    env = os.environ if environ is None else environ
+    conf = env.get("PYTORCH_CUDA_ALLOC_CONF", "")
+    low = conf.lower().replace(" ", "")
+    says = None
+    if "expandable_segments:true" in low:
+        says = True
+    elif "expandable_segments:false" in low:
+        says = False
+    if says is not None and says != expandable_segments:
+        raise ValueError(f"PYTORCH_CUDA_ALLOC_CONF={conf} sets expandable_segments {'on' if says else 'off'}, but the plan's "
+                         f"expandable_segments is {'true' if expandable_segments else 'false'}")
+    if expandable_segments and says is None:
+        return (conf + "," if conf else "") + "expandable_segments:True"
+    return None
+
+
 def sagemaker_env() -> Dict[str, str]:
     """The SageMaker facts worth recording with a measurement."""
     keys = ("TRAINING_JOB_NAME", "SM_CURRENT_INSTANCE_TYPE", "SM_CURRENT_HOST", "SM_HOSTS", "SM_NUM_GPUS",
-            "SAGEMAKER_CURRENT_CAPACITY_BLOCK_EXPIRATION_TIMESTAMP", "SM_DLC_TORCH_VERSION")
+            "SAGEMAKER_CURRENT_CAPACITY_BLOCK_EXPIRATION_TIMESTAMP", "SM_DLC_TORCH_VERSION", "PYTORCH_CUDA_ALLOC_CONF")
     return {k: os.environ[k] for k in keys if k in os.environ}

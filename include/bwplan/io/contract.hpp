@@ -464,6 +464,9 @@ inline std::string expected(const contract_field& f) {
   if (key == "lora_dropout") return c.adapters() ? nlohmann::json(c.lora.dropout) : nlohmann::json();
   if (key == "bf16_layers") return to_string(c.bf16_kept());
   if (key == "fp8_all_gather") return c.fp8_all_gather;
+  if (key == "stack") return to_string(c.stack);
+  if (key == "compile") return c.compile;
+  if (key == "expandable_segments") return c.expandable_segments;
   throw config_error(k.file, "/fields", "plan field '" + std::string(key) + "' of the training contract is unknown to this bwplan");
 }
 
@@ -531,6 +534,9 @@ inline std::optional<condition_value> refusal_value(const plan& p, std::string_v
   if (key == "dp") return num(world / tcp);
   if (key == "dp_cp") return num(world / tcp * c.cp);
   if (key == "fp8_all_gather") return name(c.fp8_all_gather ? "true" : "false");
+  if (key == "stack") return name(to_string(c.stack));
+  if (key == "compile") return name(c.compile ? "true" : "false");
+  if (key == "expandable_segments") return name(c.expandable_segments ? "true" : "false");
   if (key == "gpu") return name(p.target.gpu);
   if (key == "model") return name(p.model);
   return std::nullopt;

@@ -44,6 +44,9 @@ namespace bwplan::io {
           {"loss", to_string(c.loss)},
           {"optimizer", to_string(c.optim)},
           {"finetune", to_string(c.finetune)},
+          {"stack", to_string(c.stack)},
+          {"compile", c.compile},
+          {"expandable_segments", c.expandable_segments},
           {"lora", c.adapters() ? nlohmann::ordered_json{{"rank", c.lora.rank},
                                                           {"alpha", c.lora.alpha},
                                                           {"targets", lora_targets_to_string(c.lora.targets)},
@@ -92,6 +95,11 @@ namespace bwplan::io {
   mem["phases"] = {{"before_forward_bytes", me.before_forward.raw()}, {"forward_peak_bytes", me.forward_peak.raw()},
                    {"after_forward_bytes", me.after_forward.raw()},   {"backward_peak_bytes", me.backward_peak.raw()},
                    {"after_backward_bytes", me.after_backward.raw()}, {"optimizer_peak_bytes", me.optimizer_peak.raw()}};
+  mem["replayed"] = me.replayed;
+  mem["allocator_setting"] = me.allocator_setting == allocator_setting_verdict::needs_expandable     ? "needs expandable_segments"
+                             : me.allocator_setting == allocator_setting_verdict::fits_if_expandable ? "fits with expandable_segments"
+                                                                                                      : "unaffected";
+  if (const std::string note = allocator_setting_note(me); !note.empty()) mem["allocator_note"] = note;
   j["memory"] = mem;
   j["fits"] = me.fits;
   j["throughput"] = {{"tokens_per_s", te.tokens_per_s},

@@ -86,7 +86,8 @@ namespace io {
       "$schema", "schema_version", "name", "model", "instance", "gpu", "nodes", "gpus", "precision",
       "bf16_layers", "fp8_all_gather", "master_weights", "micro_batch_size", "seq_len", "global_batch_size",
       "grad_accum", "activation_checkpointing", "ac_every", "sharding", "shard_group", "tp", "cp", "ep", "pp",
-      "optimizer", "optimizer_impl", "loss", "finetune", "lora_rank", "lora_alpha", "lora_targets", "lora_dropout", "headroom", "check"};
+      "optimizer", "optimizer_impl", "loss", "finetune", "lora_rank", "lora_alpha", "lora_targets", "lora_dropout", "stack", "compile",
+      "expandable_segments", "headroom", "check"};
   return k;
 }
 
@@ -244,6 +245,15 @@ T plan_enum(const nlohmann::json& v, const std::string& file, const std::string&
     else if (k == "optimizer_impl")
       c.optimizer = plan_enum<optimizer_impl>(v, file, ptr, {"fused", "foreach"}, {optimizer_impl::fused, optimizer_impl::foreach});
     else if (k == "loss") c.loss = plan_enum<loss_impl>(v, file, ptr, {"standard", "chunked"}, {loss_impl::standard, loss_impl::chunked});
+    else if (k == "stack") {
+      std::vector<std::string> names;
+      for (auto x : all_stacks) names.emplace_back(to_string(x));
+      c.stack = plan_enum<training_stack>(v, file, ptr, names, std::vector<training_stack>(std::begin(all_stacks), std::end(all_stacks)));
+    }
+    else if (k == "compile" || k == "expandable_segments") {
+      if (!v.is_boolean()) throw config_error(file, ptr, std::string("expected true or false, got ") + v.type_name());
+      (k == "compile" ? c.compile : c.expandable_segments) = v.get<bool>();
+    }
     else if (k == "headroom") p.headroom = plan_number(v, file, ptr, 0, 1, true, "in [0, 1)");
     else if (k == "check") {
       if (!v.is_object()) throw config_error(file, ptr, std::string("expected an object, got ") + v.type_name());
@@ -316,6 +326,9 @@ T plan_enum(const nlohmann::json& v, const std::string& file, const std::string&
     j["lora_targets"] = lora_targets_to_string(c.lora.targets);
     j["lora_dropout"] = c.lora.dropout;
   }
+  j["stack"] = to_string(c.stack);
+  j["compile"] = c.compile;
+  j["expandable_segments"] = c.expandable_segments;
   j["headroom"] = p.headroom;
   const check_settings defaults;
   if (!(p.check == defaults)) {
