@@ -156,9 +156,10 @@ std::string hint_line(const batch_hint& h, const plan_candidate& best, int world
   if (h.at16) {
     const auto& t16 = h.at16->throughput;
     return fmt::format("{} with {}; even 16 times that global batch ({} tokens, {} per GPU) leaves {:.0f}% (MFU {:.1f}% -> {:.1f}%, "
-                       "{}): {}",
+                       "{}; its step still exposes {}): expert all-to-all, tensor- and context-parallel collectives and FSDP's "
+                       "gathers are paid per micro-batch, so more tokens per step do not hide them",
                        parts, per_gpu, 16 * h.tokens, 16 * h.tokens / std::max(1, world), 100 * overhead_share(t16), 100 * te.mfu,
-                       100 * t16.mfu, describe(h.at16->config), exposed_parts(*h.at16) + " are paid per micro-batch, not per step");
+                       100 * t16.mfu, describe(h.at16->config), exposed_parts(*h.at16));
   }
   return fmt::format("{} with {}; no plan fits a larger global batch", parts, per_gpu);
 }
