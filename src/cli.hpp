@@ -94,6 +94,8 @@ struct plan_options {
   std::string bf16_layers;         ///< --bf16-layers ("" = the format's default)
   bool fp8_all_gather = false;     ///< --fp8-all-gather
   std::int64_t tp = 1, cp = 1, ep = 1, pp = 1;  ///< --tp, --cp, --ep, --pp
+  std::string pp_schedule = "1f1b"; ///< --pp-schedule 1f1b | interleaved
+  std::int64_t vpp = 1;             ///< --vpp (virtual stages per pipeline rank, interleaved)
   int shard_group = 0;             ///< --shard-group (hybrid sharding; 0: one node)
   std::string finetune = "full";   ///< --finetune full | lora | qlora
   std::string optimizer_name = "adamw";  ///< --optimizer (recommend also accepts auto)
@@ -113,7 +115,7 @@ struct plan_options {
 void require_support(const hardware_catalog& cat, const gpu_spec& gpu, compute_format f);
 
 /// Registers MODEL, --plan and the plan flags (--gpu, --instance, --nodes, --gpus, --mbs, --seq, --grad-accum,
-/// --ac, --ac-every, --master, --sharding, --shard-group, --tp, --cp, --ep, --pp, --optimizer-impl, --loss,
+/// --ac, --ac-every, --master, --sharding, --shard-group, --tp, --cp, --ep, --pp, --pp-schedule, --vpp, --optimizer-impl, --loss,
 /// --precision, --bf16-layers, --fp8-all-gather, fine-tuning, --stack, --compile, --expandable-segments) on `sub`, writing
 /// into `o`.
 void add_plan_options(CLI::App* sub, const std::shared_ptr<plan_options>& o);

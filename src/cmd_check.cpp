@@ -85,7 +85,8 @@ plan_outcome evaluate(const context& ctx, const hardware_catalog& cat, const std
     } catch (const invalid_request& e) {
       fail_at(doc, doc.has("instance") ? "/instance" : "/gpu", e.what());
     }
-    for (const auto& v : resolve_world(p, t.instance ? t.instance->gpus_per_node : 0)) fail_at(doc, v.pointer, v.message);
+    for (const auto& v : resolve_world(p, t.instance ? t.instance->gpus_per_node : 0, t.instance ? t.instance->nvlink_domain_gpus : 0))
+      fail_at(doc, v.pointer, v.message);
     if (!doc.has("sharding")) p.training.shard = default_sharding(p.training.world_size);
     for (const auto& v : io::job_violations(doc, p)) fail_at(doc, v.pointer, v.message);
     po.model = m.name;

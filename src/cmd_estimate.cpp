@@ -134,6 +134,14 @@ runner register_estimate(CLI::App& app, context& ctx) {
                                "(exposed {:.3f}), expert {:.3f} s (exposed)\n",
                                te.comm.data_parallel.raw(), te.exposed.data_parallel.raw(), te.comm.tensor_parallel.raw(),
                                te.comm.context_parallel.raw(), te.exposed.context_parallel.raw(), te.comm.expert_parallel.raw());
+      if (c.pp > 1) {
+        const double bubble = static_cast<double>(c.pp - 1) / (static_cast<double>(c.virtual_stages()) * static_cast<double>(c.grad_accum));
+        ctx.out << fmt::format("  pipeline: pp {} {}{}, {} micro-batches, bubble {:.3f} s ({:.1f}% of the ideal step); P2P {:.3f} s "
+                               "(exposed {:.3f}) over {}; memory of rank {} (the most loaded), step time of rank {}\n",
+                               c.pp, to_string(c.schedule), c.virtual_stages() > 1 ? fmt::format(" x{}", c.vpp) : std::string(), c.grad_accum,
+                               te.bubble.raw(), 100 * bubble, te.comm.pipeline_parallel.raw(), te.exposed.pipeline_parallel.raw(),
+                               c.world_size > c.nvlink_domain_gpus() ? "EFA" : "NVLink", me.pipeline_rank, te.pipeline_rank);
+      }
       if (cost)
         ctx.out << fmt::format("training   {:.4g} tokens in {} on {} node(s): {:.0f} instance-hours, ${:.0f} at ${:.2f}/h per instance{}\n",
                                cost->tokens, human_duration(cost->seconds), nodes, cost->instance_hours, cost->usd, price,

@@ -24,7 +24,7 @@ struct recommend_options {
   std::string model;
   target_options target;
   std::string seq = "4096";
-  std::string global_batch_tokens = "4194304";  ///< --global-batch-tokens (K/M/B suffixes, powers of 1000)
+  std::string global_batch_tokens = "4194304";  ///< --global-batch-tokens (K/M/B suffixes, powers of 1000), or auto
   double seq_tolerance = 0.10;                  ///< --seq auto: throughput a longer sequence may give up
   // pinned settings (the search keeps them fixed)
   std::int64_t mbs = 0;                          ///< --mbs (0: searched)
@@ -128,6 +128,49 @@ std::string saver_line(const memory_saver& s) {
                      s.full_memory.device_peak().in(gib), s.full_throughput.tokens_per_s);
 }
 
+/// One line on a plan whose step is mostly not compute (global_batch_hint): the share, the tokens per GPU per step,
+/// and what a larger global batch would buy, or why none does. Empty when the plan hides its communication.
+/// What a plan's step exposes, largest first: the parts above 1 % of the step ("expert all-to-all 1.369 s, …").
+std::string exposed_parts(const plan_candidate& p) {
+  const auto& te = p.throughput;
+  std::vector<std::pair<double, std::string>> by;
+  const auto& x = te.exposed;
+  for (const auto& [v, name] : {std::pair{x.data_parallel.raw(), "data-parallel"}, std::pair{x.tensor_parallel.raw(), "tensor-parallel"},
+                                std::pair{x.context_parallel.raw(), "context-parallel"}, std::pair{x.expert_parallel.raw(), "expert all-to-all"},
+                                std::pair{x.pipeline_parallel.raw(), "pipeline sends"}, std::pair{te.bubble.raw(), "pipeline bubble"}})
+    if (v > 0.01 * te.step.raw()) by.emplace_back(v, name);
+  std::sort(by.begin(), by.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  std::string what;
+  for (const auto& [v, name] : by) what += fmt::format("{}{} {:.3f} s", what.empty() ? "" : ", ", name, v);
+  return what.empty() ? std::string("collectives") : what;
+}
+
+std::string hint_line(const batch_hint& h, const plan_candidate& best, int world) {
+  if (!h.needed) return {};
+  const auto& te = best.throughput;
+  const std::string what = exposed_parts(best);
+  const std::string parts =
+      fmt::format("{:.0f}% of the step is exposed communication{} ({:.3f} s of {:.3f} s: {})", 100 * h.share,
+                  te.bubble.raw() > 0 ? " and pipeline bubble" : "", (te.exposed_communication + te.bubble).raw(), te.step.raw(), what);
+  const std::string per_gpu = fmt::format("{} tokens per step, {} per GPU", h.tokens, h.tokens / std::max(1, world));
+  if (h.larger && h.then) {
+    const auto& t2 = h.then->throughput;
+    return fmt::format("{} with {}: the per-GPU batch is too small to hide it; a global batch of {} tokens ({} per GPU) would bring it "
+                       "to {:.1f}% (MFU {:.1f}% -> {:.1f}%, {})",
+                       parts, per_gpu, *h.larger, *h.larger / std::max(1, world), 100 * overhead_share(t2), 100 * te.mfu, 100 * t2.mfu,
+                       describe(h.then->config));
+  }
+  if (h.at16) {
+    const auto& t16 = h.at16->throughput;
+    return fmt::format("{} with {}; even 16 times that global batch ({} tokens, {} per GPU) leaves {:.0f}% (MFU {:.1f}% -> {:.1f}%, "
+                       "{}; its step still exposes {}): expert all-to-all, tensor- and context-parallel collectives and FSDP's "
+                       "gathers are paid per micro-batch, so more tokens per step do not hide them",
+                       parts, per_gpu, 16 * h.tokens, 16 * h.tokens / std::max(1, world), 100 * overhead_share(t16), 100 * te.mfu,
+                       100 * t16.mfu, describe(h.at16->config), exposed_parts(*h.at16));
+  }
+  return fmt::format("{} with {}; no plan fits a larger global batch", parts, per_gpu);
+}
+
 /// Formats `recommend` tries: --precisions when given (each must run on the GPU), else the --numerics
 /// tier restricted to what the GPU supports (formats_for_tier: conservative = bf16, mxfp8; balanced adds fp8;
 /// aggressive adds nvfp4; NVIDIA/AWS Blackwell guidance, docs/precision.md#recommendation).
@@ -212,6 +255,8 @@ int scale_out(context& ctx, const recommend_options& o, const hardware_catalog& 
   fr.price_per_hour = o.price_per_hour;
   if ((fr.deadline_s > 0 || fr.budget_usd >= 0) && fr.tokens <= 0) throw invalid_request("--budget-usd and --deadline need --tokens");
   fr.search = req;
+  fr.auto_global_batch = o.global_batch_tokens == "auto";
+  fr.hints = picked == nullptr;  // the table explains rows whose step is mostly communication (--emit prints the plan only)
   const auto t0 = std::chrono::steady_clock::now();
   const fleet_result res = search_fleet(m, fr, [&cat](const instance_spec& i) -> const gpu_spec& { return cat.gpu(i.gpu); });
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -289,6 +334,20 @@ int scale_out(context& ctx, const recommend_options& o, const hardware_catalog& 
           x["cost_usd"] = r.cost.usd;
         }
         x["within_constraints"] = r.within;
+        x["global_batch_tokens"] = r.global_batch_tokens;
+        if (r.best_pipeline)
+          x["best_pipeline_parallel"] = {{"tokens_per_s", r.best_pipeline->throughput.tokens_per_s},
+                                         {"mfu", r.best_pipeline->throughput.mfu},
+                                         {"pp", r.best_pipeline->config.pp},
+                                         {"pp_schedule", to_string(r.best_pipeline->config.schedule)},
+                                         {"vpp", r.best_pipeline->config.vpp},
+                                         {"bubble_s", r.best_pipeline->throughput.bubble.raw()},
+                                         {"description", describe(r.best_pipeline->config)}};
+        x["overhead_share"] = overhead_share(te);
+        if (r.hint.needed) {
+          x["global_batch_hint"] = {{"share", r.hint.share}, {"summary", hint_line(r.hint, *r.best, r.world)}};
+          if (r.hint.larger) x["global_batch_hint"]["global_batch_tokens"] = *r.hint.larger;
+        }
         x["plan"] = io::estimate_to_json(m, r.best->config, r.best->memory, te);
       }
       j["rows"].push_back(x);
@@ -298,8 +357,10 @@ int scale_out(context& ctx, const recommend_options& o, const hardware_catalog& 
     j["notes"] = notes;
     ctx.out << j.dump(2) << "\n";
   } else {
-    ctx.out << fmt::format("{}: best plan per instance and node count{}, objective {}\n\n", m.name,
-                           tokens > 0 ? fmt::format(" for {:.4g} tokens", tokens) : "", o.objective);
+    ctx.out << fmt::format("{}: best plan per instance and node count{}, objective {}{}\n\n", m.name,
+                           tokens > 0 ? fmt::format(" for {:.4g} tokens", tokens) : "", o.objective,
+                           fr.auto_global_batch ? "; global batch auto: max(4Mi, 32Ki x GPUs) tokens per step"
+                                                : fmt::format("; global batch {} tokens per step", fr.search.global_batch_tokens));
     ctx.out << fmt::format("{:<22} {:>5} {:>5} {:>12} {:>9} {:>6} {:>8} {:>10} {:>10} {:>9}  {}\n", "instance", "nodes", "GPUs",
                            "tokens/s", "per GPU", "MFU", "scaling", "$/B tok", tokens > 0 ? "time" : "", tokens > 0 ? "cost $" : "",
                            "plan");
@@ -317,6 +378,14 @@ int scale_out(context& ctx, const recommend_options& o, const hardware_catalog& 
     }
     ctx.out << "\n";
     for (const auto& n : notes) ctx.out << n << "\n";
+    for (const auto& r : rows)
+      if (r.best && r.hint.needed)
+        ctx.out << fmt::format("{} x {}: {}\n", r.nodes, r.instance->id, hint_line(r.hint, *r.best, r.world));
+    if (pick && pick->best->config.pp == 1 && pick->best_pipeline)
+      ctx.out << fmt::format("pipeline parallelism: the best pp plan on {} x {} runs {:.0f} tokens/s ({:+.1f}%): {}; bubble {:.3f} s per step\n",
+                             pick->nodes, pick->instance->id, pick->best_pipeline->throughput.tokens_per_s,
+                             100 * (pick->best_pipeline->throughput.tokens_per_s / pick->best->throughput.tokens_per_s - 1),
+                             describe(pick->best_pipeline->config), pick->best_pipeline->throughput.bubble.raw());
     if (pick)
       ctx.out << fmt::format("pick ({}): {} x {}, {}\n", o.objective, pick->nodes, pick->instance->id, describe(pick->best->config));
   }
@@ -367,6 +436,9 @@ std::string why(const plan_candidate& a, const plan_candidate& b) {
   if (x.loss != y.loss) diffs.push_back(fmt::format("{} vs {} loss", to_string(x.loss), to_string(y.loss)));
   if (x.tp != y.tp) diffs.push_back(fmt::format("tensor parallel {} vs {}", x.tp, y.tp));
   if (x.cp != y.cp) diffs.push_back(fmt::format("context parallel {} vs {}", x.cp, y.cp));
+  if (x.pp != y.pp || x.vpp != y.vpp)
+    diffs.push_back(fmt::format("pipeline {} vs {} ({:.3f} s vs {:.3f} s bubble)", x.pp > 1 ? fmt::format("{}x{}", x.pp, x.virtual_stages()) : "1",
+                                y.pp > 1 ? fmt::format("{}x{}", y.pp, y.virtual_stages()) : "1", a.throughput.bubble.raw(), b.throughput.bubble.raw()));
   if (x.master != y.master) diffs.push_back(fmt::format("{} vs {} master weights", to_string(x.master), to_string(y.master)));
   if (x.ep != y.ep)
     diffs.push_back(fmt::format("expert parallel {} vs {} ({:.3f} s vs {:.3f} s exposed communication)", x.ep, y.ep,
@@ -429,7 +501,8 @@ runner register_recommend(CLI::App& app, context& ctx) {
   sub->add_option("--price-per-hour", o->price_per_hour, "USD per instance-hour (default: the catalog's price)")
       ->check(finite_range(0, max_price_per_hour));
   sub->add_option("--parallel", o->parallel,
-                  "search space: all (DDP, FSDP full, HSDP across nodes, shard-grad-op; tp 1/2/4/8) | dp (DDP and FSDP full, tp 1)")
+                  "search space: all (DDP, FSDP full, HSDP across nodes, shard-grad-op, distributed optimizer; tp 1/2/4/8, more in "
+                  "an NVL72 domain; pp 1-32 with 1F1B and interleaved schedules) | dp (DDP and FSDP full, tp 1, pp 1)")
       ->check(CLI::IsMember({"all", "dp"}))
       ->capture_default_str();
   sub->add_option("--seq,--seq-len", o->seq,
@@ -439,8 +512,8 @@ runner register_recommend(CLI::App& app, context& ctx) {
   sub->add_option("--seq-tolerance", o->seq_tolerance, "with --seq auto: share of the best tokens/s a longer sequence may give up")
       ->capture_default_str();
   sub->add_option("--global-batch-tokens", o->global_batch_tokens,
-                  "tokens per optimizer step for the whole job (suffixes K, M, B: 4M = 4,000,000); plans round it up to whole "
-                  "micro-batches, and the table says by how much")
+                  "tokens per optimizer step for the whole job (suffixes K, M, B: 4M = 4,000,000), or auto: max(4Mi, 32Ki x GPUs), "
+                  "scaled with the node count; plans round it up to whole micro-batches, and the table says by how much")
       ->capture_default_str();
   sub->add_option("--mbs,--micro-batch-size", o->mbs, "pin the micro-batch size (default: searched, powers of two)");
   sub->add_option("--ac", o->ac, "pin activation checkpointing: none | full | every-K | selective-op | selective-attn (default: searched)")
@@ -502,7 +575,9 @@ runner register_recommend(CLI::App& app, context& ctx) {
     // --emit sagemaker/estimator/modeltrainer launches the reference trainer: the search keeps only the plans it
     // runs (the training contract's refusals, io::trainer_refusals); everything else searches what --parallel asks for.
     const bool launcher = !o->emit.empty() && o->emit != "plan";
-    plan_request req = o->parallel == "all" ? full_search(t.gpu, o->target.nodes, formats_for(*o, cat, t.gpu)) : plan_request{};
+    plan_request req = o->parallel == "all" ? full_search(t.gpu, o->target.nodes, formats_for(*o, cat, t.gpu),
+                                                          t.instance ? t.instance->nvlink_domain_gpus : 0)
+                                            : plan_request{};
     if (o->parallel != "all") req.formats = formats_for(*o, cat, t.gpu);
     std::shared_ptr<const io::training_contract> contract;
     if (launcher) {
@@ -581,7 +656,10 @@ runner register_recommend(CLI::App& app, context& ctx) {
         req.optimizers = runnable;
       }
     }
-    {
+    if (o->global_batch_tokens == "auto") {
+      const int gpus = o->target.nodes * (t.instance ? t.instance->gpus_per_node : 1);
+      req.global_batch_tokens = auto_global_batch_tokens(gpus);  // --nodes auto: per node count (search_fleet)
+    } else {
       const double g = parse_token_count(o->global_batch_tokens, "--global-batch-tokens");
       if (g > static_cast<double>(plan_limits::max_global_batch) * 1024)
         throw invalid_request(fmt::format("--global-batch-tokens: at most {} tokens, got '{}'",
@@ -653,7 +731,7 @@ runner register_recommend(CLI::App& app, context& ctx) {
     }
     const auto t0 = std::chrono::steady_clock::now();
     const int world = req.nodes * (t.instance ? t.instance->gpus_per_node : 1);
-    progress_bar bar(ctx.err, "searching", plan_search_size(req, world, detail::ep_candidates(m, world).size()), is_terminal(ctx.err));
+    progress_bar bar(ctx.err, "searching", plan_search_size(req, world, detail::ep_candidates(m, world).size(), m.layers), is_terminal(ctx.err));
     req.progress = [&bar](std::int64_t done, std::int64_t) { bar.update(done); };
     // at least two kept, so that "why" can compare the winner with the runner-up even with --top 1
     plan_result r = search_plans(m, t.gpu, t.instance ? &*t.instance : nullptr, req,
@@ -698,6 +776,10 @@ runner register_recommend(CLI::App& app, context& ctx) {
       }
       return emit(ctx, *o, m, t, req.nodes, req.headroom, r.ranked.front());
     }
+    // a best plan whose step is mostly communication: what a larger global batch would buy (global_batch_hint)
+    batch_hint hint;
+    if (!r.ranked.empty() && !auto_seq) hint = global_batch_hint(m, t.gpu, t.instance ? &*t.instance : nullptr, req, r.ranked.front());
+    const std::string hint_text = r.ranked.empty() ? std::string() : hint_line(hint, r.ranked.front(), world);
     // a full fine-tune that does not fit: name the cheapest memory saver that does
     std::optional<memory_saver> saver;
     if (r.ranked.empty() && req.finetune == finetune_mode::full) saver = find_memory_saver(m, t, req, req.lora);
@@ -711,6 +793,12 @@ runner register_recommend(CLI::App& app, context& ctx) {
       for (const auto& p : r.ranked) j["plans"].push_back(io::estimate_to_json(m, p.config, p.memory, p.throughput));
       j["explanation"] = explanation;
       j["precision_explanation"] = precision_line;
+      if (hint.needed) {
+        j["global_batch_hint"] = {{"share", hint.share}, {"summary", hint_text}};
+        if (hint.larger) j["global_batch_hint"]["global_batch_tokens"] = *hint.larger;
+      }
+      if (r.best_pipeline)
+        j["best_pipeline_parallel"] = io::estimate_to_json(m, r.best_pipeline->config, r.best_pipeline->memory, r.best_pipeline->throughput);
       j["search"]["precisions"] = nlohmann::ordered_json::array();
       for (compute_format f : req.formats) j["search"]["precisions"].push_back(to_string(f));
       j["search"]["finetune"] = to_string(req.finetune);
@@ -774,6 +862,12 @@ runner register_recommend(CLI::App& app, context& ctx) {
                 << memory_legend(peak_segments(r.ranked[0].memory), st, "  ");
         ctx.out << "\nwhy: " << explanation << "\n";
         if (!precision_line.empty()) ctx.out << "precision: " << precision_line << "\n";
+        if (!hint_text.empty()) ctx.out << "communication: " << hint_text << "\n";
+        if (r.ranked.front().config.pp == 1 && r.best_pipeline && req.nodes > 1)  // the pipeline alternative across nodes
+          ctx.out << fmt::format("pipeline parallelism: the best pp plan runs {:.0f} tokens/s ({:+.1f}%): {}; bubble {:.3f} s per step\n",
+                                 r.best_pipeline->throughput.tokens_per_s,
+                                 100 * (r.best_pipeline->throughput.tokens_per_s / r.ranked.front().throughput.tokens_per_s - 1),
+                                 describe(r.best_pipeline->config), r.best_pipeline->throughput.bubble.raw());
       }
     }
     if (r.ranked.empty()) {

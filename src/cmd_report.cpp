@@ -55,7 +55,7 @@ runner register_report(CLI::App& app, context& ctx) {
 
     // the search recommend runs (every sharding, TP, checkpointing, loss; the --numerics balanced formats)
     d.request = full_search(t.gpu, t.instance ? d.plan.p.target.nodes : c.world_size,
-                            formats_for_tier(numerics_tier::balanced, t.gpu));
+                            formats_for_tier(numerics_tier::balanced, t.gpu), t.instance ? t.instance->nvlink_domain_gpus : 0);
     d.request.seq_lens = {c.seq_len};
     d.request.global_batch_tokens = o->global_batch_tokens;
     d.request.headroom = o->headroom;

@@ -34,13 +34,18 @@ void add_plan_options(CLI::App* sub, const std::shared_ptr<plan_options>& o) {
                          {{"fp32", master_weights::fp32}, {"bf16", master_weights::bf16}});
   choice<sharding>(sub->add_option("--sharding", o->shard,
                                    "none (one GPU / DDP) | full (FSDP2 full shard) | hybrid (shard within --shard-group, replicate "
-                                   "across) | grad-op (ZeRO-2-like); default full for >1 GPU"),
-                   {{"none", sharding::none}, {"full", sharding::full}, {"hybrid", sharding::hybrid}, {"grad-op", sharding::grad_op}});
+                                   "across) | grad-op (ZeRO-2-like) | optimizer (ZeRO-1 / Megatron distributed optimizer: optimizer "
+                                   "states and fp32 masters sharded); default full for >1 GPU"),
+                   {{"none", sharding::none}, {"full", sharding::full}, {"hybrid", sharding::hybrid}, {"grad-op", sharding::grad_op},
+                    {"optimizer", sharding::optimizer}});
   sub->add_option("--shard-group", o->shard_group, "with --sharding hybrid: GPUs per shard group (default: one node / tp)");
-  sub->add_option("--tp", o->tp, "tensor-parallel degree (within a node, with sequence parallel)");
+  sub->add_option("--tp", o->tp, "tensor-parallel degree (within a node, or an NVLink domain spanning instances; with sequence parallel)");
   sub->add_option("--cp", o->cp, "context-parallel degree (ring attention; model states sharded over FSDP x CP)");
   sub->add_option("--ep", o->ep, "expert parallelism (MoE models): routed experts split over ep GPUs (divides experts and GPUs)");
-  sub->add_option("--pp", o->pp, "pipeline-parallel degree (not modelled by this release: only 1)");
+  sub->add_option("--pp", o->pp, "pipeline-parallel degree: stages the layers are split over (uneven splits as torchtitan)");
+  sub->add_option("--pp-schedule", o->pp_schedule, "pipeline schedule with --pp > 1: 1f1b | interleaved (with --vpp virtual stages)")
+      ->option_text("1f1b|interleaved");
+  sub->add_option("--vpp", o->vpp, "virtual pipeline stages per rank (--pp-schedule interleaved; >= 2)");
   choice<optimizer_impl>(sub->add_option("--optimizer-impl", o->optimizer, "AdamW implementation: fused | foreach"),
                          {{"fused", optimizer_impl::fused}, {"foreach", optimizer_impl::foreach}});
   choice<loss_impl>(sub->add_option("--loss", o->loss, "loss: standard (fp32 logits) | chunked (fused linear cross-entropy)"),
@@ -78,6 +83,7 @@ std::string plan_flag(std::string_view field) {
       {"gpus", "--gpus"},                {"nodes", "--nodes"},         {"gpus_per_node", "--instance"},
       {"activation_checkpointing", "--ac"}, {"fp8_all_gather", "--fp8-all-gather"}, {"tp", "--tp"},
       {"cp", "--cp"},                    {"ep", "--ep"},               {"pp", "--pp"},
+      {"pp_schedule", "--pp-schedule"},  {"vpp", "--vpp"},
       {"shard_group", "--shard-group"},  {"sharding", "--sharding"},   {"precision", "--precision"},
       {"bf16_layers", "--bf16-layers"},  {"headroom", "--headroom"},   {"global_batch_tokens", "--global-batch-tokens"},
       {"master_weights", "--master"},    {"loss", "--loss"},           {"optimizer_impl", "--optimizer-impl"},
@@ -155,7 +161,7 @@ resolved_plan resolve_plan(const context& ctx, const hardware_catalog& cat, cons
   else p.target.gpu = t.gpu.id;
   if (!t.instance && p.target.gpus == 0 && p.target.nodes > 1) p.target.gpus = p.target.nodes;  // --gpu b200 --nodes 2
   if (!t.instance) p.target.nodes = 1;
-  for (const auto& v : resolve_world(p, t.instance ? t.instance->gpus_per_node : 0)) fail(v);
+  for (const auto& v : resolve_world(p, t.instance ? t.instance->gpus_per_node : 0, t.instance ? t.instance->nvlink_domain_gpus : 0)) fail(v);
 
   // ---- training settings
   if (from_flag("--mbs", "micro_batch_size")) c.micro_batch = o.mbs;
@@ -230,11 +236,17 @@ resolved_plan resolve_plan(const context& ctx, const hardware_catalog& cat, cons
   if (given(o, "--shard-group") && o.shard_group < 1)
     throw invalid_request(fmt::format("--shard-group: must be >= 1, got {}", o.shard_group));
   for (auto [flag, key, src, dst] : {std::tuple{"--tp", "tp", o.tp, &c.tp}, std::tuple{"--cp", "cp", o.cp, &c.cp},
-                                     std::tuple{"--ep", "ep", o.ep, &c.ep}, std::tuple{"--pp", "pp", o.pp, &c.pp}}) {
+                                     std::tuple{"--ep", "ep", o.ep, &c.ep}, std::tuple{"--pp", "pp", o.pp, &c.pp},
+                                     std::tuple{"--vpp", "vpp", o.vpp, &c.vpp}}) {
     if (!from_flag(flag, key)) continue;
     if (src < 1 || src > plan_limits::max_degree)
       throw invalid_request(fmt::format("{}: out of range: must be between 1 and {}, got {}", flag, plan_limits::max_degree, src));
     *dst = static_cast<int>(src);
+  }
+  if (from_flag("--pp-schedule", "pp_schedule")) {
+    const auto s = parse_pp_schedule(o.pp_schedule);
+    if (!s) throw invalid_request("--pp-schedule: unknown value '" + o.pp_schedule + "' (1f1b, interleaved)");
+    c.schedule = *s;
   }
   // ranges of the integer flags (a plan file's were checked by its reader)
   auto range = [](const char* flag, std::int64_t v, std::int64_t lo, std::int64_t hi) {

@@ -531,7 +531,12 @@ footer { margin-top: 32px; color: #555; font-size: 0.88em; border-top: 1px solid
     row("instance", fmt::format("{}: {} GPUs per node, EFA {:.0f} GB/s, {} node{}", t.instance->id, t.instance->gpus_per_node,
                                 t.instance->efa_per_node.raw() / 1e9, c.world_size / std::max(1, c.gpus_per_node),
                                 c.world_size / std::max(1, c.gpus_per_node) == 1 ? "" : "s"));
-  row("world size", fmt::format("{} GPUs (data-parallel {}, TP {}, CP {}, EP {})", c.world_size, c.dp(), c.tp, c.cp, c.ep));
+  row("world size", fmt::format("{} GPUs (data-parallel {}, TP {}, CP {}, EP {}{})", c.world_size, c.dp(), c.tp, c.cp, c.ep,
+                                c.pp > 1 ? fmt::format(", PP {}", c.pp) : std::string()));
+  if (c.pp > 1)
+    row("pipeline", fmt::format("{} stages, {}{}, {} micro-batches per step; bubble {:.3f} s per step", c.pp, to_string(c.schedule),
+                                c.virtual_stages() > 1 ? fmt::format(" with {} virtual stages per rank", c.vpp) : std::string(), c.grad_accum,
+                                te.bubble.raw()));
   row("micro-batch × sequence", fmt::format("{} × {} tokens, gradient accumulation {} ({} tokens per optimizer step)",
                                             c.micro_batch, c.seq_len, c.grad_accum,
                                             group_digits(static_cast<double>(c.micro_batch * c.seq_len * c.grad_accum * c.dp()))));

@@ -15,7 +15,7 @@ namespace {
 
 constexpr std::int64_t max_points = 100000;
 
-const std::vector<std::string> integer_keys = {"mbs", "seq", "grad-accum", "nodes", "ac-every", "tp", "cp", "ep", "lora-rank"};
+const std::vector<std::string> integer_keys = {"mbs", "seq", "grad-accum", "nodes", "ac-every", "tp", "cp", "ep", "lora-rank", "pp", "vpp"};
 
 bool is_integer_key(const std::string& k) {
   return std::find(integer_keys.begin(), integer_keys.end(), k) != integer_keys.end();
@@ -98,7 +98,8 @@ void apply(plan& p, const std::string& key, const std::string& v) {
   else if (key == "instance") { p.target.instance = v; p.target.gpu.clear(); }
   else if (key == "ac-every") c.ac = checkpointing::full(static_cast<int>(std::min<std::int64_t>(std::stoll(v), plan_limits::max_ac_every + 1)));
   else if (key == "ac") c.ac = *parse_checkpointing(v);
-  else if (key == "sharding") c.shard = v == "full" ? sharding::full : v == "hybrid" ? sharding::hybrid : v == "grad-op" ? sharding::grad_op : sharding::none;
+  else if (key == "sharding") c.shard = *parse_sharding(v);
+  else if (key == "pp-schedule") c.schedule = *parse_pp_schedule(v);
   else if (key == "loss") c.loss = v == "chunked" ? loss_impl::chunked : loss_impl::standard;
   else if (key == "master") c.master = v == "bf16" ? master_weights::bf16 : master_weights::fp32;
   else if (key == "optimizer-impl") c.optimizer = v == "foreach" ? optimizer_impl::foreach : optimizer_impl::fused;
@@ -109,9 +110,9 @@ void apply(plan& p, const std::string& key, const std::string& v) {
   else if (key == "stack") c.stack = *parse_stack(v);
   else if (key == "compile") c.compile = v == "true";
   else if (key == "expandable-segments") c.expandable_segments = v == "true";
-  else if (key == "tp" || key == "cp" || key == "ep") {
+  else if (key == "tp" || key == "cp" || key == "ep" || key == "pp" || key == "vpp") {
     const int d = static_cast<int>(std::min<std::int64_t>(std::stoll(v), plan_limits::max_degree + 1));
-    (key == "tp" ? c.tp : key == "cp" ? c.cp : c.ep) = d;
+    (key == "tp" ? c.tp : key == "cp" ? c.cp : key == "ep" ? c.ep : key == "pp" ? c.pp : c.vpp) = d;
   }
 }
 
@@ -129,7 +130,7 @@ const std::vector<std::string>& sweep_keys() {
                                                 "ac-every", "sharding", "loss",       "master", "optimizer-impl",
                                                 "precision", "tp",      "cp",         "ep",     "instance",
                                                 "finetune",  "optimizer", "lora-rank", "stack",  "compile",
-                                                "expandable-segments"};
+                                                "expandable-segments", "pp", "pp-schedule", "vpp"};
   return keys;
 }
 
@@ -172,7 +173,8 @@ sweep_axis parse_vary(const std::string& spec) {
           a.values.push_back(to_string(n == 0 ? checkpointing::none() : checkpointing::full(static_cast<int>(n))));
         }
       }
-    } else if (a.key == "sharding") check_member(spec, item, {"none", "full", "hybrid", "grad-op"});
+    } else if (a.key == "sharding") check_member(spec, item, {"none", "full", "hybrid", "grad-op", "optimizer"});
+    else if (a.key == "pp-schedule") check_member(spec, item, {"1f1b", "interleaved"});
     else if (a.key == "loss") check_member(spec, item, {"standard", "chunked"});
     else if (a.key == "master") check_member(spec, item, {"fp32", "bf16"});
     else if (a.key == "optimizer-impl") check_member(spec, item, {"fused", "foreach"});
@@ -231,7 +233,8 @@ std::vector<sweep_point> run_sweep(const hardware_catalog& cat, const model_spec
       pt.target.gpu = cat.gpu(pt.target.instance->gpu);
       pt.p.target.instance = pt.target.instance->id;
     }
-    for (const auto& v : resolve_world(pt.p, pt.target.instance ? pt.target.instance->gpus_per_node : 0))
+    for (const auto& v : resolve_world(pt.p, pt.target.instance ? pt.target.instance->gpus_per_node : 0,
+                                       pt.target.instance ? pt.target.instance->nvlink_domain_gpus : 0))
       throw bad(flag_error(v).what());
     if (seen.count("nodes") || seen.count("instance")) {
       if (base.p.training.shard == default_sharding(base.p.training.world_size) && !seen.count("sharding"))
@@ -262,7 +265,8 @@ const std::vector<std::string>& sweep_columns() {
       "tp",          "cp",           "ep",         "precision",      "master",           "optimizer",
       "loss",        "peak_phase",   "peak_allocated_gib", "peak_reserved_gib", "device_peak_gib", "capacity_gib",
       "headroom",    "fits",         "tokens_per_s", "tokens_per_s_per_gpu", "step_s",      "mfu",
-      "finetune",    "optim",        "lora_rank",  "lora_targets", "stack",     "compile",          "expandable_segments"};
+      "finetune",    "optim",        "lora_rank",  "lora_targets", "stack",     "compile",          "expandable_segments",
+      "pp",          "pp_schedule",  "vpp"};
   return cols;
 }
 
@@ -306,13 +310,19 @@ std::vector<std::string> sweep_row(const model_spec& m, const sweep_point& p) {
           c.adapters() ? lora_targets_to_string(c.lora.targets) : "",
           to_string(c.stack),
           c.compile ? "true" : "false",
-          c.expandable_segments ? "true" : "false"};
+          c.expandable_segments ? "true" : "false",
+          std::to_string(c.pp),
+          to_string(c.schedule),
+          std::to_string(c.vpp)};
 }
 
 std::string sweep_csv(const model_spec& m, const std::vector<sweep_point>& points) {
   std::string out;
   auto line = [&](const std::vector<std::string>& cells) {
-    for (std::size_t i = 0; i < cells.size(); ++i) out += (i ? "," : "") + csv_cell(cells[i]);
+    for (std::size_t i = 0; i < cells.size(); ++i) {  // (two appends: GCC 12 warns -Wstringop-overflow on `"," + cell`)
+      if (i) out += ',';
+      out += csv_cell(cells[i]);
+    }
     out += "\n";
   };
   line(sweep_columns());
@@ -346,6 +356,9 @@ nlohmann::ordered_json sweep_json(const model_spec& m, const resolved_target& t,
                            {"tp", c.tp},
                            {"cp", c.cp},
                            {"ep", c.ep},
+                           {"pp", c.pp},
+                           {"pp_schedule", to_string(c.schedule)},
+                           {"vpp", c.vpp},
                            {"precision", to_string(c.format)},
                            {"master", to_string(c.master)},
                            {"optimizer", to_string(c.optimizer)},

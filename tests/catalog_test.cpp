@@ -181,13 +181,21 @@ TEST_CASE("catalog: p4d, p4de, g5 and g6e load with host memory, NVLink domain, 
     CHECK(i.price_kind() == hourly_price_kind::ec2_on_demand);
     CHECK(i.price_region == "us-east-1");
   }
-  // every instance states its host memory and NVLink domain (an HGX node is one 8-GPU domain)
+  // every instance states its host memory and NVLink domain (an HGX node is one 8-GPU domain; a GB200 NVL72
+  // UltraServer member shares one 72-GPU domain with 17 other instances)
   for (const auto& i : cat.instances()) {
     INFO(i.id);
     CHECK(i.host_memory.in(gib) >= 768);
     const bool pcie = !cat.gpu(i.gpu).has_nvlink();
-    CHECK(i.nvlink_domain_gpus == (pcie ? 1 : 8));
+    CHECK(i.nvlink_domain_gpus == (pcie ? 1 : i.gpu == "gb200" ? 72 : 8));
   }
+  const instance_spec& gb = cat.instance("p6e-gb200.36xlarge");
+  CHECK(gb.id == "ml.p6e-gb200.36xlarge");
+  CHECK(gb.gpus_per_node == 4);
+  CHECK(gb.efa_per_node.raw() * 8 / 1e9 == Approx(1600));
+  CHECK(gb.host_memory.in(gib) == 960);
+  CHECK(gb.price_per_hour_usd == Approx(761.904 / 18));  // the x72 UltraServer's Capacity Block rate per instance
+  CHECK(gb.price_kind() == hourly_price_kind::ec2_capacity_block);
   CHECK(cat.instance("ml.p5.48xlarge").host_memory.in(gib) == 2048);
   CHECK(cat.instance("ml.p6-b300.48xlarge").host_memory.in(gib) == 4096);
   CHECK(cat.instance("p4de.24xlarge").id == "ml.p4de.24xlarge");

@@ -236,6 +236,10 @@ TEST_CASE("contract: the trainer's refusals, decided from the plan", "[contract]
     return v.empty() ? std::string("runs") : v.front().field + ": " + v.front().message;
   };
   CHECK_THAT(first([](training_config& c) { c.pp = 2; }), Catch::StartsWith("pp: pp 2: the reference trainer cannot run it (T-pp)"));
+  CHECK_THAT(first([](training_config& c) { c.pp = 2; c.schedule = pp_schedule::interleaved; c.vpp = 2; c.grad_accum = 2; }),
+             Catch::StartsWith("pp: pp 2: the reference trainer cannot run it (T-pp)"));
+  CHECK_THAT(first([](training_config& c) { c.shard = sharding::optimizer; }),
+             Catch::StartsWith("sharding: sharding optimizer: the reference trainer cannot run it (T-zero1)"));
   CHECK_THAT(first([](training_config& c) { c.ep = 2; }), Catch::StartsWith("ep: ep 2: the reference trainer cannot run it (T-ep)"));
   CHECK_THAT(first([](training_config& c) { c.format = compute_format::mxfp8; }), Catch::StartsWith("precision: precision mxfp8: the reference trainer cannot run it (T-mxfp8-torch)"));
   CHECK_THAT(first([](training_config& c) { c.format = compute_format::nvfp4; c.tp = 2; }), Catch::Contains("(T-nvfp4-tp)"));
@@ -400,7 +404,9 @@ TEST_CASE("launch: what the trainer cannot run is refused by bwplan and by the t
       {{"Llama-3.1-8B", "--precision", "nvfp4", "--tp", "2"}, "T-nvfp4-tp"},
       {{"Llama-3.1-8B", "--precision", "nvfp4", "--sharding", "none"}, "T-nvfp4-autocast"},
       {{"Llama-3.1-8B", "--sharding", "none", "--tp", "4"}, "T-ddp-tp"},
-      {{"Llama-3.1-8B", "--loss", "chunked", "--tp", "2"}, "T-chunked-tp"}};
+      {{"Llama-3.1-8B", "--loss", "chunked", "--tp", "2"}, "T-chunked-tp"},
+      {{"Llama-3.1-8B", "--sharding", "optimizer"}, "T-zero1"},                                      // issue 13
+      {{"Llama-3.1-8B", "--pp", "2", "--pp-schedule", "interleaved", "--vpp", "2", "--grad-accum", "2"}, "T-pp"}};
   int i = 0;
   for (const auto& [args, id] : cases) {
     INFO(id);
@@ -424,7 +430,7 @@ TEST_CASE("launch: what the trainer cannot run is refused by bwplan and by the t
     CHECK(t.code == 2);
     CHECK_THAT(t.err, Catch::Contains("(" + id + ")"));
   }
-  // pp: bwplan does not model it yet, and the trainer has no pipeline stages
+  // pp: bwplan models it (issue 13), but the trainer has no pipeline stages (T-pp)
   const auto pp = run_cli(with({"sagemaker", "Llama-3.1-8B", "--instance", "ml.p6-b200.48xlarge", "--pp", "2"}, job_flags));
   CHECK(pp.code == 2);
   CHECK_THAT(pp.err, Catch::StartsWith("bwplan: error: --pp: "));

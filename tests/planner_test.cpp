@@ -49,12 +49,22 @@ std::string slurp(const std::string& path) {
 
 // ---------------------------------------------------------------- planner.hpp
 
-TEST_CASE("full_search: every sharding, tp 1-8 and every format the GPU supports", "[planner]") {
+TEST_CASE("full_search: every sharding, tp 1-8, pp 1-32 and every format the GPU supports", "[planner]") {
   const auto& b200 = catalog().gpu("b200");
   const auto& h200 = catalog().gpu("h200");
   const plan_request rb = full_search(b200, 2);
-  CHECK(rb.shardings.size() == 4);
+  CHECK(rb.shardings.size() == 5);  // none, full, hybrid, grad-op, optimizer
   CHECK(rb.tps == std::vector<int>{1, 2, 4, 8});
+  CHECK(rb.pps == std::vector<int>{1, 2, 4, 8, 16, 32});
+  CHECK(rb.vpps == std::vector<int>{1, 2, 4});
+  CHECK(full_search(b200, 2, {}, 72).tps == std::vector<int>{1, 2, 4, 8, 16, 32, 64});  // an NVL72 domain
+  // pipeline variants: pp divides the GPUs left after tp and keeps a decoder block per stage; with pp > 1 only
+  // sharding none and optimizer (full under pp is optimizer's layout)
+  const auto v = pipeline_variants(rb, 16, 2, sharding::optimizer, 32);
+  CHECK(std::find(v.begin(), v.end(), std::pair{8, 2}) != v.end());      // 8 × 2 = 16 stages, 34 / 16 = 2 units each
+  CHECK(std::find(v.begin(), v.end(), std::pair{8, 4}) == v.end());      // 32 stages: 1 unit each
+  CHECK(std::find(v.begin(), v.end(), std::pair{16, 1}) == v.end());     // 16 > 16 / tp 2
+  CHECK(pipeline_variants(rb, 16, 2, sharding::full, 32) == std::vector<std::pair<int, int>>{{1, 1}});
   CHECK(rb.formats.size() == 5);  // bf16, fp8, fp8-rowwise, mxfp8, nvfp4 on Blackwell
   const plan_request rh = full_search(h200, 1);
   CHECK(rh.formats == std::vector{compute_format::bf16, compute_format::fp8, compute_format::fp8_rowwise});

@@ -1,5 +1,6 @@
 // The plan round trip (issue 11, must show 1): over a generated grid of plans covering every precision,
-// checkpointing mode, sharding mode, tp, cp and ep (a MoE model), master weights, loss and optimizer, every
+// checkpointing mode, sharding mode (the distributed optimizer included), tp, cp, ep (a MoE model), pp with
+// both schedules (issue 13), master weights, loss and optimizer, every
 // path a plan takes through the tool gives the same peak reserved memory and tokens/s:
 //   estimate with flags  ==  estimate --emit plan → estimate --plan  ==  check on that file
 //   ==  the report's reproduce line  ==  the sweep row of the same point.
@@ -33,7 +34,8 @@ std::string moe_config() { return (fs::path(BWPLAN_SOURCE_DIR) / "tests" / "data
 std::vector<grid_plan> make_grid() {
   const std::vector<std::string> precisions{"bf16", "fp8", "fp8-rowwise", "mxfp8", "nvfp4"};
   const std::vector<std::string> acs{"none", "full", "every-2", "every-3", "selective-op", "selective-attn"};
-  const std::vector<std::string> shardings{"none", "full", "hybrid", "grad-op"};
+  const std::vector<std::string> shardings{"none", "full", "hybrid", "grad-op", "optimizer"};
+  const std::vector<int> pps{1, 1, 2, 4};  // half the plans without pipeline parallelism
   const std::vector<int> tps{1, 2, 4};
   const std::vector<int> cps{1, 2};
   const std::vector<std::string> masters{"fp32", "bf16"};
@@ -55,11 +57,15 @@ std::vector<grid_plan> make_grid() {
     const std::string opt = optims[static_cast<std::size_t>(i / 17) % 2];
     const int mbs = mbss[static_cast<std::size_t>(i / 19) % mbss.size()];
     const int n = nodes[static_cast<std::size_t>(i / 23) % nodes.size()];
+    const int pp = pps[static_cast<std::size_t>(i / 29) % pps.size()];
+    const bool interleaved = pp > 1 && i % 2 == 0;  // interleaved: micro-batches in groups of pp
+    const std::string accum = std::to_string(interleaved ? pp * (1 + i % 2) : 1 + i % 3);
     std::vector<std::string> a{moe ? moe_config() : std::string(i % 2 ? "Llama-3.2-1B" : "Llama-3.1-8B"),
                                "--instance", "ml.p6-b200.48xlarge", "--nodes", std::to_string(n), "--mbs", std::to_string(mbs),
-                               "--seq", i % 3 ? "4096" : "2048", "--grad-accum", std::to_string(1 + i % 3), "--precision", prec,
+                               "--seq", i % 3 ? "4096" : "2048", "--grad-accum", accum, "--precision", prec,
                                "--ac", ac, "--sharding", shard, "--tp", std::to_string(tp), "--cp", std::to_string(cp),
                                "--ep", std::to_string(ep), "--master", master, "--loss", loss, "--optimizer-impl", opt};
+    if (pp > 1) a.insert(a.end(), {"--pp", std::to_string(pp), "--pp-schedule", interleaved ? "interleaved" : "1f1b", "--vpp", interleaved ? "2" : "1"});
     if (prec == "fp8" && shard == "full" && i % 2 == 0) a.emplace_back("--fp8-all-gather");
     if (prec != "bf16" && i % 5 == 1) { a.emplace_back("--bf16-layers"); a.emplace_back(i % 2 ? "first:1,last:2" : "0.25"); }
     if (shard == "hybrid" && n == 2 && i % 2 == 0) { a.emplace_back("--shard-group"); a.emplace_back(std::to_string(8 / tp)); }
@@ -140,7 +146,8 @@ TEST_CASE("plan round trip: flags, plan file, check, report reproduce line and s
       if (g.args[i].rfind("--", 0) == 0) seen.insert(g.args[i] + "=" + g.args[i + 1]);
   for (const char* v : {"--precision=bf16", "--precision=fp8", "--precision=fp8-rowwise", "--precision=mxfp8", "--precision=nvfp4",
                         "--ac=none", "--ac=full", "--ac=every-2", "--ac=selective-op", "--ac=selective-attn", "--sharding=none",
-                        "--sharding=full", "--sharding=hybrid", "--sharding=grad-op", "--tp=1", "--tp=2", "--tp=4", "--cp=1", "--cp=2",
+                        "--sharding=full", "--sharding=hybrid", "--sharding=grad-op", "--sharding=optimizer", "--pp=2", "--pp=4",
+                        "--pp-schedule=1f1b", "--pp-schedule=interleaved", "--vpp=2", "--tp=1", "--tp=2", "--tp=4", "--cp=1", "--cp=2",
                         "--ep=1", "--ep=2", "--master=fp32", "--master=bf16", "--loss=standard", "--loss=chunked",
                         "--optimizer-impl=fused", "--optimizer-impl=foreach", "--stack=torchtitan", "--stack=torchtune",
                         "--stack=megatron"})

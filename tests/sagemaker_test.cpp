@@ -553,7 +553,8 @@ TEST_CASE("cli: bwplan sagemaker prints a valid request, and bad inputs exit 2 w
     fails({"--sharding", "none", "--tp", "2"},
           "--sharding: 4 data- x context-parallel ranks, sharding none, tp 2: the reference trainer cannot run it (T-ddp-tp)");
     fails({"--loss", "chunked", "--tp", "2"}, "--loss: loss chunked, tp 2: the reference trainer cannot run it (T-chunked-tp)");
-    fails({"--pp", "2"}, "--pp: pipeline parallelism 2 is not modelled by this release");
+    fails({"--pp", "2"}, "--pp: pp 2: the reference trainer cannot run it (T-pp)");
+    fails({"--sharding", "optimizer"}, "--sharding: sharding optimizer: the reference trainer cannot run it (T-zero1)");
     fails({"--framework-version", "2.10"}, "--framework-version 2.10: the reference trainer needs the PyTorch 2.11 image or newer");
     fails({"--training-plan-arn", "arn:aws:sagemaker:us-east-1:111122223333:training-plan/p6-b200-two-nodes", "--region", "us-west-2"},
           "--region us-west-2: the training plan arn:aws:sagemaker:us-east-1:111122223333:training-plan/p6-b200-two-nodes is in us-east-1");

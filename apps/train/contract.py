@@ -319,6 +319,12 @@ def _apply_rules(plan: Dict[str, Any]) -> None:
     elif gbs != mbs * dp * ga:
         raise ContractError(f"hyperparameter 'global_batch_size': {gbs} != micro_batch_size x dp x grad_accum = {mbs} x {dp} x {ga} (rule R-batch)")
     plan["global_batch_size"], plan["grad_accum"] = gbs, ga
+    sched, vpp = plan.get("pp_schedule") or "1f1b", plan.get("vpp") or 1
+    if vpp > 1 and sched != "interleaved":
+        raise ContractError(f"hyperparameter 'vpp': {vpp} virtual stages need pp_schedule interleaved (rule R-pipeline)")
+    if sched == "interleaved" and (pp < 2 or vpp < 2 or ga % pp):
+        raise ContractError(f"hyperparameter 'pp_schedule': interleaved needs pp >= 2, vpp >= 2 and grad_accum a multiple of pp, "
+                            f"got pp {pp}, vpp {vpp}, grad_accum {ga} (rule R-pipeline)")
     if plan.get("sharding") is None:
         plan["sharding"] = "full" if gpus > 1 else "none"
     if plan["sharding"] == "hybrid" and plan.get("shard_group") is not None:
@@ -332,8 +338,8 @@ def _apply_rules(plan: Dict[str, Any]) -> None:
     if plan["fp8_all_gather"]:
         if plan["precision"] != "fp8":
             raise ContractError(f"hyperparameter 'fp8_all_gather': needs precision fp8 (tensorwise), got {plan['precision']} (rule R-fp8-all-gather)")
-        if plan["sharding"] == "none":
-            raise ContractError("hyperparameter 'fp8_all_gather': needs FSDP (sharding full, hybrid or grad-op), got sharding none (rule R-fp8-all-gather)")
+        if plan["sharding"] in ("none", "optimizer"):
+            raise ContractError(f"hyperparameter 'fp8_all_gather': needs FSDP (sharding full, hybrid or grad-op), got sharding {plan['sharding']} (rule R-fp8-all-gather)")
     if plan.get("bf16_layers") is None:
         plan["bf16_layers"] = "0.15" if plan["precision"] == "nvfp4" else "none"
     parse_bf16_layers(plan["bf16_layers"], 1000)  # syntax check (rule R-bf16-layers)

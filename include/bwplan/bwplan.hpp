@@ -9,6 +9,7 @@
 #include <bwplan/memory.hpp>
 #include <bwplan/model.hpp>
 #include <bwplan/moe.hpp>
+#include <bwplan/pipeline.hpp>
 #include <bwplan/planner.hpp>
 #include <bwplan/throughput.hpp>
 #include <bwplan/training.hpp>

@@ -48,7 +48,9 @@ struct rule_info {
       {"BWP006", "precision-unsupported-on-gpu", severity::error, "the GPU has no tensor-core support for the precision"},
       {"BWP007", "mfu-far-below-best", severity::warning, "MFU is far under the best plan the planner finds"},
       {"BWP008", "step-time-too-long", severity::warning, "gradient accumulation makes one optimizer step exceed the bound"},
-      {"BWP009", "not-modelled", severity::error, "the plan asks for a parallelism this release cannot evaluate (pipeline parallelism)"},
+      {"BWP009", "not-modelled", severity::error,
+       "the plan asks for a parallelism this release cannot evaluate (pipeline parallelism with hybrid or grad-op sharding, "
+       "adapters or FP8 all-gather)"},
       {"BWP010", "settings-conflict", severity::error,
        "settings that cannot go together (FP8 all-gather without fp8 and full sharding, a shard group without hybrid "
        "sharding, a checkpoint interval without full checkpointing)"},
@@ -121,6 +123,10 @@ inline std::string plan_settings(const training_config& c) {
   if (c.tp > 1) s += ", tp " + std::to_string(c.tp);
   if (c.cp > 1) s += ", cp " + std::to_string(c.cp);
   if (c.ep > 1) s += ", ep " + std::to_string(c.ep);
+  if (c.pp > 1) {
+    s += ", pp " + std::to_string(c.pp) + ", pp_schedule " + to_string(c.schedule);
+    if (c.vpp > 1) s += ", vpp " + std::to_string(c.vpp);
+  }
   s += std::string(", loss ") + to_string(c.loss);
   if (c.expandable_segments) s += ", expandable_segments true";
   return s;
@@ -148,7 +154,8 @@ inline std::string_view rule_for(const plan_violation& v) {
 /// Applies every rule of check_rules() to `in`.
 ///
 /// Structural rules first: BWP003 batch arithmetic, then the plan's legality rules (plan_violations: BWP005
-/// parallel degrees against heads, KV heads, experts, layers, sequence and GPUs; BWP009 pipeline parallelism;
+/// parallel degrees against heads, KV heads, experts, layers, sequence and GPUs; BWP009 what is not modelled
+/// (pipeline parallelism with hybrid or grad-op sharding, adapters or FP8 all-gather);
 /// BWP010 conflicting settings; BWP004 learned positions), BWP004 the model's context, BWP006 precision on the
 /// GPU. When the plan is evaluable, the memory and throughput estimates (estimate_memory, estimate_throughput)
 /// and the search `recommend` runs (full_search: every sharding, tp, checkpointing, loss and every precision
@@ -219,8 +226,8 @@ inline std::string_view rule_for(const plan_violation& v) {
     if (id == "BWP004") {
       fire(id, v.message, "use a shorter seq_len", {v.pointer});
     } else if (id == "BWP009") {
-      fire(id, "pp=" + std::to_string(c.pp) + ": this release does not model pipeline parallelism, so the plan cannot be checked",
-           "set pp to 1 to check the plan", {v.pointer});
+      fire(id, v.field + ": " + v.message + ", so the plan cannot be checked",
+           "use a combination this release models (docs/scaling.md#pipeline-parallelism)", {v.pointer});
     } else if (id == "BWP010") {
       fire(id, v.field + ": " + v.message, "change one of the settings (docs/ci.md#bwp010)", {v.pointer});
     } else {
@@ -273,7 +280,8 @@ inline std::string_view rule_for(const plan_violation& v) {
   const throughput_estimate te = estimate_throughput(m, c, in.gpu, in.instance);
   res.memory = me;
   res.throughput = te;
-  plan_request req = full_search(in.gpu, in.instance ? p.target.nodes : c.world_size);  // a bare GPU: one per "node"
+  plan_request req = full_search(in.gpu, in.instance ? p.target.nodes : c.world_size, {},  // a bare GPU: one per "node"
+                                 in.instance ? in.instance->nvlink_domain_gpus : 0);
   req.seq_lens = {c.seq_len};
   // in floating point: the product of the plan's largest values exceeds int64 (clamped far above any real job)
   req.global_batch_tokens = static_cast<std::int64_t>(std::min(
@@ -288,7 +296,7 @@ inline std::string_view rule_for(const plan_violation& v) {
   req.stack = c.stack;  // the same stack and compile setting as the plan
   req.compile = c.compile;
   req.expandable_segments = c.expandable_segments;
-  if (c.stack == training_stack::megatron) { req.shardings = {sharding::none}; req.losses = {loss_impl::standard}; }
+  if (c.stack == training_stack::megatron) { req.shardings = {sharding::none, sharding::optimizer}; req.losses = {loss_impl::standard}; }
   if (c.adapters()) { req.tps = {1}; req.formats = {compute_format::bf16}; }
   const plan_result best = search_plans(m, in.gpu, in.instance, req, 1);
   if (!best.ranked.empty()) res.best = best.ranked.front();

@@ -10,6 +10,7 @@
 #include <bwplan/hardware.hpp>
 #include <bwplan/model.hpp>
 #include <bwplan/moe.hpp>
+#include <bwplan/pipeline.hpp>
 #include <bwplan/precision.hpp>
 #include <bwplan/training.hpp>
 #include <bwplan/units.hpp>
@@ -19,6 +20,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <optional>
 
 namespace bwplan {
 
@@ -87,6 +89,7 @@ struct memory_estimate {
   bytes after_backward;           ///< allocated when backward returns
   bytes non_pytorch;              ///< CUDA context and NCCL, outside the allocator
   bytes capacity;                 ///< bytes CUDA can use on the GPU (nvidia-smi total − driver reserve)
+  int pipeline_rank = 0;          ///< pipeline parallelism: the rank whose memory this is (the most loaded; 0 for pp = 1)
   bool fits = false;              ///< peak_reserved + non_pytorch ≤ capacity
   bool replayed = false;          ///< peak_reserved and fits come from the caching-allocator replay (else the cheap bound)
   allocator_setting_verdict allocator_setting = allocator_setting_verdict::unaffected;  ///< see allocator_setting_verdict
@@ -150,6 +153,12 @@ struct memory_shape {
   bool ddp = false;        ///< DDP over more than one GPU (sharding none, FSDP mesh > 1)
   bool multi_process = false;  ///< a process group exists (FSDP, or more than one GPU)
   bool fp8_all_gather = false; ///< FSDP2 gathers FP8 weights
+  /// Distributed-optimizer (ZeRO-1) layout (zero1_layout): bf16 parameters and the gradient buffer replicated,
+  /// fp32 master weights and optimizer states sharded over N = the data-parallel × context-parallel ranks
+  bool zero1 = false;
+  double Ps = 0;           ///< zero1: parameters whose master weights and states are sharded (experts undivided, ÷ tp)
+  bool head = true;        ///< the LM head, its logits and the loss live on this GPU (pipeline: the last rank only)
+  double in_flight = 1;    ///< pipeline: micro-batches of this rank's activations alive at its peak (pipeline_rank::in_flight)
   master_weights master = master_weights::fp32;
   loss_impl loss = loss_impl::standard;
   optimizer_impl optimizer = optimizer_impl::fused;
@@ -180,16 +189,33 @@ struct memory_shape {
   bool expandable = false;     ///< `expandable_segments:True`
 };
 
-/// The shape of configuration `c` of model `m` on `gpu` (see memory_shape). Does not validate `c`.
-[[nodiscard]] inline memory_shape memory_shape_of(const model_spec& m, const training_config& c, const gpu_spec& gpu) {
+/// Parameters of pipeline rank `st` of `m` from the counts `q`: its decoder blocks (a MoE model's leading dense
+/// blocks with their dense MLP), the embedding on the first rank, the final norm and the LM head on the last
+/// (a tied head is a copy of its own there, as Megatron-Core's `shared_embedding_or_output_weight`, whose
+/// gradients `finalize_model_grads.py` all-reduces between the two stages).
+[[nodiscard]] constexpr double pipeline_rank_params(const model_spec& m, const parameter_count& q, const pipeline_rank& st) noexcept {
+  const std::int64_t dense_total = leading_dense_blocks(m);
+  const double adjust = dense_total > 0 ? static_cast<double>(q.layer_adjust) / static_cast<double>(dense_total) * static_cast<double>(st.dense_blocks) : 0;
+  const double head = static_cast<double>(q.lm_head > 0 ? q.lm_head : q.embedding) + static_cast<double>(q.final_norm);
+  return static_cast<double>(st.blocks) * static_cast<double>(q.block()) + adjust +
+         (st.embedding ? static_cast<double>(q.embedding + q.positions) : 0.0) + (st.head ? head : 0.0);
+}
+
+/// The shape of configuration `c` of `m` on `gpu` (see memory_shape). Does not validate `c`. With pipeline
+/// parallelism, of pipeline rank `stage` (rank 0 when null): its blocks, its parameters (pipeline_rank_params),
+/// the head, logits and loss on the last rank only, and its micro-batches in flight.
+[[nodiscard]] inline memory_shape memory_shape_of(const model_spec& m, const training_config& c, const gpu_spec& gpu,
+                                                  const pipeline_rank* stage = nullptr) {
   const parameter_count pc_full = count_parameters(m);
   const parameter_count pc = detail::ep_local(pc_full, m, c.ep);  // routed experts / ep (MoE only)
   memory_shape s;
-  s.fsdp = c.sharded();
+  s.zero1 = zero1_layout(c);
+  s.fsdp = c.sharded() && !s.zero1;
   s.grad_op = c.shard == sharding::grad_op;
   s.megatron = c.stack == training_stack::megatron;
-  // a frozen bf16 base has no fp32 weights to autocast; Megatron trains a bf16 model (Float16Module), no autocast
-  s.amp = !s.fsdp && c.master == master_weights::fp32 && !c.adapters() && !s.megatron;
+  // a frozen bf16 base has no fp32 weights to autocast; Megatron trains a bf16 model (Float16Module), no autocast;
+  // the distributed optimizer computes on its replicated bf16 parameters
+  s.amp = !s.fsdp && !s.zero1 && c.master == master_weights::fp32 && !c.adapters() && !s.megatron;
   s.stack = c.stack;
   s.compile = c.compile && !s.megatron;
   s.compiled_loss = s.compile && (c.stack == training_stack::torchtitan || c.stack == training_stack::torchtune);
@@ -198,7 +224,7 @@ struct memory_shape {
   s.loss_parallel = c.tp > 1 && !s.megatron;
   s.expandable = c.expandable_segments;
   s.accum = c.grad_accum > 1;
-  s.ddp = !s.fsdp && c.fsdp_mesh() > 1;
+  s.ddp = !s.fsdp && !s.zero1 && c.fsdp_mesh() > 1;
   s.multi_process = s.fsdp || c.world_size > 1;
   s.fp8_all_gather = c.fp8_all_gather;
   s.n = c.shard_size();
@@ -251,6 +277,38 @@ struct memory_shape {
       s.frozen = 2 * s.P;
     }
   }
+  if (s.zero1) s.Ps = static_cast<double>(pc_full.total()) / tpd;
+  if (c.pp > 1) {  // one pipeline rank (full fine-tunes only: violations)
+    const pipeline_rank st = stage ? *stage : pipeline_rank_of(c, L, leading_dense_blocks(m), 0);
+    const double whole = static_cast<double>(pc.total());
+    s.P = pipeline_rank_params(m, s.fsdp ? pc_full : pc, st) / tpd;
+    if (s.zero1) s.Ps = pipeline_rank_params(m, pc_full, st) / tpd;
+    s.head = st.head;
+    s.head_w = st.head ? s.head_w : 0;
+    s.V = st.head ? s.V : 0;
+    s.root_params = ((st.embedding ? static_cast<double>(pc.embedding + pc.positions) : 0.0) +
+                     (st.head ? static_cast<double>((pc.lm_head > 0 ? pc.lm_head : pc.embedding) + pc.final_norm) : 0.0)) / tpd;
+    const std::int64_t dense_total = leading_dense_blocks(m);
+    const double lin_adjust = dense_total > 0 ? static_cast<double>(pc.layer_adjust) / static_cast<double>(dense_total) * static_cast<double>(st.dense_blocks) : 0;
+    s.gemm_weights = (static_cast<double>(st.blocks * pc.block_linear) + lin_adjust + (st.head ? static_cast<double>(m.vocab * m.hidden) : 0.0)) / tpd;
+    s.in_flight = st.in_flight;
+    // blocks of this rank; the quantized ones where its blocks meet the model's quantized range (one range for
+    // 1F1B; for several chunks, the rank's share of them, at its end)
+    const std::int64_t qf = s.blocks.q_first, qe = s.blocks.q_end, n = st.blocks;
+    s.blocks.layers = n;
+    if (c.virtual_stages() <= 1) {
+      s.blocks.q_first = std::clamp<std::int64_t>(qf - st.first_block, 0, n);
+      s.blocks.q_end = std::clamp<std::int64_t>(qe - st.first_block, s.blocks.q_first, n);
+    } else {
+      const std::int64_t nq = L > 0 ? (std::max<std::int64_t>(0, qe - qf) * n + L / 2) / L : 0;
+      s.blocks.q_first = n - nq;
+      s.blocks.q_end = n;
+    }
+    s.Pt = s.zero1 ? s.Ps : s.P;
+    s.factored = whole > 0 ? s.factored * (s.P * tpd / whole) : 0;
+  } else if (s.zero1) {
+    s.Pt = s.Ps;
+  }
   return s;
 }
 
@@ -283,17 +341,23 @@ struct model_states {
 /// w·Pt)/N`; gradients and optimizer states cover the adapters `Pt` only; the LM head is frozen (no head
 /// gradient). Other optimizers than AdamW keep optimizer_state_bytes (8-bit, Adafactor, SGD, Lion).
 ///
-/// Megatron-LM (stack megatron, `--bf16`): the optimizer's fp32 main parameters `4·P`
+/// Megatron-LM (stack megatron, `--bf16`, sharding none): the optimizer's fp32 main parameters `4·P`
 /// (`Float16OptimizerWithFloat16Params`, megatron/core/optimizer/optimizer.py) and AdamW states `8·P`; the gradients
 /// live in one fp32 main-gradient buffer allocated when the model is wrapped and zeroed, never freed, between steps
 /// (`grad_data = torch.zeros(numel, dtype=grad_dtype)`, megatron/core/distributed/param_and_grad_buffer.py L1190-1195;
 /// `grad_dtype` fp32 with `accumulate_allreduce_grads_in_fp32`, L924 and megatron/training/arguments.py L1204-1217
 /// @d98e8a6): `4·P` at every moment of the step, nothing added per block (the bf16 model weights are
-/// weight_copies::bf16_model).
+/// weight_copies::bf16_model). Megatron with its distributed optimizer (sharding optimizer) is the zero1 layout below.
+///
+/// Distributed optimizer (memory_shape::zero1): `4·P/N` fp32 master shard (bf16 masters: the replicated bf16
+/// parameters `2·P`), `2·w·P/N` AdamW states, and the gradient buffer `w·P` replicated and alive all step
+/// (Megatron-Core `_ParamAndGradBuffer`; the replicated bf16 parameters are weight_copies::zero1_params). Source:
+/// Megatron-Core `megatron/core/optimizer/distrib_optimizer.py` (`shard_fp32_from_float16_groups`), its
+/// docs/user-guide/features/dist_optimizer.md (6 + 12/d bytes per parameter for bf16 parameters, fp32 gradients).
 [[nodiscard]] inline model_states model_state_bytes(const memory_shape& s) noexcept {
   const double w = s.w, g = s.w, P = s.P, n = s.n;
   model_states r;
-  if (s.megatron) {
+  if (s.megatron && !s.zero1) {
     r.parameters = bytes::base(4 * P / n);
     r.optimizer_states = bytes::base(optimizer_state_bytes(s.optim, 4, P, s.factored) / n);
     r.gradients = bytes::base(4 * P / n);
@@ -306,6 +370,18 @@ struct model_states {
     r.gradients = bytes::base(g * s.Pt / n);
     if (s.accum) r.accumulated_gradients = r.gradients;
     r.block_gradient = bytes::base(s.accum ? 0 : g * s.Pt_block / (s.fsdp ? n : 1));
+    return r;
+  }
+  if (s.zero1) {
+    // distributed optimizer: fp32 master shard (or the replicated bf16 parameters with bf16 masters), sharded
+    // states, the replicated gradient buffer in the master dtype (Megatron-Core's contiguous main-grad buffer,
+    // fp32 for bf16 training: megatron/training/arguments.py "bfloat16 requires gradient accumulation and
+    // all-reduce to be done in fp32"), alive all step; 6 + 12/N bytes per parameter with AdamW and fp32 masters
+    // (docs/user-guide/features/dist_optimizer.md)
+    r.parameters = bytes::base(s.master == master_weights::fp32 ? 4 * s.Ps / n : 2 * P);
+    r.optimizer_states = bytes::base(optimizer_state_bytes(s.optim, w, s.Ps, s.factored) / n);
+    r.gradients = bytes::base(g * P);
+    r.accumulated_gradients = r.gradients;
     return r;
   }
   r.parameters = bytes::base(w * P / n);
@@ -481,6 +557,9 @@ struct saved_activations {
   bytes checkpoint;                     ///< what a fully checkpointed block keeps: its input, T·(2 or 4)·h
   bytes final_saved;                    ///< final norm input + LM head input, T·(2 or 4)·h + 2·T·h
   bytes all_blocks;                     ///< Σ block(i) over every block, summed from block 0 up
+  /// pipeline: the other micro-batches in flight on this rank at its peak, (in_flight − 1) · (all_blocks +
+  /// final_saved), alive all through the micro-batch that runs (0 without pipeline parallelism)
+  bytes in_flight;
 
   /// Inventory (per token) of block `i`.
   [[nodiscard]] constexpr const activation_inventory& inventory(std::int64_t i) const noexcept {
@@ -503,7 +582,10 @@ struct saved_activations {
 /// Saved activations of one micro-batch of `m` (see activation_bytes_per_token for the per-token inventory).
 /// Full checkpointing keeps each recomputed block's input only; per-op SAC keeps torchtitan's save list;
 /// Megatron's selective recompute drops the attention core (with FlashAttention only its log-sum-exp).
-/// Sources: as activation_bytes_per_token; torchtitan `_apply_ac_to_transformer_block` for every-K blocks.
+/// A pipeline rank holds its own blocks' activations for each micro-batch in flight (in_flight_micro_batches:
+/// `pp` on the first rank under 1F1B), the final norm and head input on the last rank only.
+/// Sources: as activation_bytes_per_token; torchtitan `_apply_ac_to_transformer_block` for every-K blocks;
+/// Megatron-Core `schedules.py` for the micro-batches in flight (Narayanan et al. 2021, arXiv:2104.04473 §2.2).
 [[nodiscard]] constexpr saved_activations saved_activation_bytes(const model_spec& m, const memory_shape& s) noexcept {
   saved_activations r;
   r.high_precision = activation_bytes_per_token(m, s.amp, s.format, false);
@@ -520,10 +602,11 @@ struct saved_activations {
   r.blocks = s.blocks;
   r.T = s.T;
   r.checkpoint = bytes::base(r.high_precision.checkpoint * s.T);
-  r.final_saved = bytes::base(r.high_precision.final_saved * s.T);
+  r.final_saved = bytes::base(s.head ? r.high_precision.final_saved * s.T : 0.0);
   double all = 0;
   for (std::int64_t i = 0; i < s.blocks.layers; ++i) all += r.block(i);
   r.all_blocks = bytes::base(all);
+  if (s.in_flight > 1) r.in_flight = bytes::base((s.in_flight - 1) * (all + r.final_saved.raw()));
   return r;
 }
 
@@ -581,6 +664,7 @@ inline constexpr double stack_loss_chunks = 8;
   const bool tune = s.stack == training_stack::torchtune;
   const double lp = s.loss_parallel ? 4 * TV : 0;  // the shifted copy (forward), exp and the sum (backward)
   loss_buffers r;
+  if (!s.head) return r;  // pipeline: the loss runs on the last rank only
   if (s.megatron) {
     r.saved = bytes::base(4 * TV);               // fp32 softmax, in place over the fp32 copy
     r.forward_transient = bytes::base(2 * TV);   // the bf16 logits while the copy is made
@@ -634,6 +718,7 @@ struct weight_copies {
   bytes quantized_block;         ///< low-precision copies of one block's weights (and transposes) while it runs
   bytes ddp_buckets;             ///< DDP gradient buckets, w·P
   bytes bf16_model;              ///< Megatron: the bf16 model weights, 2·P, at every moment (the fp32 main parameters are model_states)
+  bytes zero1_params;            ///< distributed optimizer with fp32 masters: the replicated bf16 parameters, 2·P, alive all step
 };
 
 /// Weight copies and communication buffers of one step.
@@ -668,7 +753,8 @@ struct weight_copies {
   r.grad_op_all = bytes::base(kept_block * L);
   r.quantized_block = bytes::base(s.format.weight_copy_bytes * s.lin);
   if (s.ddp && !s.megatron) r.ddp_buckets = bytes::base(s.w * s.Pt);
-  if (s.megatron) r.bf16_model = bytes::base(2 * s.P / s.n);
+  if (s.megatron && !s.zero1) r.bf16_model = bytes::base(2 * s.P / s.n);
+  if (s.zero1 && s.master == master_weights::fp32) r.zero1_params = bytes::base(2 * s.P);
   return r;
 }
 
@@ -709,6 +795,8 @@ struct transient_buffers {
                                                   : s.w * s.Pt_block);
   else if (s.megatron)  // gradient-accumulation fusion: the weight-gradient GEMMs accumulate into the fp32 main_grad
     r.block_gradient_buffers = bytes{};  // (megatron/core/tensor_parallel/layers.py L600-602, `wgrad_gemm_accum_fp32`)
+  else if (s.zero1)  // a block's bf16 weight gradients before they are added into the main-grad buffer
+    r.block_gradient_buffers = bytes::base(2 * s.Pb);
   else
     r.block_gradient_buffers = bytes::base(s.fsdp ? 2 * s.Pb + (fp32_master ? 4 * s.Pb : 0) + wc.fsdp_gathered.raw()
                                                   : (s.accum ? 2 * s.lin : s.w * s.Pb));
@@ -811,7 +899,7 @@ struct allocator_replay {
 [[nodiscard]] inline bool replayable(const model_spec& m, const training_config& c) noexcept {
   return !m.is_moe() && !m.is_mla() && m.gated_mlp && !m.layer_norm && m.norms_per_block == 2 && !m.o_bias &&
          !m.mlp_bias && m.positions == 0 && !m.qk_norm && c.world_size == 1 && c.tp == 1 && c.cp == 1 && c.pp == 1 &&
-         (!c.sharded() || (c.shard == sharding::full && c.master == master_weights::fp32)) && c.grad_accum == 1 && c.loss == loss_impl::standard && c.format == compute_format::bf16 &&
+         c.shard != sharding::optimizer && (!c.sharded() || (c.shard == sharding::full && c.master == master_weights::fp32)) && c.grad_accum == 1 && c.loss == loss_impl::standard && c.format == compute_format::bf16 &&
          (c.ac.mode == ac_mode::none || c.ac.mode == ac_mode::full) && !c.fp8_all_gather &&
          !c.adapters() && c.optim == optimizer_kind::adamw &&  // the trace is a full fine-tune with AdamW
          c.stack == training_stack::hf && !c.compile;          // of the eager hf modules
@@ -874,14 +962,18 @@ struct memory_terms {
   terms::allocator_replay replay;
 };
 
-/// Every memory term of configuration `c` of `m` on `gpu`. Throws invalid_request if `c` is invalid (see
-/// validate) or its expert parallelism does not fit `m`.
+/// Every memory term of configuration `c` of `m` on `gpu` (with pipeline parallelism: of pipeline rank `stage`,
+/// rank 0 when null). Throws invalid_request if `c` is invalid (see validate), its expert parallelism does not
+/// fit `m` or its pipeline stages do not (validate_pipeline).
 [[nodiscard]] inline memory_terms compute_memory_terms(const model_spec& m, const training_config& c, const gpu_spec& gpu,
-                                                       const runtime_overheads& rt = {}) {
-  validate(c);
-  detail::validate_moe(m, c);
+                                                       const runtime_overheads& rt = {}, const pipeline_rank* stage = nullptr);
+
+namespace detail {
+/// compute_memory_terms without its validation (the callers that evaluate several pipeline ranks validate once).
+[[nodiscard]] inline memory_terms memory_terms_of(const model_spec& m, const training_config& c, const gpu_spec& gpu,
+                                                  const runtime_overheads& rt, const pipeline_rank* stage) {
   memory_terms t;
-  t.shape = terms::memory_shape_of(m, c, gpu);
+  t.shape = terms::memory_shape_of(m, c, gpu, stage);
   t.states = terms::model_state_bytes(t.shape);
   t.activations = terms::saved_activation_bytes(m, t.shape);
   t.loss = terms::loss_buffer_bytes(t.shape);
@@ -890,6 +982,15 @@ struct memory_terms {
   t.allocator = terms::allocator_bytes(t.shape, gpu, rt);
   t.replay = terms::allocator_replay_of(m, c, t.shape, rt);
   return t;
+}
+}  // namespace detail
+
+inline memory_terms compute_memory_terms(const model_spec& m, const training_config& c, const gpu_spec& gpu, const runtime_overheads& rt,
+                                         const pipeline_rank* stage) {
+  validate(c);
+  detail::validate_moe(m, c);
+  validate_pipeline(m, c);
+  return detail::memory_terms_of(m, c, gpu, rt, stage);
 }
 
 /// The liveness walk over one steady-state step: adds the terms at the moments each is alive and keeps the
@@ -914,10 +1015,11 @@ struct memory_terms {
   base.workspace = t.allocator.workspace;
   base.ddp_buckets = wc.ddp_buckets;
   base.gradients = t.states.accumulated_gradients;  // kept across micro-batches (Megatron: the main-gradient buffer)
-  base.compute_weights = wc.bf16_model;             // Megatron's bf16 model, every moment (0 otherwise)
+  base.activations = act.in_flight;                  // pipeline: the other micro-batches in flight (0 otherwise)
+  // Megatron's bf16 model / the distributed optimizer's replicated bf16 parameters, every moment (0 otherwise)
+  base.compute_weights = wc.bf16_model + wc.zero1_params;
 
   const double root = wc.fsdp_root.raw();
-  const double perm = wc.bf16_model.raw();
   const double kept_all = wc.grad_op_all.raw();
   const double saved_all = act.all_blocks.raw();
   const double final_saved = act.final_saved.raw();
@@ -938,23 +1040,23 @@ struct memory_terms {
   memory_estimate e;
   // ---- forward: the loss running
   memory_breakdown f = base;
-  f.compute_weights = bytes::base(perm + root + kept_all + wc.autocast_all.raw());
-  f.activations = bytes::base(saved_all + final_saved);
+  f.compute_weights = base.compute_weights + bytes::base(root + kept_all + wc.autocast_all.raw());
+  f.activations = base.activations + bytes::base(saved_all + final_saved);
   f.logits = t.loss.saved + t.loss.forward_transient;
   f.gradients += t.loss.head_gradient;
   double fwd_peak = consider(f, step_phase::forward);
   {  // last block running: its working set, the gathered blocks and its quantized weights
     memory_breakdown lb = base;
     const std::int64_t i = L - 1;
-    lb.compute_weights = bytes::base(perm + root + wc.fsdp_gathered.raw() + kept_all + wc.autocast_blocks.raw() +
-                                     (s.blocks.quantized(i) ? wc.quantized_block.raw() : 0));
-    lb.activations = bytes::base(saved_all - act.block(i));
+    lb.compute_weights = base.compute_weights + bytes::base(root + wc.fsdp_gathered.raw() + kept_all + wc.autocast_blocks.raw() +
+                                                            (s.blocks.quantized(i) ? wc.quantized_block.raw() : 0));
+    lb.activations = base.activations + bytes::base(saved_all - act.block(i));
     lb.transient = bytes::base(terms::forward_working_set(act, t.transient, i) + t.transient.dequantized_weight.raw());
     fwd_peak = std::max(fwd_peak, consider(lb, step_phase::forward));
   }
   memory_breakdown after_fwd = base;
-  after_fwd.compute_weights = bytes::base(perm + root + kept_all + wc.autocast_head.raw() + wc.autocast_after_forward.raw());
-  after_fwd.activations = bytes::base(saved_all + final_saved);
+  after_fwd.compute_weights = base.compute_weights + bytes::base(root + kept_all + wc.autocast_head.raw() + wc.autocast_after_forward.raw());
+  after_fwd.activations = base.activations + bytes::base(saved_all + final_saved);
   after_fwd.logits = t.loss.saved;
   after_fwd.gradients += t.loss.head_gradient;
 
@@ -994,18 +1096,19 @@ struct memory_terms {
     grads += gres;
   }
   if (best_i >= 0) {
-    memory_breakdown b = base;
-    b.activations = bytes::base(best_acts);
-    b.compute_weights = bytes::base(perm + root + best_cw);
+    memory_breakdown b = base;  // (its activations and compute weights: base's plus the walk's, below)
+    b.activations = base.activations + bytes::base(best_acts);
+    b.compute_weights = base.compute_weights + bytes::base(root + best_cw);
     b.gradients += bytes::base(best_grads);
     b.transient = bytes::base(best_tr);
     bwd_peak = std::max(bwd_peak, consider(b, step_phase::backward));
   }
   memory_breakdown after_bwd = base;
   after_bwd.gradients = t.states.gradients;
+  after_bwd.activations = bytes{};  // every micro-batch's backward has run
   {  // end of backward: FSDP root reduce-scatter
     memory_breakdown eb = after_bwd;
-    eb.compute_weights = wc.fsdp_root + wc.bf16_model;
+    eb.compute_weights = base.compute_weights + wc.fsdp_root;
     eb.transient = t.transient.root_reduce_scatter;
     bwd_peak = std::max(bwd_peak, consider(eb, step_phase::backward));
   }
@@ -1072,13 +1175,35 @@ inline void allocator_setting_check(const memory_terms& t, memory_estimate& e) {
 /// T = micro-batch × sequence tokens. Attention is FlashAttention/SDPA (no s² term). Sources on each term;
 /// calibrated against `h200-calibration.jsonl`. @sa docs/methodology.md#memory
 ///
+/// Pipeline parallelism: the memory of the most loaded rank, the largest device peak of ranks 0, 1 and pp − 1
+/// (peak_memory_ranks; pipeline_rank_of for each rank's blocks, parameters and micro-batches in flight), with
+/// `pipeline_rank` saying which. docs/scaling.md#pipeline-parallelism
+///
 /// Throws invalid_request if `c` is invalid (see validate).
 [[nodiscard]] inline memory_estimate estimate_memory(const model_spec& m, const training_config& c, const gpu_spec& gpu,
                                                      const runtime_overheads& rt = {}) {
-  const memory_terms t = compute_memory_terms(m, c, gpu, rt);
-  memory_estimate e = compose_memory(t);
-  terms::allocator_setting_check(t, e);
-  return e;
+  if (c.pp <= 1) {
+    const memory_terms t = compute_memory_terms(m, c, gpu, rt);
+    memory_estimate e = compose_memory(t);
+    terms::allocator_setting_check(t, e);
+    return e;
+  }
+  validate(c);  // once for every rank
+  detail::validate_moe(m, c);
+  validate_pipeline(m, c);
+  int ranks[3];
+  const int n = peak_memory_ranks(c, ranks);
+  memory_estimate best;
+  for (int i = 0; i < n; ++i) {
+    const pipeline_rank st = pipeline_rank_of(c, m.layers, leading_dense_blocks(m), ranks[i]);
+    memory_estimate e = compose_memory(detail::memory_terms_of(m, c, gpu, rt, &st));
+    e.pipeline_rank = ranks[i];
+    if (i == 0 || e.device_peak() > best.device_peak()) best = e;
+  }
+  // what the allocator setting does to the most loaded rank
+  const pipeline_rank st = pipeline_rank_of(c, m.layers, leading_dense_blocks(m), best.pipeline_rank);
+  terms::allocator_setting_check(detail::memory_terms_of(m, c, gpu, rt, &st), best);
+  return best;
 }
 
 /// One sentence on what the allocator setting does to the verdict of `e` (allocator_setting_verdict), or "" when
@@ -1093,6 +1218,32 @@ inline void allocator_setting_check(const memory_terms& t, memory_estimate& e) {
              "runs out of memory";
     default: return "";
   }
+}
+
+/// estimate_memory, stopping at the first pipeline rank whose device peak exceeds `limit` (nullopt then): the
+/// search's fit test, which with pp > 1 need not evaluate every rank of a plan that does not fit. The same
+/// estimate as estimate_memory when every rank is within the limit.
+[[nodiscard]] inline std::optional<memory_estimate> estimate_memory_within(const model_spec& m, const training_config& c, const gpu_spec& gpu,
+                                                                           bytes limit, const runtime_overheads& rt = {}) {
+  if (c.pp <= 1) {
+    memory_estimate e = compose_memory(compute_memory_terms(m, c, gpu, rt));
+    if (e.device_peak() > limit) return std::nullopt;
+    return e;
+  }
+  validate(c);
+  detail::validate_moe(m, c);
+  validate_pipeline(m, c);
+  int ranks[3];
+  const int n = peak_memory_ranks(c, ranks);
+  memory_estimate best;
+  for (int i = 0; i < n; ++i) {
+    const pipeline_rank st = pipeline_rank_of(c, m.layers, leading_dense_blocks(m), ranks[i]);
+    memory_estimate e = compose_memory(detail::memory_terms_of(m, c, gpu, rt, &st));
+    if (e.device_peak() > limit) return std::nullopt;
+    e.pipeline_rank = ranks[i];
+    if (i == 0 || e.device_peak() > best.device_peak()) best = e;
+  }
+  return best;
 }
 
 namespace detail {

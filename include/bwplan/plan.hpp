@@ -8,6 +8,7 @@
 #include <bwplan/error.hpp>
 #include <bwplan/model.hpp>
 #include <bwplan/moe.hpp>
+#include <bwplan/pipeline.hpp>
 #include <bwplan/precision.hpp>
 #include <bwplan/training.hpp>
 
@@ -74,16 +75,16 @@ struct plan {
   return world_size > 1 ? sharding::full : sharding::none;
 }
 
-/// Largest degree this release evaluates for dimension `dim` ("tp", "cp", "ep", "pp"): tensor and context
-/// parallelism always, expert parallelism for MoE models (moe_violations), pipeline parallelism not yet.
-[[nodiscard]] constexpr std::int64_t modelled_degree(std::string_view dim) noexcept {
-  return dim == "pp" ? 1 : plan_limits::max_degree;
-}
+/// Largest degree this release evaluates for dimension `dim` ("tp", "cp", "ep", "pp"): every dimension up to
+/// plan_limits::max_degree (expert parallelism for MoE models only, moe_violations; pipeline parallelism with
+/// the combinations of violations()).
+[[nodiscard]] constexpr std::int64_t modelled_degree(std::string_view) noexcept { return plan_limits::max_degree; }
 
-/// Sets `p.training.world_size` and `gpus_per_node` from the target: `instance_gpus` is the instance's GPUs
-/// per node (0 for a bare GPU). World size: target.gpus, else instance_gpus × nodes, else 1. Returns the
-/// violations (field "gpus" or "nodes") instead of throwing.
-[[nodiscard]] inline std::vector<plan_violation> resolve_world(plan& p, int instance_gpus) {
+/// Sets `p.training.world_size`, `gpus_per_node` and `nvlink_domain` from the target: `instance_gpus` is the
+/// instance's GPUs per node (0 for a bare GPU), `domain_gpus` the GPUs of its NVLink domain (instance_spec::
+/// nvlink_domain_gpus; 0 or the node: the node). World size: target.gpus, else instance_gpus × nodes, else 1.
+/// Returns the violations (field "gpus" or "nodes") instead of throwing.
+[[nodiscard]] inline std::vector<plan_violation> resolve_world(plan& p, int instance_gpus, int domain_gpus = 0) {
   std::vector<plan_violation> out;
   const auto& t = p.target;
   if (t.nodes < 1 || t.nodes > plan_limits::max_nodes)
@@ -97,6 +98,7 @@ struct plan {
     return {{"nodes", "/nodes", "a bare GPU has no nodes: give the number of GPUs (gpus) or an instance"}};
   p.training.gpus_per_node = instance_gpus > 0 ? instance_gpus : (t.gpus > 0 ? t.gpus : 1);
   p.training.world_size = t.gpus > 0 ? t.gpus : (instance_gpus > 0 ? instance_gpus * t.nodes : 1);
+  p.training.nvlink_domain = instance_gpus > 0 && domain_gpus > instance_gpus ? domain_gpus : 0;
   return out;
 }
 
@@ -116,9 +118,11 @@ struct plan {
 }
 
 /// Every legality rule of a plan for `m`: violations(p.training), then the model's (moe_violations; tp divides
-/// the attention and KV heads; pp divides the layers; learned positions cap the sequence), the batch arithmetic
-/// (global batch = micro-batch × data-parallel size × accumulation), the ranges of plan_limits and what the
-/// release does not model (pp > 1). One list, in a fixed order; empty when the plan is legal.
+/// the attention and KV heads; every pipeline stage holds a decoder block, pipeline_violations; learned
+/// positions cap the sequence), the batch arithmetic (global batch = micro-batch × data-parallel size ×
+/// accumulation) and the ranges of plan_limits. What the release does not model (pipeline parallelism with
+/// hybrid or grad-op sharding, adapters or FP8 all-gather) is in violations(). One list, in a fixed order;
+/// empty when the plan is legal.
 [[nodiscard]] inline std::vector<plan_violation> plan_violations(const model_spec& m, const plan& p) {
   const training_config& c = p.training;
   using L = plan_limits;
@@ -130,7 +134,8 @@ struct plan {
   range("seq_len", c.seq_len, L::max_seq_len);
   range("grad_accum", c.grad_accum, L::max_grad_accum);
   range("activation_checkpointing", c.ac.every, L::max_ac_every);
-  for (auto [f, v] : {std::pair{"tp", c.tp}, std::pair{"cp", c.cp}, std::pair{"ep", c.ep}, std::pair{"pp", c.pp}}) range(f, v, L::max_degree);
+  for (auto [f, v] : {std::pair{"tp", c.tp}, std::pair{"cp", c.cp}, std::pair{"ep", c.ep}, std::pair{"pp", c.pp}, std::pair{"vpp", c.vpp}})
+    range(f, v, L::max_degree);
   if (!out.empty()) return out;
   out = violations(c);
   for (auto& v : detail::moe_violations(m, c)) out.push_back(std::move(v));
@@ -138,10 +143,7 @@ struct plan {
   if (c.tp >= 1 && (m.heads % c.tp != 0 || m.kv_heads % c.tp != 0))
     out.push_back({"tp", "/tp", "tensor parallelism " + s(c.tp) + " does not divide the " + s(m.heads) + " attention heads and " +
                                     s(m.kv_heads) + " KV heads of " + m.name});
-  if (c.pp > 1 && c.pp <= m.layers && m.layers % c.pp != 0)
-    out.push_back({"pp", "/pp", "pipeline parallelism " + s(c.pp) + " does not divide the " + s(m.layers) + " layers of " + m.name});
-  if (c.pp > modelled_degree("pp"))
-    out.push_back({"pp", "/pp", "pipeline parallelism " + s(c.pp) + " is not modelled by this release (pp must be 1)"});
+  for (auto& v : pipeline_violations(m, c)) out.push_back(std::move(v));
   if (m.positions > 0 && c.seq_len > m.positions)
     out.push_back({"seq_len", "/seq_len", "sequence " + s(c.seq_len) + " exceeds the " + s(m.positions) +
                                               " learned position embeddings of " + m.name + " (n_positions)"});
@@ -199,6 +201,11 @@ inline std::string shortest(double v) {
   add("--tp", std::to_string(c.tp));
   add("--cp", std::to_string(c.cp));
   add("--ep", std::to_string(c.ep));
+  if (c.pp > 1) {  // written with pipeline parallelism only (the lines of earlier releases stay as they were)
+    add("--pp", std::to_string(c.pp));
+    add("--pp-schedule", to_string(c.schedule));
+    add("--vpp", std::to_string(c.vpp));
+  }
   add("--optimizer-impl", to_string(c.optimizer));
   add("--loss", to_string(c.loss));
   // Fine-tuning settings: written when they differ from a full AdamW fine-tune (the lines of earlier releases
@@ -233,12 +240,13 @@ inline std::string shortest(double v) {
   return q + "'";
 }
 
-/// Sharding as a short label: "none", "ddp", "fsdp", "hsdp/8", "zero2".
+/// Sharding as a short label: "none", "ddp", "fsdp", "hsdp/8", "zero2", "zero1".
 [[nodiscard]] inline std::string shard_label(const training_config& c) {
   switch (c.shard) {
     case sharding::full: return "fsdp";
     case sharding::hybrid: return "hsdp/" + std::to_string(c.shard_size());
     case sharding::grad_op: return "zero2";
+    case sharding::optimizer: return "zero1";
     default: return c.fsdp_mesh() > 1 ? "ddp" : "none";
   }
 }
@@ -269,12 +277,15 @@ inline std::string shortest(double v) {
            std::to_string(c.shard_size() > 0 ? c.fsdp_mesh() / c.shard_size() : 0) + ")";
       break;
     case sharding::grad_op: s += ", FSDP shard-grad-op (ZeRO-2)"; break;
+    case sharding::optimizer: s += ", distributed optimizer (ZeRO-1)"; break;
     default: s += c.fsdp_mesh() > 1 ? ", DDP" : ", no sharding";
   }
   if (c.tp > 1) s += ", TP " + std::to_string(c.tp);
   if (c.cp > 1) s += ", CP " + std::to_string(c.cp);
   if (c.ep > 1) s += ", EP " + std::to_string(c.ep);
-  if (c.pp > 1) s += ", PP " + std::to_string(c.pp);
+  if (c.pp > 1)
+    s += ", PP " + std::to_string(c.pp) +
+         (c.schedule == pp_schedule::interleaved ? " interleaved x" + std::to_string(c.vpp) : std::string(" 1F1B"));
   if (c.master == master_weights::bf16) s += ", bf16 master";
   if (c.optimizer == optimizer_impl::foreach && c.optim == optimizer_kind::adamw) s += ", foreach AdamW";
   if (c.optim != optimizer_kind::adamw) s += std::string(", ") + to_string(c.optim);
@@ -296,9 +307,10 @@ struct setting_column {
 };
 
 /// The settings a table row shows, in the one order every table uses: micro-batch, sequence, accumulation,
-/// data-parallel degree, global batch (tokens), checkpointing, sharding, TP, CP, EP, precision, master
-/// weights, loss, optimizer implementation, fine-tuning (full, or lora/qlora with rank and targets), optimizer,
-/// training stack, torch.compile, expandable segments.
+/// data-parallel degree, global batch (tokens), checkpointing, sharding, TP, CP, EP, PP (with the schedule:
+/// "4" for 1F1B, "4i2" interleaved with 2 virtual stages), precision, master weights, loss, optimizer
+/// implementation, fine-tuning (full, or lora/qlora with rank and targets), optimizer, training stack, torch.compile,
+/// expandable segments.
 /// See differing_columns to keep only those in which rows differ.
 [[nodiscard]] inline std::vector<setting_column> setting_columns(const training_config& c) {
   auto tokens = [](std::int64_t t) {
@@ -316,6 +328,7 @@ struct setting_column {
           {"tp", "TP", std::to_string(c.tp)},
           {"cp", "CP", std::to_string(c.cp)},
           {"ep", "EP", std::to_string(c.ep)},
+          {"pp", "PP", std::to_string(c.pp) + (c.schedule == pp_schedule::interleaved ? "i" + std::to_string(c.vpp) : std::string())},
           {"precision", "precision", to_string(c.format)},
           {"master_weights", "master", to_string(c.master)},
           {"loss", "loss", to_string(c.loss)},

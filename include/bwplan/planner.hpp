@@ -30,14 +30,21 @@ struct plan_request {
                                             checkpointing::full(4), checkpointing::selective_op()};  ///< checkpointing tried
   std::vector<compute_format> formats{compute_format::bf16};  ///< GEMM formats tried (each must be supported by the GPU)
   std::vector<sharding> shardings{sharding::none, sharding::full};  ///< hybrid is tried only across nodes (one node: = full)
-  std::vector<int> tps{1};                         ///< tensor-parallel degrees tried (those dividing heads and a node)
+  std::vector<int> tps{1};                         ///< tensor-parallel degrees tried (those dividing heads and an NVLink domain)
+  /// Pipeline-parallel degrees tried: those with pp ≤ GPUs / tp, dividing GPUs / tp, whose stages each hold a
+  /// decoder block (pipeline_split_ok; uneven splits allowed); with pp > 1 the sharding modes none (DDP) and
+  /// optimizer (ZeRO-1; FSDP full under pp has the same layout, zero1_layout, so it is not tried twice).
+  std::vector<int> pps{1};
+  /// Virtual stages per rank tried with pp > 1: 1 is 1F1B, v ≥ 2 the interleaved schedule (whose accumulation
+  /// is rounded up to a multiple of pp).
+  std::vector<int> vpps{1};
   std::vector<loss_impl> losses{loss_impl::standard, loss_impl::chunked};
   master_weights master = master_weights::fp32;
   optimizer_impl optimizer = optimizer_impl::fused;
   finetune_mode finetune = finetune_mode::full;     ///< full fine-tune, LoRA or QLoRA (adapters: tp 1 and bf16 only)
   lora_settings lora;                               ///< the adapters of a LoRA / QLoRA search (the user's rank and targets)
   std::vector<optimizer_kind> optimizers{optimizer_kind::adamw};  ///< optimizers tried (`--optimizer auto`: all)
-  training_stack stack = training_stack::hf;        ///< the training stack (megatron: sharding none and the standard loss only)
+  training_stack stack = training_stack::hf;        ///< the training stack (megatron: sharding none or optimizer and the standard loss only)
   bool compile = false;                             ///< torch.compile as the stack applies it
   bool expandable_segments = false;                 ///< every candidate runs with `expandable_segments:True`
   /// Without expandable_segments: a candidate over the line whose replayed step fits with `expandable_segments:True`
@@ -52,11 +59,31 @@ struct plan_request {
   std::function<bool(const training_config&)> admit;
 };
 
+/// Pipeline variants (pp, vpp) search_plans tries for `req` on `world` GPUs with tensor parallelism `tp`
+/// and sharding `sh` for a model of `layers` blocks (0: do not check the split), pp = 1 first.
+[[nodiscard]] inline std::vector<std::pair<int, int>> pipeline_variants(const plan_request& req, int world, int tp, sharding sh,
+                                                                        std::int64_t layers = 0) {
+  std::vector<std::pair<int, int>> out;
+  for (int pp : req.pps) {
+    if (pp < 1 || tp < 1 || world % tp != 0 || pp > world / tp || (world / tp) % pp != 0) continue;
+    if (pp > 1 && sh != sharding::none && sh != sharding::optimizer) continue;
+    for (int v : req.vpps) {
+      if (v < 1 || (pp == 1 && v != 1)) continue;
+      if (layers > 0 && !pipeline_split_ok(layers, static_cast<std::int64_t>(pp) * v)) continue;
+      if (std::find(out.begin(), out.end(), std::pair{pp, v}) == out.end()) out.emplace_back(pp, v);
+    }
+  }
+  return out;
+}
+
 /// Number of configurations search_plans evaluates for `req` on `world` GPUs (`eps`: expert-parallel
-/// degrees tried, 1 for dense models; see detail::ep_candidates).
-[[nodiscard]] inline std::int64_t plan_search_size(const plan_request& req, int world, std::size_t eps = 1) {
+/// degrees tried, 1 for dense models; see detail::ep_candidates; `layers`: the model's, for the pipeline splits).
+[[nodiscard]] inline std::int64_t plan_search_size(const plan_request& req, int world, std::size_t eps = 1, std::int64_t layers = 0) {
   std::int64_t n = 0;
-  const auto per_mbs = static_cast<std::int64_t>(req.shardings.size() * req.tps.size() * req.checkpointings.size() * req.losses.size() *
+  std::size_t layouts = 0;  // sharding × tp × pipeline variants
+  for (sharding sh : req.shardings)
+    for (int tp : req.tps) layouts += pipeline_variants(req, world, tp, sh, layers).size();
+  const auto per_mbs = static_cast<std::int64_t>(layouts * req.checkpointings.size() * req.losses.size() *
                                                  eps * std::max<std::size_t>(1, req.formats.size()) *
                                                  std::max<std::size_t>(1, req.optimizers.size()));
   for (std::int64_t seq : req.seq_lens) {
@@ -82,11 +109,14 @@ struct plan_result {
   std::int64_t evaluated = 0;          ///< configurations evaluated
   std::int64_t fitting = 0;            ///< configurations that fit with the headroom
   std::vector<plan_candidate> best_per_format;  ///< the best fitting candidate of each format tried (in request order)
+  std::optional<plan_candidate> best_pipeline;  ///< the best fitting candidate with pipeline parallelism (pp > 1), if any was searched and fits
 };
 
-/// Searches micro-batch size (powers of two), activation checkpointing, sharding, loss implementation, optimizer,
-/// expert parallelism (MoE models only: detail::ep_candidates) and sequence length; gradient accumulation follows from the global batch
-/// (`ceil(global_batch_tokens / (mbs · seq · world))`). Keeps candidates whose device peak is at most
+/// Searches micro-batch size (powers of two), activation checkpointing, sharding, tensor and pipeline parallelism
+/// (pipeline_variants), loss implementation, optimizer, expert parallelism (MoE models only:
+/// detail::ep_candidates) and sequence length; gradient accumulation (the micro-batches of a pipeline) follows
+/// from the global batch (`ceil(global_batch_tokens / (mbs · seq · dp))`, dp = GPUs / (tp · pp); rounded up to a
+/// multiple of pp for the interleaved schedule). Keeps candidates whose device peak is at most
 /// (1 − headroom) · capacity and ranks them by tokens/s. Returns at most `top` candidates; with
 /// `best_per_seq`, the best of each sequence length instead. Throws invalid_request for an empty search.
 [[nodiscard]] inline plan_result search_plans(const model_spec& m, const gpu_spec& gpu, const instance_spec* inst,
@@ -105,12 +135,14 @@ struct plan_result {
   std::vector<bool> have_format(req.formats.size(), false);
   const int per_node = inst ? inst->gpus_per_node : 1;
   const int world = req.nodes * per_node;
+  // GPUs of one NVLink domain (NVL72: 72 over 18 instances), which bounds tensor parallelism
+  const int domain = inst && inst->nvlink_domain_gpus > per_node ? inst->nvlink_domain_gpus : per_node;
   const std::vector<int> eps = detail::ep_candidates(m, world);  // MoE: expert parallelism too
   // the search replays the caching allocator only for candidates near the fit line (the cheap bound elsewhere)
   runtime_overheads rt_search = rt;
   if (rt_search.replay == runtime_overheads::replay_policy::always)
     rt_search.replay = runtime_overheads::replay_policy::near_fit_line;
-  const std::int64_t total = req.progress ? plan_search_size(req, world, eps.size()) : 0;
+  const std::int64_t total = req.progress ? plan_search_size(req, world, eps.size(), m.layers) : 0;
   plan_result res;
   std::vector<plan_candidate> keep;
   const std::size_t cap = best_per_seq ? req.seq_lens.size() : std::max<std::size_t>(top, 1);
@@ -127,18 +159,19 @@ struct plan_result {
       if (tokens > req.global_batch_tokens && mbs > req.min_micro_batch) break;
       for (sharding sh : req.shardings) {
        for (int tp : req.tps) {
-        if (tp < 1 || tp > per_node || world % tp != 0 || m.heads % tp != 0 || m.kv_heads % tp != 0) continue;
+        if (tp < 1 || tp > domain || world % tp != 0 || m.heads % tp != 0 || m.kv_heads % tp != 0) continue;
         if (sh == sharding::hybrid && req.nodes < 2) continue;
+        for (const auto& [pp, vpp] : pipeline_variants(req, world, tp, sh, m.layers)) {
         for (const checkpointing& ac : req.checkpointings) {
           for (loss_impl loss : req.losses) {
            for (std::size_t fi = 0; fi < req.formats.size(); ++fi) {
           for (int ep : eps) {
-           if ((world / tp) % ep != 0) continue;  // experts are split over ep x tp GPUs
+           if ((world / (tp * pp)) % ep != 0) continue;  // experts are split over ep x tp GPUs of one stage
            for (optimizer_kind opt : req.optimizers) {
             // adapters: tp 1 and bf16 (violations of training_config)
             if (req.finetune != finetune_mode::full && (tp != 1 || req.formats[fi] != compute_format::bf16)) continue;
             // Megatron: DDP over its main-gradient buffer and its own cross-entropy (violations of training_config)
-            if (req.stack == training_stack::megatron && (sh != sharding::none || loss != loss_impl::standard)) continue;
+            if (req.stack == training_stack::megatron && ((sh != sharding::none && sh != sharding::optimizer) || loss != loss_impl::standard)) continue;
             training_config c;
             c.format = req.formats[fi];
             c.ep = ep;
@@ -148,6 +181,10 @@ struct plan_result {
             c.gpus_per_node = per_node;
             c.shard = sh;
             c.tp = tp;
+            c.pp = pp;
+            c.vpp = vpp;
+            c.schedule = vpp > 1 ? pp_schedule::interleaved : pp_schedule::one_f_one_b;
+            c.nvlink_domain = domain > per_node ? domain : 0;
             c.master = req.master;
             c.optimizer = req.optimizer;
             c.optim = opt;
@@ -158,25 +195,36 @@ struct plan_result {
             c.stack = req.stack;
             c.compile = req.compile;
             c.expandable_segments = req.expandable_segments;
-            const std::int64_t step_tokens = tokens / tp;  // data-parallel degree world / tp
+            const std::int64_t step_tokens = tokens / (tp * pp);  // data-parallel degree world / (tp · pp)
             c.grad_accum = std::max<std::int64_t>(1, (req.global_batch_tokens + step_tokens - 1) / step_tokens);
+            if (vpp > 1) c.grad_accum = (c.grad_accum + pp - 1) / pp * pp;  // interleaved: groups of pp micro-batches
             if (req.admit && !req.admit(c)) continue;
             ++res.evaluated;
             if (req.progress) req.progress(res.evaluated, total);
-            memory_estimate me = estimate_memory(m, c, gpu, rt_search);
-            if (me.device_peak() > (1.0 - req.headroom) * me.capacity) {
-              // only the allocator setting in the way: the replayed step with expandable segments
-              if (!me.replayed || c.expandable_segments || !req.allow_expandable_segments) continue;
-              training_config ce = c;
-              ce.expandable_segments = true;
-              memory_estimate mx = estimate_memory(m, ce, gpu, rt_search);
-              if (mx.device_peak() > (1.0 - req.headroom) * mx.capacity) continue;
-              c = ce;
-              me = mx;
+            // the fit test (with pp, rank by rank: the first over the limit ends it)
+            const bytes limit = (1.0 - req.headroom) * gpu.cuda_capacity();
+            std::optional<memory_estimate> me;
+            if (c.pp <= 1) {
+              memory_estimate e1 = estimate_memory(m, c, gpu, rt_search);
+              if (e1.device_peak() > limit) {
+                // only the allocator setting in the way: the replayed step with expandable segments
+                if (!e1.replayed || c.expandable_segments || !req.allow_expandable_segments) continue;
+                training_config ce = c;
+                ce.expandable_segments = true;
+                memory_estimate mx = estimate_memory(m, ce, gpu, rt_search);
+                if (mx.device_peak() > limit) continue;
+                c = ce;
+                e1 = mx;
+              }
+              me = e1;
+            } else {
+              me = estimate_memory_within(m, c, gpu, limit, rt_search);
+              if (!me) continue;
             }
             ++res.fitting;
-            plan_candidate pc{c, me, estimate_throughput(m, c, gpu, inst, k)};
+            plan_candidate pc{c, *me, estimate_throughput(m, c, gpu, inst, k)};
             if (!have_format[fi] || better(pc, per_format[fi])) { per_format[fi] = pc; have_format[fi] = true; }
+            if (pp > 1 && (!res.best_pipeline || better(pc, *res.best_pipeline))) res.best_pipeline = pc;
             if (best_per_seq) {
               if (!have_seq || better(pc, best_seq)) { best_seq = pc; have_seq = true; }
               continue;
@@ -189,6 +237,7 @@ struct plan_result {
            }
           }
           }
+        }
         }
        }
       }
@@ -203,18 +252,87 @@ struct plan_result {
 }
 
 /// The search space `recommend` explores on `gpu` with `nodes` instances: every sharding mode (hybrid only
-/// across nodes), tp 1/2/4/8, the checkpointing modes of plan_request, both losses, and `formats` (default:
-/// every format `gpu` supports). `bwplan check` compares a plan with the best of this same search.
-[[nodiscard]] inline plan_request full_search(const gpu_spec& gpu, int nodes, std::vector<compute_format> formats = {}) {
+/// across nodes; the distributed optimizer), tp 1/2/4/8 (and 16, 32, 64 where an NVLink domain spans
+/// instances: `domain_gpus`), pp 1/2/4/8/16/32 with 1F1B and the interleaved schedule with 2 and 4 virtual
+/// stages (pipeline_variants bounds them by the GPUs and the layers), the checkpointing modes of plan_request,
+/// both losses, and `formats` (default: every format `gpu` supports). `bwplan check` compares a plan with the
+/// best of this same search.
+[[nodiscard]] inline plan_request full_search(const gpu_spec& gpu, int nodes, std::vector<compute_format> formats = {},
+                                              int domain_gpus = 0) {
   plan_request req;
   req.nodes = nodes;
-  req.shardings = {sharding::none, sharding::full, sharding::hybrid, sharding::grad_op};
+  req.shardings = {sharding::none, sharding::full, sharding::hybrid, sharding::grad_op, sharding::optimizer};
   req.tps = {1, 2, 4, 8};
+  for (int tp = 16; tp <= 64 && tp <= domain_gpus; tp *= 2) req.tps.push_back(tp);
+  req.pps = {1, 2, 4, 8, 16, 32};
+  req.vpps = {1, 2, 4};
   if (formats.empty())
     for (const auto& p : precisions())
       if (supports(gpu, p.format)) formats.push_back(p.format);
   req.formats = std::move(formats);
   return req;
+}
+
+/// The global batch `--global-batch-tokens auto` asks for on `gpus` GPUs: `max(4 Mi, 32 Ki · gpus)` tokens,
+/// i.e. 4,194,304 tokens (the default) up to 128 GPUs and 32,768 tokens per GPU beyond, so that every GPU keeps
+/// the same tokens per step as the job grows (weak scaling) and the communication of a step, which per GPU does
+/// not shrink with more GPUs, stays amortised over the same compute. The slope is DeepSeek-V3's: 15,360
+/// sequences of 4,096 tokens (62.9 M) on 2,048 H800 GPUs, 30.7 K tokens per GPU (DeepSeek-AI 2024,
+/// arXiv:2412.19437, §3.1 and §4.2); Llama 3 405B ran 16 M tokens (Dubey et al. 2024, arXiv:2407.21783 §3.4.1).
+/// A batch is also a training decision (the critical batch size): recommend prints the batch it used.
+[[nodiscard]] constexpr std::int64_t auto_global_batch_tokens(std::int64_t gpus) noexcept {
+  return std::max<std::int64_t>(4'194'304, 32'768 * gpus);
+}
+
+/// Share of one step not spent computing: (exposed communication + pipeline bubble) / step.
+[[nodiscard]] inline double overhead_share(const throughput_estimate& te) noexcept {
+  return te.step.raw() > 0 ? (te.exposed_communication + te.bubble).raw() / te.step.raw() : 0.0;
+}
+
+/// What a larger global batch would buy a plan whose step is mostly not compute (global_batch_hint).
+struct batch_hint {
+  bool needed = false;                 ///< the best plan spends more than `threshold` of its step off compute
+  double share = 0;                    ///< that share (overhead_share)
+  std::int64_t tokens = 0;             ///< the global batch searched, tokens
+  std::optional<std::int64_t> larger;  ///< the smallest global batch tried (2×, 4×, 8×, 16×) whose best plan is under the threshold
+  std::optional<plan_candidate> then;  ///< that plan
+  std::optional<plan_candidate> at16;  ///< the best plan at 16× the global batch (when none is under the threshold: what remains)
+};
+
+/// Whether the best plan `best` of `req` spends more than `threshold` of its step in exposed communication and
+/// pipeline bubble, and if so the smallest of 2, 4, 8 and 16 times the global batch whose best plan does not (by
+/// search_plans with the same request; 16× is tried first, and when even that does not, no other). Per-step
+/// collectives (DDP, HSDP and distributed-optimizer gradient reductions, the pipeline bubble) are amortised over
+/// more micro-batches; per-micro-batch ones (FSDP gathers, tensor-parallel collectives, expert all-to-all) are
+/// not, which the search answers by another layout (or by no larger batch at all).
+[[nodiscard]] inline batch_hint global_batch_hint(const model_spec& m, const gpu_spec& gpu, const instance_spec* inst,
+                                                  plan_request req, const plan_candidate& best, double threshold = 0.10,
+                                                  const runtime_overheads& rt = {}, const throughput_calibration& k = {}) {
+  batch_hint h;
+  h.tokens = req.global_batch_tokens;
+  h.share = overhead_share(best.throughput);
+  h.needed = h.share > threshold;
+  if (!h.needed) return h;
+  req.progress = nullptr;
+  auto best_at = [&](std::int64_t f) -> std::optional<plan_candidate> {
+    plan_request r = req;
+    r.global_batch_tokens = req.global_batch_tokens * f;
+    const plan_result res = search_plans(m, gpu, inst, r, 1, false, rt, k);
+    if (res.ranked.empty()) return std::nullopt;
+    return res.ranked.front();
+  };
+  auto good = [&](const std::optional<plan_candidate>& c) { return c && overhead_share(c->throughput) <= threshold; };
+  h.at16 = best_at(16);
+  if (!good(h.at16)) return h;  // at16 says what even 16× leaves
+  for (std::int64_t f = 2; f <= 16; f *= 2) {
+    std::optional<plan_candidate> c = f == 16 ? h.at16 : best_at(f);
+    if (good(c)) {
+      h.larger = req.global_batch_tokens * f;
+      h.then = std::move(c);
+      break;
+    }
+  }
+  return h;
 }
 
 /// What a fleet search ranks node counts and instance types by.
@@ -237,6 +355,12 @@ struct fleet_request {
   double deadline_s = 0;                        ///< longest time for the budget, seconds (0: none)
   double price_per_hour = -1;                   ///< USD per instance-hour overriding the catalog (< 0: catalog)
   plan_request search;                          ///< the per-(instance, nodes) search; formats filtered per GPU
+  /// `--global-batch-tokens auto`: each node count searches auto_global_batch_tokens(GPUs) instead of
+  /// search.global_batch_tokens
+  bool auto_global_batch = false;
+  /// Compute global_batch_hint for every row whose best plan spends more than `hint_threshold` of its step off compute
+  bool hints = false;
+  double hint_threshold = 0.10;
 };
 
 /// The best plan of one instance type at one node count.
@@ -251,6 +375,9 @@ struct fleet_row {
   training_cost cost;                  ///< with a token budget
   double usd_per_billion_tokens = 0;
   bool within = true;                  ///< meets the budget and the deadline
+  std::int64_t global_batch_tokens = 0;  ///< the global batch searched (tokens)
+  batch_hint hint;                     ///< fleet_request::hints: what a larger global batch would buy
+  std::optional<plan_candidate> best_pipeline;  ///< the best fitting plan with pipeline parallelism (pp > 1)
 };
 
 /// Outcome of search_fleet.
@@ -269,9 +396,10 @@ struct fleet_result {
   return n;
 }
 
-/// Runs search_plans for every instance type and node count of `req` (each with the formats its GPU supports)
-/// and picks the best row by the objective: throughput and time by tokens/s, cost by USD per token; rows over
-/// the budget or past the deadline are kept but not picked. `gpu_of` maps an instance to its GPU.
+/// Runs search_plans for every instance type and node count of `req` (each with the formats its GPU supports;
+/// with auto_global_batch, the global batch of its GPU count) and picks the best row by the objective:
+/// throughput and time by tokens/s, cost by USD per token; rows over the budget or past the deadline are kept
+/// but not picked. With `hints`, each row's global_batch_hint. `gpu_of` maps an instance to its GPU.
 [[nodiscard]] inline fleet_result search_fleet(const model_spec& m, const fleet_request& req,
                                                const std::function<const gpu_spec&(const instance_spec&)>& gpu_of,
                                                const runtime_overheads& rt = {}, const throughput_calibration& k = {}) {
@@ -286,13 +414,16 @@ struct fleet_result {
     double base_per_gpu = 0;
     for (int n : req.node_counts) {
       rq.nodes = n;
+      if (req.auto_global_batch) rq.global_batch_tokens = auto_global_batch_tokens(static_cast<std::int64_t>(n) * inst->gpus_per_node);
       const plan_result r = search_plans(m, gpu, inst, rq, 1, false, rt, k);
       fleet_row row;
+      row.global_batch_tokens = rq.global_batch_tokens;
       row.instance = inst;
       row.nodes = n;
       row.world = n * inst->gpus_per_node;
       row.price_per_hour = req.price_per_hour >= 0 ? req.price_per_hour : inst->price_per_hour_usd;
       row.evaluated = r.evaluated;
+      row.best_pipeline = r.best_pipeline;
       if (!r.ranked.empty()) {
         row.best = r.ranked.front();
         const auto& te = row.best->throughput;
@@ -302,6 +433,7 @@ struct fleet_result {
         if (req.tokens > 0) row.cost = cost_to_train(te, req.tokens, n, row.price_per_hour);
         if (req.deadline_s > 0 && row.cost.seconds > req.deadline_s) row.within = false;
         if (req.budget_usd >= 0 && row.cost.usd > req.budget_usd) row.within = false;
+        if (req.hints) row.hint = global_batch_hint(m, gpu, inst, rq, *row.best, req.hint_threshold, rt, k);
       }
       out.rows.push_back(std::move(row));
     }

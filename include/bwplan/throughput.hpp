@@ -6,6 +6,7 @@
 #include <bwplan/hardware.hpp>
 #include <bwplan/model.hpp>
 #include <bwplan/moe.hpp>
+#include <bwplan/pipeline.hpp>
 #include <bwplan/precision.hpp>
 #include <bwplan/training.hpp>
 #include <bwplan/units.hpp>
@@ -76,6 +77,12 @@ struct comm_group {
 /// doubled × 0.85 Hopper / 0.74 Blackwell, 25 µs; Hopper and Blackwell NVLink nodes only) or, across nodes, a
 /// tree (latency 2·((ppn−1)·α_nvl + log2 N·α_net)); the fastest is taken, as NCCL's tuner does. On a PCIe GPU
 /// (`gpu.interconnect == "pcie"`) the intra-node link is PCIe at `nvlink_per_direction`.
+///
+/// A "node" of `g` is one NVLink domain: an instance, or on a GB200/GB300 NVL72 UltraServer the instances that
+/// share one NVLink fabric (training_config::nvlink_domain; 18 instances of 4 GPUs): ranks within it talk over
+/// NVLink, and its EFA is that of all its instances (`per_node · groups_per_node / gpus_per_node` of them). NCCL
+/// runs one communicator of up to 72 local ranks over multi-node NVLink (`NCCL_MAX_LOCAL_RANKS` = 72,
+/// src/include/device.h; ../shared/reference/scaleout.md §5).
 [[nodiscard]] inline seconds collective_time(collective_kind kind, bytes size, const comm_group& g, const gpu_spec& gpu,
                                              const instance_spec* inst, const throughput_calibration& k) noexcept {
   const int n = g.ranks;
@@ -87,7 +94,8 @@ struct comm_group {
   const double nvl = gpu.nvlink_per_direction.raw() * k.nvlink * S / (S + k.nvlink_half_message);
   double t_bw = factor * S / nvl;
   if (N > 1 && inst != nullptr) {
-    const double efa = inst->efa_per_node.raw() * k.efa / std::max(1, g.groups_per_node) * S / (S + k.efa_half_message);
+    const double domain_instances = std::max(1.0, static_cast<double>(g.per_node * g.groups_per_node) / std::max(1, inst->gpus_per_node));
+    const double efa = inst->efa_per_node.raw() * domain_instances * k.efa / std::max(1, g.groups_per_node) * S / (S + k.efa_half_message);
     const double node_bytes = (ar ? 2.0 : 1.0) * (N - 1) / N * S;
     t_bw = std::max(t_bw, node_bytes / efa);
   }
@@ -114,9 +122,10 @@ struct communication_breakdown {
   seconds tensor_parallel;   ///< sequence-parallel all-gathers and reduce-scatters of activations
   seconds context_parallel;  ///< ring-attention K/V exchange
   seconds expert_parallel;   ///< MoE dispatch and combine all-to-all
+  seconds pipeline_parallel; ///< P2P sends of activations (forward) and their gradients (backward) between pipeline stages
   /// Sum of the parts (= throughput_estimate::communication, resp. exposed_communication).
   [[nodiscard]] constexpr seconds total() const noexcept {
-    return data_parallel + tensor_parallel + context_parallel + expert_parallel;
+    return data_parallel + tensor_parallel + context_parallel + expert_parallel + pipeline_parallel;
   }
 };
 
@@ -135,7 +144,9 @@ struct throughput_estimate {
   seconds memory_bound;           ///< element-wise, loss, casts, optimizer
   seconds communication;          ///< total collective time (FSDP all-gather/reduce-scatter or DDP all-reduce)
   seconds exposed_communication;  ///< part of communication not hidden behind compute
-  seconds step;                   ///< wall time of one optimizer step
+  seconds bubble;                 ///< pipeline bubble: idle time of the warm-up and cool-down (0 for pp = 1)
+  int pipeline_rank = 0;          ///< pipeline parallelism: the rank that sets the step time (the slowest; 0 for pp = 1)
+  seconds step;                   ///< wall time of one optimizer step: compute + bubble + exposed communication
   double tokens_per_s = 0;        ///< whole job, tokens per second
   double tokens_per_s_per_gpu = 0;
   double mfu = 0;                 ///< model FLOPs utilisation against the bf16 dense peak (bf16-equivalent MFU)
@@ -168,10 +179,11 @@ struct throughput_estimate {
 
 /// Effective per-GPU bandwidth of a collective over `world` GPUs: NVLink within a node, EFA shared by
 /// the node's GPUs across nodes (the slower link bounds a hierarchical ring).
+/// `domain`: GPUs of one NVLink domain when it spans instances (NVL72), else 0 (the node).
 [[nodiscard]] inline byte_rate collective_bandwidth(const gpu_spec& gpu, const instance_spec* inst, int world,
-                                                    int gpus_per_node, const throughput_calibration& k) {
+                                                    int gpus_per_node, const throughput_calibration& k, int domain = 0) {
   const byte_rate intra = gpu.nvlink_per_direction * k.nvlink;
-  if (world <= gpus_per_node || inst == nullptr) return intra;
+  if (world <= std::max(gpus_per_node, domain) || inst == nullptr) return intra;
   const byte_rate inter = inst->efa_per_node * (k.efa / gpus_per_node);
   return std::min(intra, inter);
 }
@@ -188,7 +200,7 @@ struct throughput_estimate {
   const double per_dir = T * static_cast<double>(m.top_k) * c.moe_capacity_factor * static_cast<double>(m.hidden) * 2;
   const double ck = static_cast<double>(c.checkpointed_blocks(m.layers)) / static_cast<double>(m.layers);
   const double calls = (4 + 2 * ck) * static_cast<double>(m.moe_layers);
-  const byte_rate bw = collective_bandwidth(gpu, inst, c.ep, c.gpus_per_node, k);
+  const byte_rate bw = collective_bandwidth(gpu, inst, c.ep, c.gpus_per_node, k, c.nvlink_domain);
   const double frac = static_cast<double>(c.ep - 1) / c.ep;
   return calls * (frac * per_dir / bw.raw() + k.collective_latency_s);
 }
@@ -228,8 +240,11 @@ struct throughput_shape {
   double attention_speedup = 1;  ///< gpu_spec::attention_speedup (Blackwell Ultra's doubled softmax exponentials)
   double recompute_passes = 0;  ///< blocks whose element-wise kernels run again: nck, or L/2 under selective checkpointing
   bool fsdp = false; ///< any FSDP mode
+  bool zero1 = false;  ///< distributed-optimizer layout (zero1_layout): one reduce-scatter + all-gather per step
+  double Ps = 0;     ///< zero1: parameters whose master weights and states are sharded (experts undivided, ÷ tp)
+  double moe_layers = 0;  ///< MoE blocks on this GPU (pipeline: the rank's own)
   bool amp = false;  ///< autocast over fp32 weights (fp32 residual stream)
-  int gpn = 1;       ///< GPUs per node the job uses, min(gpus per node, world)
+  int gpn = 1;       ///< GPUs per node (per NVLink domain, where it spans instances) the job uses, min(domain, world)
   format_traits format;  ///< traits of the compute format on this GPU
   // --- fine-tuning (docs/finetune.md)
   bool adapters = false;  ///< LoRA/QLoRA: frozen base, no weight-gradient GEMMs for it
@@ -241,14 +256,17 @@ struct throughput_shape {
   adapter_shape adapter;  ///< the adapters of one block
 };
 
-/// The shape of configuration `c` of `m` on `gpu` (see throughput_shape). Does not validate `c`.
+/// The shape of configuration `c` of `m` on `gpu` (see throughput_shape). Does not validate `c`. With pipeline
+/// parallelism, of pipeline rank `stage` (rank 0 when null): its blocks and parameters, the LM head and the loss
+/// on the last rank only.
 [[nodiscard]] inline throughput_shape throughput_shape_of(const model_spec& m, const training_config& c, const gpu_spec& gpu,
-                                                          const throughput_calibration& k) {
+                                                          const throughput_calibration& k, const pipeline_rank* stage = nullptr) {
   const parameter_count pc_full = count_parameters(m);
   const parameter_count pc = detail::ep_local(pc_full, m, c.ep);  // routed experts / ep (MoE only)
   throughput_shape r;
-  r.fsdp = c.sharded();
-  r.amp = !r.fsdp && c.master == master_weights::fp32;
+  r.zero1 = zero1_layout(c);
+  r.fsdp = c.sharded() && !r.zero1;
+  r.amp = !r.fsdp && !r.zero1 && c.master == master_weights::fp32;
   r.T = static_cast<double>(c.tokens_per_micro_batch()) / (static_cast<double>(c.tp) * c.cp);
   r.b = static_cast<double>(c.micro_batch);
   r.s = static_cast<double>(c.seq_len);
@@ -277,7 +295,8 @@ struct throughput_shape {
   r.attention_speedup = gpu.attention_speedup;
   r.recompute_passes =
       (c.ac.mode == ac_mode::selective_op || c.ac.mode == ac_mode::selective_attn) ? 0.5 * r.L : r.nck;
-  r.gpn = std::max(1, std::min(c.gpus_per_node, c.world_size));
+  r.gpn = std::max(1, std::min(c.nvlink_domain_gpus(), c.world_size));
+  r.moe_layers = static_cast<double>(m.moe_layers);
   r.adapters = c.adapters();
   r.qlora = c.finetune == finetune_mode::qlora;
   r.gather = c.fp8_all_gather ? r.Pc + r.root_gemm : 2 * r.Pc;
@@ -293,6 +312,40 @@ struct throughput_shape {
     r.Pt = r.P;
     r.Ptc = r.Pc;
     r.state = optimizer_state_bytes(c.optim, r.w, r.P, c.optim == optimizer_kind::adafactor ? adafactor_full_elements(m) / c.tp : 0);
+  }
+  double factored = c.optim == optimizer_kind::adafactor ? adafactor_full_elements(m) / c.tp : 0;
+  if (c.pp > 1) {  // one pipeline rank (full fine-tunes only: violations)
+    const pipeline_rank st = stage ? *stage : pipeline_rank_of(c, m.layers, leading_dense_blocks(m), 0);
+    const double whole = static_cast<double>(pc.total());
+    r.L = static_cast<double>(st.blocks);
+    r.Lb = std::max(1.0, r.L);
+    r.nck = static_cast<double>(c.checkpointed_blocks(st.blocks));
+    const std::int64_t L = m.layers;
+    const bf16_blocks keep = c.bf16_kept();
+    const std::int64_t qf = c.format == compute_format::bf16 ? L : keep.first;
+    const std::int64_t qe = c.format == compute_format::bf16 ? L : std::max(qf, L - keep.last_for(L));
+    const std::int64_t n = st.blocks;
+    r.nq = c.virtual_stages() <= 1
+               ? static_cast<double>(std::max<std::int64_t>(0, std::min(qe, st.first_block + n) - std::max(qf, st.first_block)))
+               : static_cast<double>(L > 0 ? (std::max<std::int64_t>(0, qe - qf) * n + L / 2) / L : 0);
+    r.P = pipeline_rank_params(m, r.fsdp ? pc_full : pc, st) / c.tp;
+    r.Pc = pipeline_rank_params(m, pc, st) / c.tp;
+    r.root_gemm = ((st.embedding ? static_cast<double>(pc.embedding) : 0.0) +
+                   (st.head ? static_cast<double>(pc.lm_head > 0 ? pc.lm_head : pc.embedding) : 0.0)) / c.tp;
+    r.V = st.head ? r.V : 0;
+    r.recompute_passes = (c.ac.mode == ac_mode::selective_op || c.ac.mode == ac_mode::selective_attn) ? 0.5 * r.L : r.nck;
+    r.moe_layers = m.is_moe() ? static_cast<double>(st.blocks - st.dense_blocks) : 0;
+    r.Pt = r.P;
+    r.Ptc = r.Pc;
+    r.gather = c.fp8_all_gather ? r.Pc + r.root_gemm : 2 * r.Pc;
+    factored = whole > 0 ? factored * (r.Pc * c.tp / whole) : 0;
+    r.state = optimizer_state_bytes(c.optim, r.w, r.P, factored);
+  }
+  if (r.zero1) {  // the optimizer keeps and updates the shard of every parameter, experts included
+    r.Ps = (c.pp > 1 ? pipeline_rank_params(m, pc_full, stage ? *stage : pipeline_rank_of(c, m.layers, leading_dense_blocks(m), 0))
+                     : static_cast<double>(pc_full.total())) / c.tp;
+    r.Pt = r.Ps;
+    r.state = optimizer_state_bytes(c.optim, r.w, r.Ps, factored);
   }
   return r;
 }
@@ -419,7 +472,8 @@ struct memory_bound_terms {
   const double rs = s.amp ? 4 : 2;
   const double block_bytes = T * (h * rs * 10 + f * 2 * 10 + (q + 2 * kv) * 2 * 6);
   const double loss_bytes = c.loss == loss_impl::standard ? T * V * 20 : T * V * 8;
-  const double cast_bytes = c.master == master_weights::fp32 ? (s.fsdp ? 2 : 1) * 6 * s.Pt / s.n : 0;  // trained params only
+  // trained params only; the distributed optimizer computes on its bf16 parameters (its cast is in the optimizer step)
+  const double cast_bytes = c.master == master_weights::fp32 && !s.zero1 ? (s.fsdp ? 2 : 1) * 6 * s.Pt / s.n : 0;
   const double act_elems = T * (2 * h + q + f);
   const double dual = ft.weight_copy_bytes > 0 ? ft.weight_copy_bytes / std::max(ft.quantized_bytes, 1e-9) : 1;
   const double quant_bytes = s.nq * (2 * act_elems * dual * ft.quantized_bytes + 2 * s.lin * (2 + dual * ft.quantized_bytes));
@@ -448,8 +502,11 @@ struct memory_bound_terms {
 /// and reads and writes its states, `2·state/N`, at the achieved HBM bandwidth: fused AdamW `7·w·P/N`
 /// (`torch.optim.AdamW(fused=True)`, one memory-bound kernel); 8-bit states 2.03 B per parameter (bitsandbytes);
 /// Adafactor's factored vectors; one state for SGD and Lion. Only the trained parameters (LoRA: the adapters).
+/// The distributed optimizer steps its shard of the fp32 masters and writes the bf16 copy of it, `2·Ps/N` more
+/// (Megatron-Core `distrib_optimizer.py` `_copy_main_params_to_model_params`).
 [[nodiscard]] constexpr seconds optimizer_time(const throughput_shape& s) noexcept {
-  return seconds::base((3 * s.w * s.Pt + 2 * s.state) / s.n / s.hbm);
+  const double copy = s.zero1 && s.w == 4 ? 2 * s.Pt : 0.0;
+  return seconds::base((3 * s.w * s.Pt + 2 * s.state + copy) / s.n / s.hbm);
 }
 
 /// Compute of one micro-batch, by op class.
@@ -506,6 +563,79 @@ struct fsdp_collectives {
   return r;
 }
 
+/// Distributed-optimizer (ZeRO-1) collectives of one step.
+struct zero1_collectives {
+  bool active = false;     ///< zero1_layout over more than one data-parallel rank
+  double buckets = 1;      ///< gradient buckets (one reduce-scatter and one all-gather each)
+  seconds reduce_scatter;  ///< the gradients `w·Pc`, bucket by bucket, per step
+  seconds all_gather;      ///< the updated bf16 parameters `2·Pc`, bucket by bucket, per step
+};
+
+/// The distributed optimizer (and FSDP2 under pipeline parallelism, zero1_layout), per step: after the last
+/// micro-batch's backward a reduce-scatter of the gradient buffer `w·Pc` (fp32 with fp32 masters) over the N
+/// data-parallel × context-parallel ranks of the stage, after the optimizer step an all-gather of the bf16
+/// parameters `2·Pc`, in buckets of `max(40M, 1M·N)` parameters (Megatron-Core
+/// `megatron/core/distributed/distributed_data_parallel.py` bucket size; `param_and_grad_buffer.py` reduce-scatter
+/// and all-gather per bucket). Source: Megatron-Core `megatron/core/optimizer/distrib_optimizer.py`, its
+/// docs/user-guide/features/dist_optimizer.md "Data Flow"; collective_time for each call.
+[[nodiscard]] inline zero1_collectives zero1_communication(const throughput_shape& s, const training_config& c, const gpu_spec& gpu,
+                                                           const instance_spec* inst, const throughput_calibration& k) noexcept {
+  zero1_collectives r;
+  const int shard_n = c.shard_size();
+  if (!(s.zero1 && shard_n > 1)) return r;
+  const comm_group g = comm_group_of(shard_n, c.tp, s.gpn);
+  const double bucket = std::max(40e6, 1e6 * shard_n);
+  r.active = true;
+  r.buckets = std::max(1.0, std::ceil(s.Pc / bucket));
+  r.reduce_scatter =
+      seconds::base(r.buckets * collective_time(collective_kind::reduce_scatter, bytes::base(s.w * s.Pc / r.buckets), g, gpu, inst, k).raw());
+  r.all_gather =
+      seconds::base(r.buckets * collective_time(collective_kind::all_gather, bytes::base(2 * s.Pc / r.buckets), g, gpu, inst, k).raw());
+  return r;
+}
+
+/// Pipeline point-to-point traffic of one step.
+struct pipeline_p2p {
+  bool active = false;      ///< pp > 1
+  bool efa = false;         ///< the stages' neighbours sit in other NVLink domains: the sends cross EFA
+  double bytes_per_send = 0;  ///< one micro-batch's activations (or their gradient) at one stage boundary
+  seconds per_send;         ///< one send: latency + bytes over the link
+  double sends = 0;         ///< sends per step on one rank: 2 · m · v (activations forward, gradients backward)
+  double pp = 1, vpp = 1, micro_batches = 1;
+};
+
+/// Pipeline parallelism, per step: at each of its v stage boundaries a rank sends one micro-batch's output
+/// activations forward and receives their gradient backward, `2·b·(s/cp)·h/tp` bytes of bf16 each (Megatron-Core
+/// `schedules.py` `tensor_shape = [seq_length // cp, micro_batch_size, hidden_size]`, ÷ tp with sequence
+/// parallel; `p2p_communication.py`). The ranks of one stage are world/pp apart (pp is the outermost mesh
+/// dimension in Megatron-Core and torchtitan), so the sends stay on NVLink when the whole job fits one NVLink
+/// domain and cross EFA otherwise, each GPU with its share of its instance's EFA (`efa_per_node · efa /
+/// gpus_per_node`); latency `collective_latency_s` + one NVLink or network step; the link's size efficiency
+/// S / (S + S½) as for the collectives.
+[[nodiscard]] inline pipeline_p2p pipeline_communication(const throughput_shape& s, const training_config& c, const gpu_spec& gpu,
+                                                         const instance_spec* inst, const throughput_calibration& k) noexcept {
+  pipeline_p2p r;
+  if (c.pp <= 1) return r;
+  r.active = true;
+  r.pp = c.pp;
+  r.vpp = c.virtual_stages();
+  r.micro_batches = s.ga;
+  r.bytes_per_send = 2 * s.T * s.h;
+  r.efa = inst != nullptr && c.world_size > c.nvlink_domain_gpus();
+  const double S = r.bytes_per_send;
+  double t = 0;
+  if (r.efa) {
+    const double bw = inst->efa_per_node.raw() * k.efa / std::max(1, inst->gpus_per_node) * S / (S + k.efa_half_message);
+    t = k.collective_latency_s + k.efa_step_s + S / bw;
+  } else {
+    const double bw = gpu.nvlink_per_direction.raw() * k.nvlink * S / (S + k.nvlink_half_message);
+    t = k.collective_latency_s + k.nvlink_step_s + S / bw;
+  }
+  r.per_send = seconds::base(t);
+  r.sends = 2 * s.ga * r.vpp;
+  return r;
+}
+
 /// HSDP: one all-reduce per step of the gradient shards `w·Pc/N` across the mesh / N replicas (0 unless
 /// hybrid sharding with more than one replica). Source: FSDP2 HSDP (`fully_shard` with a 2-D mesh).
 [[nodiscard]] inline seconds hsdp_all_reduce(const throughput_shape& s, const training_config& c, const gpu_spec& gpu,
@@ -547,7 +677,7 @@ struct fsdp_collectives {
                                                             const instance_spec* inst, const throughput_calibration& k) noexcept {
   if (c.cp <= 1) return seconds{};
   const double kvb = 2 * 2 * s.b * s.s * s.kv / c.tp;
-  const comm_group cg = comm_group_of(c.cp, c.tp, s.gpn);
+  const comm_group cg = comm_group_of(c.cp, c.tp, s.gpn);  // (with pp: within one stage's block of world/pp ranks)
   const double per = collective_time(collective_kind::all_gather, bytes::base(kvb), cg, gpu, inst, k).raw();
   const double passes = 3.0 * s.L + s.nck + (c.ac.mode == ac_mode::selective_attn ? s.L : 0);
   return seconds::base(s.ga * passes * per);
@@ -557,7 +687,9 @@ struct fsdp_collectives {
 [[nodiscard]] inline seconds expert_parallel_communication(const model_spec& m, const throughput_shape& s, const training_config& c,
                                                            const gpu_spec& gpu, const instance_spec* inst,
                                                            const throughput_calibration& k) {
-  return seconds::base(s.ga * moe_all_to_all_s(m, c, gpu, inst, k));
+  const double per = moe_all_to_all_s(m, c, gpu, inst, k);
+  // a pipeline rank runs its own MoE blocks only
+  return seconds::base(s.ga * (c.pp > 1 && m.moe_layers > 0 ? per * s.moe_layers / static_cast<double>(m.moe_layers) : per));
 }
 
 /// Collective time of one step by parallelism (before overlap).
@@ -570,6 +702,8 @@ struct communication_terms {
   seconds tensor_parallel;   ///< per step
   seconds context_parallel;  ///< per step
   seconds expert_parallel;   ///< per step
+  zero1_collectives zero1;   ///< per step (distributed optimizer; FSDP under pipeline parallelism)
+  pipeline_p2p pipeline;     ///< per step (pipeline parallelism)
   double micro_batches = 1;  ///< ga
   double blocks = 1;         ///< max(1, L)
 };
@@ -587,6 +721,8 @@ struct communication_terms {
   r.tensor_parallel = tensor_parallel_communication(s, c, gpu, inst, k);
   r.context_parallel = context_parallel_communication(s, c, gpu, inst, k);
   r.expert_parallel = expert_parallel_communication(m, s, c, gpu, inst, k);
+  r.zero1 = zero1_communication(s, c, gpu, inst, k);
+  r.pipeline = pipeline_communication(s, c, gpu, inst, k);
   r.micro_batches = s.ga;
   r.blocks = s.Lb;
   return r;
@@ -602,7 +738,9 @@ struct communication_terms {
   if (t.fsdp.active) dp = t.micro_batches * t.fsdp.per_micro_batch.raw();
   if (t.hsdp) dp += t.hsdp_all_reduce.raw();
   if (t.ddp) dp = t.ddp_all_reduce.raw();
-  return {seconds::base(dp), t.tensor_parallel, t.context_parallel, t.expert_parallel};
+  if (t.zero1.active) dp = t.zero1.reduce_scatter.raw() + t.zero1.all_gather.raw();
+  const double p2p = t.pipeline.active ? t.pipeline.sends * t.pipeline.per_send.raw() : 0.0;
+  return {seconds::base(dp), t.tensor_parallel, t.context_parallel, t.expert_parallel, seconds::base(p2p)};
 }
 
 /// What of each parallelism's communication is not hidden behind compute (`micro_batch` = compute of one
@@ -614,6 +752,15 @@ struct communication_terms {
 /// already uses) and expose at least the last bucket (1/L of it) (DDP bucketing, PyTorch DDP design notes).
 /// Sequence-parallel collectives are not overlapped (no async TP) and the MoE all-to-all sits on the critical
 /// path of every MoE block: all exposed. Ring attention overlaps its K/V exchange with the attention kernels.
+///
+/// The distributed optimizer's reduce-scatter overlaps the last micro-batch's backward (2/3 of its compute) and
+/// its all-gather the next step's first forward (1/3), bucket by bucket, each exposing what does not fit plus
+/// one bucket (Megatron-Core `overlap_grad_reduce`, `overlap_param_gather`: distributed_data_parallel_config.py,
+/// both set in Megatron-LM's examples/llama/train_llama3_8b_h100_fp8.sh:126-128). Pipeline sends: under 1F1B every send of the schedule waits
+/// (Megatron-Core batches its send/recv pairs, `batch_p2p_comm = not overlap_p2p_comm`, and overlaps them only
+/// with the interleaved schedule), `2·(m + pp − 1)` sends on the critical path; interleaved: the 2·(pp − 1)
+/// sends of warm-up and cool-down, plus what the steady state's 2·m·v sends exceed of its m micro-batches'
+/// compute.
 [[nodiscard]] constexpr communication_breakdown exposed_communication(const communication_terms& t, seconds micro_batch,
                                                                       seconds attention) noexcept {
   const double ga = t.micro_batches, Lb = t.blocks, t_mb = micro_batch.raw();
@@ -632,8 +779,19 @@ struct communication_terms {
     const double ar = t.ddp_all_reduce.raw();
     dp_exposed = std::max(0.0, ar - (2.0 / 3.0) * t_mb) + ar / Lb;
   }
+  if (t.zero1.active) {
+    const double rs = t.zero1.reduce_scatter.raw(), ag = t.zero1.all_gather.raw(), nb = t.zero1.buckets;
+    dp_exposed = std::max(0.0, rs - (2.0 / 3.0) * t_mb) + rs / nb + std::max(0.0, ag - (1.0 / 3.0) * t_mb) + ag / nb;
+  }
+  double pp_exposed = 0;
+  if (t.pipeline.active) {
+    const pipeline_p2p& p = t.pipeline;
+    const double send = p.per_send.raw();
+    pp_exposed = p.vpp <= 1 ? 2 * (ga + p.pp - 1) * send
+                            : 2 * (p.pp - 1) * send + std::max(0.0, p.sends * send - ga * t_mb);
+  }
   const double cp_exposed = std::max(0.0, t.context_parallel.raw() - ga * attention.raw());
-  return {seconds::base(dp_exposed), t.tensor_parallel, seconds::base(cp_exposed), t.expert_parallel};
+  return {seconds::base(dp_exposed), t.tensor_parallel, seconds::base(cp_exposed), t.expert_parallel, seconds::base(pp_exposed)};
 }
 
 }  // namespace terms
@@ -644,20 +802,28 @@ struct throughput_terms {
   terms::compute_terms compute;      ///< one micro-batch
   seconds optimizer;                 ///< once per step
   terms::communication_terms comm;   ///< before overlap
-  flops forward_per_micro_batch;     ///< forward FLOPs of one micro-batch (MFU numerator ÷ 3 ÷ ga)
-  double tokens_per_step = 0;        ///< T × ga × world size
+  flops forward_per_micro_batch;     ///< forward FLOPs of one micro-batch on one GPU (MFU numerator ÷ 3 ÷ ga; ÷ pp)
+  double tokens_per_step = 0;        ///< T × ga × world size (÷ pp)
   int world_size = 1;                ///< GPUs in the job
+  double bubble_micro_batches = 0;   ///< pipeline bubble in micro-batch times of this rank, (pp − 1)/v (bubble_micro_batches)
+  int pipeline_rank = 0;             ///< the pipeline rank these terms describe
 };
 
-/// Every throughput term of configuration `c` of `m` on `gpu` (`inst` may be null: no EFA). Throws
-/// invalid_request if `c` is invalid or its expert parallelism does not fit `m`.
+/// Every throughput term of configuration `c` of `m` on `gpu` (`inst` may be null: no EFA; with pipeline
+/// parallelism, of pipeline rank `stage`, rank 0 when null). Throws invalid_request if `c` is invalid, its
+/// expert parallelism does not fit `m` or its pipeline stages do not (validate_pipeline).
 [[nodiscard]] inline throughput_terms compute_throughput_terms(const model_spec& m, const training_config& c, const gpu_spec& gpu,
                                                                const instance_spec* inst = nullptr,
-                                                               const throughput_calibration& k = {}) {
-  validate(c);
-  detail::validate_moe(m, c);
+                                                               const throughput_calibration& k = {},
+                                                               const pipeline_rank* stage = nullptr);
+
+namespace detail {
+/// compute_throughput_terms without its validation (the callers that evaluate several pipeline ranks validate once).
+[[nodiscard]] inline throughput_terms throughput_terms_of(const model_spec& m, const training_config& c, const gpu_spec& gpu,
+                                                          const instance_spec* inst, const throughput_calibration& k,
+                                                          const pipeline_rank* stage) {
   throughput_terms t;
-  t.shape = terms::throughput_shape_of(m, c, gpu, k);
+  t.shape = terms::throughput_shape_of(m, c, gpu, k, stage);
   t.compute.gemm = terms::gemm_time(t.shape, c, k);
   t.compute.attention = terms::attention_time(t.shape, c, k);
   t.compute.memory_bound = terms::memory_bound_time(t.shape, c);
@@ -667,10 +833,26 @@ struct throughput_terms {
   t.forward_per_micro_batch = flops::base(forward_flops_per_token(m, c.seq_len) * t.shape.T);
   t.tokens_per_step = t.shape.T * t.shape.ga * c.world_size;  // = micro-batch tokens × accumulation × data-parallel degree
   t.world_size = c.world_size;
+  if (c.pp > 1) {  // each GPU runs 1/pp of the model's FLOPs; pp ranks share each token
+    t.forward_per_micro_batch = flops::base(t.forward_per_micro_batch.raw() / c.pp);
+    t.tokens_per_step /= c.pp;
+    t.bubble_micro_batches = bubble_micro_batches(c.pp, c.virtual_stages());
+    t.pipeline_rank = stage ? stage->rank : 0;
+  }
   return t;
 }
+}  // namespace detail
 
-/// Step time, tokens/s and MFU from the terms: micro-batches × compute + optimizer + exposed communication.
+inline throughput_terms compute_throughput_terms(const model_spec& m, const training_config& c, const gpu_spec& gpu,
+                                                 const instance_spec* inst, const throughput_calibration& k, const pipeline_rank* stage) {
+  validate(c);
+  detail::validate_moe(m, c);
+  validate_pipeline(m, c);
+  return detail::throughput_terms_of(m, c, gpu, inst, k, stage);
+}
+
+/// Step time, tokens/s and MFU from the terms: micro-batches × compute + optimizer + pipeline bubble + exposed
+/// communication. The bubble is (pp − 1)/v micro-batch times of the rank (bubble_micro_batches).
 [[nodiscard]] inline throughput_estimate compose_throughput(const throughput_terms& t) {
   const double ga = t.shape.ga, peak = t.shape.peak;
   const double t_mb = t.compute.micro_batch().raw();
@@ -691,7 +873,9 @@ struct throughput_terms {
   e.exposed = terms::exposed_communication(t.comm, cp.micro_batch(), cp.attention.time);
   e.communication = e.comm.total();
   e.exposed_communication = e.exposed.total();
-  e.step = e.compute + e.exposed_communication;
+  e.bubble = seconds::base(t.bubble_micro_batches * t_mb);
+  e.pipeline_rank = t.pipeline_rank;
+  e.step = e.compute + e.bubble + e.exposed_communication;
   const double tokens = t.tokens_per_step;
   e.tokens_per_step = tokens;
   e.tokens_per_s = tokens / e.step.raw();
@@ -711,10 +895,26 @@ struct throughput_terms {
 /// all-gathers and reduce-scatters, HSDP and DDP all-reduces, sequence-parallel collectives, ring-attention
 /// K/V exchange, expert all-to-all (collective_time for each call); the overlap model (exposed_communication)
 /// decides what is exposed. `inst` may be null (no EFA). @sa docs/methodology.md#throughput
+///
+/// Pipeline parallelism: the step of the slowest rank (bottleneck_ranks: the one with the most blocks and the
+/// last, which runs the LM head and the loss), with its bubble and its sends; `pipeline_rank` says which.
+/// docs/scaling.md#pipeline-parallelism
 [[nodiscard]] inline throughput_estimate estimate_throughput(const model_spec& m, const training_config& c,
                                                              const gpu_spec& gpu, const instance_spec* inst = nullptr,
                                                              const throughput_calibration& k = {}) {
-  return compose_throughput(compute_throughput_terms(m, c, gpu, inst, k));
+  if (c.pp <= 1) return compose_throughput(compute_throughput_terms(m, c, gpu, inst, k));
+  validate(c);  // once for every rank
+  detail::validate_moe(m, c);
+  validate_pipeline(m, c);
+  int ranks[2];
+  const int n = bottleneck_ranks(c, ranks);
+  throughput_estimate best;
+  for (int i = 0; i < n; ++i) {
+    const pipeline_rank st = pipeline_rank_of(c, m.layers, leading_dense_blocks(m), ranks[i]);
+    const throughput_estimate e = compose_throughput(detail::throughput_terms_of(m, c, gpu, inst, k, &st));
+    if (i == 0 || e.step.raw() > best.step.raw()) best = e;
+  }
+  return best;
 }
 
 /// Wall time and money to train a token budget.

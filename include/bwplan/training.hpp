@@ -27,6 +27,18 @@ enum class sharding {
   full,     ///< FSDP2 `fully_shard` per block + root over the data-parallel × context-parallel mesh (ZeRO-3)
   hybrid,   ///< HSDP: shard within groups of `shard_group` GPUs, replicate across groups (all-reduce of gradient shards)
   grad_op,  ///< SHARD_GRAD_OP / ZeRO-2: states and gradients sharded, gathered bf16 weights kept from forward to backward
+  /// ZeRO-1 / Megatron-Core distributed optimizer: optimizer states (and fp32 master weights) sharded over the
+  /// data-parallel × context-parallel ranks; bf16 parameters and the gradient buffer replicated; per step a
+  /// reduce-scatter of the gradients and an all-gather of the updated parameters (Megatron-Core
+  /// `megatron/core/optimizer/distrib_optimizer.py`, docs/user-guide/features/dist_optimizer.md; DeepSpeed ZeRO
+  /// stage 1; Rajbhandari et al. 2020, arXiv:1910.02054). docs/scaling.md#distributed-optimizer
+  optimizer,
+};
+
+/// Pipeline-parallel schedule (docs/scaling.md#pipeline-parallelism).
+enum class pp_schedule {
+  one_f_one_b,  ///< 1F1B (PipeDream-Flush): one stage per rank; Megatron-Core `forward_backward_pipelining_without_interleaving`, PyTorch `Schedule1F1B`
+  interleaved,  ///< interleaved 1F1B: `vpp` virtual stages per rank (Narayanan et al. 2021, arXiv:2104.04473 §2.2.2); PyTorch `ScheduleInterleaved1F1B`
 };
 
 /// What activation checkpointing recomputes: one value, so full and selective cannot contradict each other.
@@ -234,7 +246,12 @@ struct training_config {
   int shard_group = 0;  ///< hybrid sharding: GPUs per shard group (0 = gpus_per_node / tp, i.e. one node)
   int tp = 1;           ///< tensor-parallel degree (within a node, with sequence parallel)
   int cp = 1;           ///< context-parallel degree (ring attention over the sequence)
-  int pp = 1;           ///< pipeline-parallel degree (not modelled by this release: a plan with pp > 1 is refused)
+  int pp = 1;           ///< pipeline-parallel degree: stages (ranks) the layers are split over (docs/scaling.md#pipeline-parallelism)
+  pp_schedule schedule = pp_schedule::one_f_one_b;  ///< pipeline schedule (with pp > 1)
+  int vpp = 1;          ///< virtual stages per pipeline rank (interleaved schedule: >= 2; 1F1B: 1)
+  /// GPUs in one NVLink domain (0: the node): 72 on a GB200/GB300 NVL72 UltraServer, whose NVLink spans 18
+  /// instances of 4 GPUs. Follows from the target (resolve_world), like gpus_per_node; not a plan-file key.
+  int nvlink_domain = 0;
   finetune_mode finetune = finetune_mode::full;   ///< full fine-tune, LoRA or QLoRA
   lora_settings lora;                             ///< LoRA settings (finetune lora / qlora; kept but unused with full)
   optimizer_kind optim = optimizer_kind::adamw;   ///< the optimizer (optimizer_impl applies to AdamW only)
@@ -244,10 +261,19 @@ struct training_config {
 
   [[nodiscard]] bool operator==(const training_config&) const = default;
 
-  /// Data-parallel replicas × context-parallel ranks: the FSDP mesh, world_size / tp.
-  [[nodiscard]] constexpr int fsdp_mesh() const noexcept { return tp > 0 ? world_size / tp : world_size; }
-  /// Data-parallel degree: world_size / (tp · cp) (sequences processed side by side).
-  [[nodiscard]] constexpr int dp() const noexcept { return tp > 0 && cp > 0 ? world_size / (tp * cp) : world_size; }
+  /// Data-parallel replicas × context-parallel ranks of one pipeline stage: the FSDP (or distributed-optimizer)
+  /// mesh, world_size / (tp · pp).
+  [[nodiscard]] constexpr int fsdp_mesh() const noexcept {
+    return tp > 0 && pp > 0 ? world_size / (tp * pp) : world_size;
+  }
+  /// Data-parallel degree: world_size / (tp · cp · pp) (sequences processed side by side).
+  [[nodiscard]] constexpr int dp() const noexcept {
+    return tp > 0 && cp > 0 && pp > 0 ? world_size / (tp * cp * pp) : world_size;
+  }
+  /// GPUs of one NVLink domain: `nvlink_domain`, or the node when unset.
+  [[nodiscard]] constexpr int nvlink_domain_gpus() const noexcept { return nvlink_domain > 0 ? nvlink_domain : gpus_per_node; }
+  /// Virtual pipeline stages per rank: vpp with the interleaved schedule, else 1.
+  [[nodiscard]] constexpr int virtual_stages() const noexcept { return schedule == pp_schedule::interleaved ? vpp : 1; }
   /// GPUs a parameter/gradient/optimizer-state shard is spread over (1 without sharding). torchtitan shards
   /// model states over the combined data-parallel × context-parallel mesh.
   [[nodiscard]] constexpr int shard_size() const noexcept {
@@ -257,8 +283,9 @@ struct training_config {
       default: return fsdp_mesh();
     }
   }
-  /// Whether parameters are sharded (any FSDP mode).
-  [[nodiscard]] constexpr bool sharded() const noexcept { return shard != sharding::none; }
+  /// Whether parameters are sharded (any FSDP mode: full, hybrid, grad-op; not the distributed optimizer, which
+  /// shards optimizer states only).
+  [[nodiscard]] constexpr bool sharded() const noexcept { return shard != sharding::none && shard != sharding::optimizer; }
 
   /// Tokens each GPU processes per micro-batch.
   [[nodiscard]] constexpr std::int64_t tokens_per_micro_batch() const noexcept { return micro_batch * seq_len; }
@@ -290,11 +317,13 @@ struct training_config {
 /// Returns the broken rules in a fixed order, each with its plan field, JSON pointer and message (which
 /// names no command-line flag). Rules: micro-batch, sequence, accumulation, world size, GPUs per node,
 /// checkpoint interval and parallel degrees ≥ 1; FP8 all-gather only with fp8 tensorwise and full
-/// sharding; ep divides the GPUs left after tp; tp stays within a node; tp·cp·pp divides the world size;
+/// sharding; ep divides the GPUs left after tp (and after tp · pp: one pipeline stage); tp stays within a node
+/// (an NVLink domain where it spans instances); tp·cp·pp divides the world size; vpp > 1 only with the
+/// interleaved schedule, which needs pp ≥ 2, vpp ≥ 2 and grad_accum a multiple of pp;
 /// 2·cp divides the sequence (torchtitan's load-balanced ring attention, `context_parallel` in
 /// torch/distributed/tensor/experimental/_attention.py); a hybrid shard group divides the FSDP mesh and is set only with hybrid sharding;
 /// MoE capacity factor ≥ 1; LoRA rank 1..65536, alpha > 0, dropout in [0, 1), at least one target; LoRA and QLoRA
-/// with precision bf16 and tp 1 (what this release models); the stack's own settings (megatron: sharding none, fp32 master
+/// with precision bf16 and tp 1 (what this release models); the stack's own settings (megatron: sharding none or optimizer, fp32 master
 /// weights, standard loss, no compile; torchtune: bf16 master weights; LoRA with hf and torchtune). `first_only` stops at the first (the planner's hot loop only needs a yes/no).
 /// Model-dependent rules (heads, experts, positions) are bwplan::plan_violations in plan.hpp.
 [[nodiscard]] inline std::vector<plan_violation> violations(const training_config& c, bool first_only = false) {
@@ -318,6 +347,12 @@ struct training_config {
   need(c.cp >= 1, "cp", [&] { return "context-parallel degree must be >= 1, got " + s(c.cp); });
   need(c.ep >= 1, "ep", [&] { return "expert-parallel degree must be >= 1, got " + s(c.ep); });
   need(c.pp >= 1, "pp", [&] { return "pipeline-parallel degree must be >= 1, got " + s(c.pp); });
+  need(c.vpp >= 1, "vpp", [&] { return "virtual pipeline stages must be >= 1, got " + s(c.vpp); });
+  need(c.schedule == pp_schedule::interleaved || c.vpp == 1, "vpp",
+       [&] { return "virtual pipeline stages " + s(c.vpp) + " need the interleaved schedule (pp_schedule interleaved)"; });
+  need(c.schedule != pp_schedule::interleaved || (c.pp >= 2 && c.vpp >= 2), "pp_schedule", [&] {
+    return "the interleaved schedule needs pp >= 2 and vpp >= 2 (virtual stages per rank), got pp " + s(c.pp) + ", vpp " + s(c.vpp);
+  });
   need(c.lora.rank >= 1 && c.lora.rank <= 65536, "lora_rank", [&] { return "LoRA rank must be between 1 and 65536, got " + s(c.lora.rank); });
   need(c.lora.alpha > 0 && c.lora.alpha <= 1e6, "lora_alpha", [&] { return std::string("LoRA alpha must be > 0 and <= 1000000"); });
   need(c.lora.dropout >= 0 && c.lora.dropout < 1, "lora_dropout", [&] { return std::string("LoRA dropout must be in [0, 1)"); });
@@ -336,9 +371,9 @@ struct training_config {
   // the training stack: what each stack runs (docs/stacks.md)
   const bool mg = c.stack == training_stack::megatron;
   need(!(mg && c.compile), "compile", [&] { return std::string("Megatron-LM does not torch.compile its model (stack megatron): compile must be false"); });
-  need(!mg || c.shard == sharding::none, "sharding", [&] {
-    return std::string("stack megatron models Megatron-Core's data parallelism (sharding none: DDP over a permanent fp32 main-gradient buffer); "
-                       "Megatron-FSDP is not modelled");
+  need(!mg || c.shard == sharding::none || c.shard == sharding::optimizer, "sharding", [&] {
+    return std::string("stack megatron models Megatron-Core's data parallelism (sharding none: DDP over a permanent fp32 main-gradient "
+                       "buffer; sharding optimizer: its distributed optimizer); Megatron-FSDP is not modelled");
   });
   need(!mg || c.master == master_weights::fp32, "master_weights", [&] {
     return std::string("Megatron-LM trains a bf16 model with fp32 main parameters (--bf16): master weights must be fp32");
@@ -353,6 +388,16 @@ struct training_config {
   need(!c.adapters() || c.stack == training_stack::hf || c.stack == training_stack::torchtune, "finetune", [&] {
     return std::string("LoRA / QLoRA are modelled with the hf and torchtune stacks only, got stack ") + to_string(c.stack);
   });
+  need(c.pp <= 1 || (c.shard != sharding::hybrid && c.shard != sharding::grad_op), "pp", [&] {
+    return std::string("pipeline parallelism with sharding ") + (c.shard == sharding::hybrid ? "hybrid" : "grad-op") +
+           " is not modelled by this release (use none, full or optimizer with pp > 1)";
+  });
+  need(c.pp <= 1 || !c.adapters(), "pp",
+       [&] { return std::string("pipeline parallelism with LoRA/QLoRA adapters is not modelled by this release (pp must be 1)"); });
+  need(c.pp <= 1 || !c.fp8_all_gather, "pp",
+       [&] { return std::string("pipeline parallelism with FP8 all-gather is not modelled by this release (pp must be 1)"); });
+  need(!c.adapters() || c.shard != sharding::optimizer, "sharding",
+       [&] { return std::string("the distributed optimizer (sharding optimizer) with LoRA/QLoRA adapters is not modelled by this release"); });
   if (!out.empty()) return out;  // the rules below divide by these
   need(c.moe_capacity_factor >= 1, "moe_capacity_factor", [&] { return std::string("MoE capacity factor must be >= 1"); });
   need(c.world_size % c.ep == 0, "ep", [&] {
@@ -362,8 +407,19 @@ struct training_config {
     return "expert parallelism " + s(c.ep) + " must divide the GPUs left after tensor parallelism (" + s(c.world_size) +
            " / tp " + s(c.tp) + "): experts are split over ep x tp GPUs";
   });
-  need(c.tp <= c.gpus_per_node || c.world_size < c.gpus_per_node, "tp", [&] {
-    return "tensor parallelism " + s(c.tp) + " must stay within a node of " + s(c.gpus_per_node) + " GPUs";
+  need(c.pp == 1 || c.world_size % (c.tp * c.pp) != 0 || (c.world_size / (c.tp * c.pp)) % c.ep == 0, "ep", [&] {
+    return "expert parallelism " + s(c.ep) + " must divide the GPUs of one pipeline stage after tensor parallelism (" +
+           s(c.world_size) + " / (tp " + s(c.tp) + " x pp " + s(c.pp) + "))";
+  });
+  need(c.tp <= c.nvlink_domain_gpus() || c.world_size < c.nvlink_domain_gpus(), "tp", [&] {
+    return c.nvlink_domain_gpus() > c.gpus_per_node
+               ? "tensor parallelism " + s(c.tp) + " must stay within an NVLink domain of " + s(c.nvlink_domain_gpus()) + " GPUs"
+               : "tensor parallelism " + s(c.tp) + " must stay within a node of " + s(c.gpus_per_node) + " GPUs";
+  });
+  need(c.schedule != pp_schedule::interleaved || c.pp < 2 || c.grad_accum % c.pp == 0, "grad_accum", [&] {
+    return "the interleaved schedule needs the micro-batches per step (grad_accum " + s(c.grad_accum) +
+           ") to be a multiple of pp " + s(c.pp) +
+           " (Megatron-Core schedules.py: micro-batch groups of pp per virtual stage)";
   });
   need(c.world_size % (c.tp * c.cp * c.pp) == 0, "gpus", [&] {
     return "tp x cp x pp = " + s(c.tp * c.cp * c.pp) + " does not divide the world size " + s(c.world_size);
@@ -391,7 +447,29 @@ inline void validate(const training_config& c) {
 /// Name of an enum value as used on the command line and in JSON.
 [[nodiscard]] constexpr const char* to_string(master_weights m) noexcept { return m == master_weights::fp32 ? "fp32" : "bf16"; }
 [[nodiscard]] constexpr const char* to_string(sharding s) noexcept {
-  return s == sharding::none ? "none" : s == sharding::full ? "full" : s == sharding::hybrid ? "hybrid" : "grad-op";
+  switch (s) {
+    case sharding::none: return "none";
+    case sharding::full: return "full";
+    case sharding::hybrid: return "hybrid";
+    case sharding::grad_op: return "grad-op";
+    case sharding::optimizer: return "optimizer";
+  }
+  return "none";
+}
+/// Every sharding mode, in declaration order (parsers, sweeps, the search).
+inline constexpr sharding all_shardings[] = {sharding::none, sharding::full, sharding::hybrid, sharding::grad_op, sharding::optimizer};
+/// The one parser of a sharding name ("none", "full", "hybrid", "grad-op", "optimizer").
+[[nodiscard]] inline std::optional<sharding> parse_sharding(std::string_view s) noexcept {
+  for (auto x : all_shardings)
+    if (s == to_string(x)) return x;
+  return std::nullopt;
+}
+[[nodiscard]] constexpr const char* to_string(pp_schedule p) noexcept { return p == pp_schedule::interleaved ? "interleaved" : "1f1b"; }
+/// The one parser of a pipeline schedule name ("1f1b", "interleaved").
+[[nodiscard]] inline std::optional<pp_schedule> parse_pp_schedule(std::string_view s) noexcept {
+  if (s == "1f1b") return pp_schedule::one_f_one_b;
+  if (s == "interleaved") return pp_schedule::interleaved;
+  return std::nullopt;
 }
 [[nodiscard]] constexpr const char* to_string(optimizer_impl o) noexcept { return o == optimizer_impl::fused ? "fused" : "foreach"; }
 [[nodiscard]] constexpr const char* to_string(loss_impl l) noexcept { return l == loss_impl::standard ? "standard" : "chunked"; }

@@ -110,6 +110,53 @@ void BM_recommend_405b_1_to_64_nodes(benchmark::State& state) {
   state.counters["candidates_per_s"] = benchmark::Counter(static_cast<double>(evaluated), benchmark::Counter::kIsRate);
 }
 BENCHMARK(BM_recommend_405b_1_to_64_nodes)->Unit(benchmark::kMillisecond);
+// One pipeline-parallel candidate (issue 13): Llama-3.1-405B on 64 B200 (8 × ml.p6-b200.48xlarge), tp 8, pp 8,
+// 1F1B, distributed optimizer, full checkpointing, 1 × 4096, 128 micro-batches: memory of three ranks and the
+// throughput of two (the most loaded and the slowest), as the search does per candidate.
+void BM_evaluate_candidate_pp(benchmark::State& state) {
+  const auto& f = fx();
+  const auto& gpu = f.cat.gpu("b200");
+  const auto& inst = f.cat.instance("ml.p6-b200.48xlarge");
+  training_config c;
+  c.world_size = 64;
+  c.tp = 8;
+  c.pp = 8;
+  c.shard = sharding::optimizer;
+  c.ac = checkpointing::full();
+  c.seq_len = 4096;
+  c.grad_accum = 128;
+  std::int64_t mbs = 1;
+  for (auto _ : state) {
+    c.micro_batch = mbs;
+    mbs = mbs == 4 ? 1 : mbs * 2;
+    const auto me = estimate_memory(f.m405, c, gpu);
+    const auto te = estimate_throughput(f.m405, c, gpu, &inst);
+    benchmark::DoNotOptimize(me.peak_allocated);
+    benchmark::DoNotOptimize(te.tokens_per_s);
+  }
+  state.counters["candidates_per_s"] = benchmark::Counter(static_cast<double>(state.iterations()), benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_evaluate_candidate_pp);
+
+// The search of `recommend Llama-3.1-405B --nodes auto --max-nodes 128` (issue 13): node counts 1, 2, 4, …, 128
+// of ml.p6-b200.48xlarge, each with full_search (every sharding incl. the distributed optimizer, tp 1-8, pp 1-32
+// with 1F1B and interleaved 2 and 4, the --numerics balanced formats), sequence 4096, the default global batch.
+void BM_recommend_405b_1_to_128_nodes_pp(benchmark::State& state) {
+  const auto& f = fx();
+  const auto& gpu = f.cat.gpu("b200");
+  const auto& inst = f.cat.instance("ml.p6-b200.48xlarge");
+  std::int64_t evaluated = 0;
+  for (auto _ : state) {
+    for (int nodes = 1; nodes <= 128; nodes *= 2) {
+      plan_request req = full_search(gpu, nodes, formats_for_tier(numerics_tier::balanced, gpu), inst.nvlink_domain_gpus);
+      const auto r = search_plans(f.m405, gpu, &inst, req, 1);
+      evaluated += r.evaluated;
+      benchmark::DoNotOptimize(r.ranked.size());
+    }
+  }
+  state.counters["candidates_per_s"] = benchmark::Counter(static_cast<double>(evaluated), benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_recommend_405b_1_to_128_nodes_pp)->Unit(benchmark::kMillisecond);
 }  // namespace
 
 BENCHMARK_MAIN();

@@ -22,7 +22,7 @@ check estimate estim
 check completion complet
 check --bf16-layers estimate Llama-3.1-8B --bf16
 check "fp32 bf16" estimate Llama-3.1-8B --master ''
-check "none full hybrid grad-op" sagemaker --sharding ''
+check "none full hybrid grad-op optimizer" sagemaker --sharding ''
 check "bash zsh fish" completion ''
 check "--emit" recommend --emi
 check "llama-3.1-8b" estimate llama-3.1-8

@@ -20,7 +20,7 @@ CONTRACT = C.load_contract(os.path.join(ROOT, "configs", "training-contract.json
 
 # The plan-file keys the contract must carry (the issue's list), and its own keys.
 PLAN_KEYS = ["model", "instance", "gpu", "nodes", "gpus", "precision", "master_weights", "micro_batch_size", "seq_len",
-             "global_batch_size", "grad_accum", "activation_checkpointing", "sharding", "shard_group", "tp", "cp", "ep", "pp",
+             "global_batch_size", "grad_accum", "activation_checkpointing", "sharding", "shard_group", "tp", "cp", "ep", "pp", "pp_schedule", "vpp",
              "optimizer", "optimizer_impl", "loss", "finetune", "lora_rank", "lora_alpha", "lora_targets", "lora_dropout",
              "stack", "compile", "expandable_segments", "bf16_layers", "fp8_all_gather", "headroom"]
 CONTRACT_KEYS = ["contract_version", "max_steps", "data", "checkpoint_dir", "measure"]
@@ -282,6 +282,8 @@ class RefusalTest(unittest.TestCase):
     def test_static_refusals(self):
         self.assertEqual(self.ids(), set())
         self.assertEqual(self.ids(pp=2), {"T-pp"})
+        self.assertEqual(self.ids(pp=2, pp_schedule="interleaved", vpp=2, grad_accum=2), {"T-pp"})
+        self.assertEqual(self.ids(sharding="optimizer"), {"T-zero1"})
         self.assertEqual(self.ids(ep=2), {"T-ep"})
         self.assertEqual(self.ids(precision="nvfp4", tp=2), {"T-nvfp4-tp"})
         self.assertEqual(self.ids(precision="nvfp4", sharding="none", gpus=1), {"T-nvfp4-autocast"})
@@ -297,6 +299,15 @@ class RefusalTest(unittest.TestCase):
 
 
 class CommandLineTest(unittest.TestCase):
+    def test_pipeline_rule(self):
+        base = {"contract_version": "1", "model": "m", "gpus": "16", "seq_len": "8192"}
+        with self.assertRaisesRegex(C.ContractError, r"'vpp'.*R-pipeline"):
+            C.parse_hyperparameters(dict(base, vpp="2"), CONTRACT)
+        with self.assertRaisesRegex(C.ContractError, r"'pp_schedule'.*R-pipeline"):
+            C.parse_hyperparameters(dict(base, pp="4", pp_schedule="interleaved", vpp="2", grad_accum="3"), CONTRACT)
+        plan = C.parse_hyperparameters(dict(base, pp="4", pp_schedule="interleaved", vpp="2", grad_accum="4"), CONTRACT)
+        self.assertEqual((plan["pp"], plan["pp_schedule"], plan["vpp"]), (4, "interleaved", 2))
+
     def test_main_prints_the_plan(self):
         hps = {"contract_version": "1", "model": "Llama-3.2-1B", "gpus": "8", "precision": "fp8", "fp8_all_gather": "True"}
         with tempfile.TemporaryDirectory() as d:

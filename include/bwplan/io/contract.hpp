@@ -453,6 +453,8 @@ inline std::string expected(const contract_field& f) {
   if (key == "cp") return c.cp;
   if (key == "ep") return c.ep;
   if (key == "pp") return c.pp;
+  if (key == "pp_schedule") return to_string(c.schedule);
+  if (key == "vpp") return c.vpp;
   if (key == "optimizer") return to_string(c.optim);
   if (key == "optimizer_impl") return to_string(c.optimizer);
   if (key == "loss") return to_string(c.loss);
@@ -527,6 +529,8 @@ inline std::optional<condition_value> refusal_value(const plan& p, std::string_v
   if (key == "cp") return num(c.cp);
   if (key == "ep") return num(c.ep);
   if (key == "pp") return num(c.pp);
+  if (key == "pp_schedule") return name(to_string(c.schedule));
+  if (key == "vpp") return num(c.vpp);
   if (key == "gpus") return num(world);
   if (key == "micro_batch_size") return num(c.micro_batch);
   if (key == "seq_len") return num(c.seq_len);

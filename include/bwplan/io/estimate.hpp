@@ -34,6 +34,8 @@ namespace bwplan::io {
           {"cp", c.cp},
           {"ep", c.ep},
           {"pp", c.pp},
+          {"pp_schedule", to_string(c.schedule)},
+          {"vpp", c.vpp},
           {"master_weights", to_string(c.master)},
           {"precision", to_string(c.format)},
           {"bf16_layers", c.bf16_layers ? to_string(*c.bf16_layers) : std::string("default")},
@@ -59,7 +61,32 @@ namespace bwplan::io {
   return {{"data_parallel", b.data_parallel.raw()},
           {"tensor_parallel", b.tensor_parallel.raw()},
           {"context_parallel", b.context_parallel.raw()},
-          {"expert_parallel", b.expert_parallel.raw()}};
+          {"expert_parallel", b.expert_parallel.raw()},
+          {"pipeline_parallel", b.pipeline_parallel.raw()}};
+}
+
+/// The pipeline of configuration `c` (pp > 1): schedule, micro-batches, the blocks and in-flight micro-batches of
+/// every rank (pipeline_rank_of), the bubble as a share of the ideal step, the rank whose memory is the peak and
+/// the one that sets the step time, and the P2P message per micro-batch and where it travels.
+[[nodiscard]] inline nlohmann::ordered_json pipeline_to_json(const model_spec& m, const training_config& c, const memory_estimate& me,
+                                                             const throughput_estimate& te) {
+  nlohmann::ordered_json ranks = nlohmann::ordered_json::array();
+  for (int r = 0; r < c.pp; ++r) {
+    const pipeline_rank st = pipeline_rank_of(c, m.layers, leading_dense_blocks(m), r);
+    ranks.push_back({{"rank", r}, {"blocks", st.blocks}, {"embedding", st.embedding}, {"head", st.head}, {"in_flight_micro_batches", st.in_flight}});
+  }
+  const double T = static_cast<double>(c.tokens_per_micro_batch()) / (static_cast<double>(c.tp) * c.cp);
+  return {{"pp", c.pp},
+          {"schedule", to_string(c.schedule)},
+          {"virtual_stages_per_rank", c.virtual_stages()},
+          {"micro_batches", c.grad_accum},
+          {"bubble_fraction", static_cast<double>(c.pp - 1) / (static_cast<double>(c.virtual_stages()) * static_cast<double>(c.grad_accum))},
+          {"bubble_s", te.bubble.raw()},
+          {"peak_memory_rank", me.pipeline_rank},
+          {"step_time_rank", te.pipeline_rank},
+          {"p2p_bytes_per_send", 2 * T * static_cast<double>(m.hidden)},
+          {"p2p_link", c.world_size > c.nvlink_domain_gpus() ? "efa" : "nvlink"},
+          {"ranks", ranks}};
 }
 
 /// JSON of one configuration with its memory and throughput estimates (docs/cli.md#estimate-json): model and
@@ -119,7 +146,9 @@ namespace bwplan::io {
                      {"exposed_communication_s", te.exposed_communication.raw()},
                      {"communication_by_parallelism_s", comm_to_json(te.comm)},
                      {"exposed_by_parallelism_s", comm_to_json(te.exposed)},
+                     {"pipeline_bubble_s", te.bubble.raw()},
                      {"tokens_per_step", te.tokens_per_step}};
+  if (c.pp > 1) j["pipeline"] = pipeline_to_json(m, c, me, te);
   return j;
 }
 

@@ -86,8 +86,8 @@ namespace io {
       "$schema", "schema_version", "name", "model", "instance", "gpu", "nodes", "gpus", "precision",
       "bf16_layers", "fp8_all_gather", "master_weights", "micro_batch_size", "seq_len", "global_batch_size",
       "grad_accum", "activation_checkpointing", "ac_every", "sharding", "shard_group", "tp", "cp", "ep", "pp",
-      "optimizer", "optimizer_impl", "loss", "finetune", "lora_rank", "lora_alpha", "lora_targets", "lora_dropout", "stack", "compile",
-      "expandable_segments", "headroom", "check"};
+      "pp_schedule", "vpp", "optimizer", "optimizer_impl", "loss", "finetune", "lora_rank", "lora_alpha", "lora_targets", "lora_dropout",
+      "stack", "compile", "expandable_segments", "headroom", "check"};
   return k;
 }
 
@@ -218,13 +218,19 @@ T plan_enum(const nlohmann::json& v, const std::string& file, const std::string&
       c.ac = *a;
     }
     else if (k == "ac_every") ac_every = plan_int(v, file, ptr, 1, L::max_ac_every);
-    else if (k == "sharding") c.shard = plan_enum<sharding>(v, file, ptr, {"none", "full", "hybrid", "grad-op"},
-                                                               {sharding::none, sharding::full, sharding::hybrid, sharding::grad_op});
+    else if (k == "sharding") {
+      std::vector<std::string> names;
+      for (auto x : all_shardings) names.emplace_back(to_string(x));
+      c.shard = plan_enum<sharding>(v, file, ptr, names, std::vector<sharding>(std::begin(all_shardings), std::end(all_shardings)));
+    }
     else if (k == "tp") c.tp = static_cast<int>(plan_int(v, file, ptr, 1, L::max_degree));
     else if (k == "shard_group") c.shard_group = static_cast<int>(plan_int(v, file, ptr, 1, L::max_gpus));
     else if (k == "cp") c.cp = static_cast<int>(plan_int(v, file, ptr, 1, L::max_degree));
     else if (k == "ep") c.ep = static_cast<int>(plan_int(v, file, ptr, 1, L::max_degree));
     else if (k == "pp") c.pp = static_cast<int>(plan_int(v, file, ptr, 1, L::max_degree));
+    else if (k == "pp_schedule")
+      c.schedule = plan_enum<pp_schedule>(v, file, ptr, {"1f1b", "interleaved"}, {pp_schedule::one_f_one_b, pp_schedule::interleaved});
+    else if (k == "vpp") c.vpp = static_cast<int>(plan_int(v, file, ptr, 1, L::max_degree));
     else if (k == "optimizer") {
       std::vector<std::string> names;
       for (auto o : all_optimizers) names.emplace_back(to_string(o));
@@ -316,6 +322,8 @@ T plan_enum(const nlohmann::json& v, const std::string& file, const std::string&
   j["cp"] = c.cp;
   j["ep"] = c.ep;
   j["pp"] = c.pp;
+  j["pp_schedule"] = to_string(c.schedule);
+  j["vpp"] = c.vpp;
   j["optimizer"] = to_string(c.optim);
   j["optimizer_impl"] = to_string(c.optimizer);
   j["loss"] = to_string(c.loss);
