@@ -49,6 +49,13 @@ hardware_catalog context::catalog() const {
       cat.put(std::move(g));
     }
   }
+  if (!attention_kernel.empty()) {  // --attention-kernel: the attention kernel every GPU's stack runs
+    std::vector<gpu_spec> set = cat.gpus();
+    for (auto& g : set) {
+      g.attention = parse_attention_kernel(attention_kernel).value_or(bwplan::attention_kernel::fused);
+      cat.put(std::move(g));
+    }
+  }
   return cat;
 }
 
@@ -138,6 +145,10 @@ int run_command(const std::vector<std::string>& args, std::ostream& out, std::os
   app.add_option("--power-limit", ctx.power_limit_w,
                  "GPU board power limit in W (nvidia-smi -pl): GEMM and attention rates scale by limit / rated power")
       ->check(CLI::Range(50.0, 5000.0));
+  app.add_option("--attention-kernel", ctx.attention_kernel,
+                 "attention kernel the training stack runs: fused (FlashAttention-3 / cuDNN, the catalog default) or fa2 "
+                 "(FlashAttention-2, as PyTorch's flash backend and ring attention ran in 2024)")
+      ->check(CLI::IsMember({"fused", "fa2"}));
   app.require_subcommand(0, 1);  // none: the help (no arguments) or "a command is required"
   std::vector<std::pair<CLI::App*, runner>> cmds;
   auto add = [&](const char* name, runner r) { cmds.emplace_back(app.get_subcommand(name), std::move(r)); };

@@ -32,6 +32,7 @@ struct context {
   std::string config_dir;                   ///< --configs DIR (empty: BWPLAN_CONFIG_DIR or the built-in path)
   std::vector<std::string> hardware_files;  ///< --hardware FILE, merged over the bundled catalog
   double power_limit_w = 0;                 ///< --power-limit W: every GPU's power limit (0: the catalog's)
+  std::string attention_kernel{};           ///< --attention-kernel fused|fa2: every GPU's attention kernel ("": the catalog's)
 
   /// The directory holding configs/ data.
   [[nodiscard]] std::filesystem::path configs() const;

@@ -336,6 +336,8 @@ TEST_CASE("catalog reader: impossible values are one-line errors naming the file
       {gpu_with("hbm_total_mib", 2e12), "user.json: /gpus/0/hbm_total_mib: must be <= 1024000000 (10^6 GiB), got"},
       {gpu_with("hbm_total_mib", 0), "user.json: /gpus/0/hbm_total_mib: must be a positive number, got 0"},
       {gpu_with("id", ""), "user.json: /gpus/0/id: must not be empty"},
+      {gpu_with("attention_kernel", "fast"), "user.json: /gpus/0/attention_kernel: expected \"fused\" or \"fa2\", got \"fast\""},
+      {gpu_with("attention_kernel", 2), "user.json: /gpus/0/attention_kernel: expected \"fused\" or \"fa2\", got 2"},
       {gpu_with("id", "  "), "user.json: /gpus/0/id: must not be empty"},
       {gpu_with("architecture", "volta"), "user.json: /gpus/0/architecture: unknown architecture 'volta'"},
       {gpu_with("interconnect", "infiniband"), "user.json: /gpus/0/interconnect: expected \"nvlink\" or \"pcie\", got \"infiniband\""},
@@ -414,6 +416,7 @@ TEST_CASE("catalog reader: new fields are optional in user files, with defaults"
   const gpu_spec& g = cat.gpu("mygpu");
   CHECK(g.interconnect == "nvlink");
   CHECK(g.power_limit_w == 0);
+  CHECK(g.attention == attention_kernel::fused);  // the current fused kernels unless the file says "fa2"
   CHECK(cat.gpu("mypcie").interconnect == "pcie");
   CHECK(cat.gpu("mypcie").peer_per_direction().in(gb_per_s) == Approx(64));
   const instance_spec& ia = cat.instance("ml.my.48xlarge");

@@ -141,6 +141,106 @@ TEST_CASE("collectives: p5 all-reduce bus bandwidth over 4-32 nodes follows the 
   CHECK(std::sqrt(sq / count) < 0.20);
 }
 
+// nccl-tests alltoall_perf bus bandwidth on 2 to 32 p5.48xlarge (GB/s; size = each rank's whole buffer), from
+// crazyguitar/aws-gpu-communication-benchmark data/nccl_alltoall.csv (../shared/reference/scaleout.md §2.1). Issue 13:
+// the MoE dispatch/combine cost across nodes. The hierarchical model (only the (n - p)/n of a rank's bytes bound for
+// other nodes cross the node's EFA, shared by its 8 ranks) must be within a factor 1.35 of every point from 256 MiB up
+// and within 0.2 rms log error; the former model (every remote byte over one GPU's EFA share) was 2x low at 2 nodes.
+TEST_CASE("collectives: p5 all-to-all bus bandwidth over 2-32 nodes follows the hierarchical split", "[scaling][collective][moe]") {
+  const throughput_calibration k{};
+  const gpu_spec g = h100();
+  const instance_spec i = p5();
+  const double sizes[] = {268435456.0, 1073741824.0, 2147483648.0};
+  const std::vector<std::pair<int, std::vector<double>>> measured = {
+      {2, {74.26, 77.73, 79.25}}, {4, {54.28, 53.75, 54.07}}, {8, {44.40, 48.31, 49.63}},
+      {16, {34.77, 42.36, 44.23}}, {32, {30.21, 38.68, 40.78}}};
+  double sq = 0;
+  int count = 0;
+  for (const auto& [nodes, bus] : measured) {
+    const comm_group grp{8 * nodes, 8, 1};
+    const double n = 8.0 * nodes;
+    for (std::size_t j = 0; j < bus.size(); ++j) {
+      const double t = all_to_all_time(bytes::base(sizes[j]), grp, g, &i, k).raw();
+      const double busbw = (n - 1) / n * sizes[j] / t / 1e9;
+      INFO(nodes << " nodes, " << sizes[j] << " B: bwplan " << busbw << " GB/s, measured " << bus[j]);
+      CHECK(std::abs(std::log(busbw / bus[j])) < std::log(1.35));
+      sq += std::pow(std::log(busbw / bus[j]), 2);
+      ++count;
+    }
+  }
+  CHECK(std::sqrt(sq / count) < 0.20);
+  // within one node the whole exchange is NVLink: (n - 1)/n of the buffer at 0.80 × 450 GB/s (size efficiency ~1)
+  const double S = 2147483648.0;
+  CHECK(all_to_all_time(bytes::base(S), comm_group{8, 8, 1}, g, &i, k).raw() ==
+        Approx(7.0 / 8 * S / (450e9 * 0.80 * S / (S + 32.0 * 1048576)) + 20e-6 + 7 * 3.4e-6));
+}
+
+// Qwen3-30B-A3B, EP 16 over two p5 nodes (Megatron's H100 recipe): the expert all-to-all of one micro-batch hides
+// behind another micro-batch's compute (overlap_moe_expert_parallel_comm), so with 64 micro-batches per step only what
+// it exceeds of that compute is exposed (here the all-to-all is the longer of the two: about 28 % of it stays), and with
+// one micro-batch all of it is exposed.
+TEST_CASE("moe: expert all-to-all across two nodes, hierarchical and overlapped across micro-batches", "[scaling][moe]") {
+  const model_spec m = cli::context{std::cout, std::cerr}.model("Qwen3-30B-A3B");
+  const gpu_spec g = h100();
+  const instance_spec i = p5();
+  training_config c;
+  c.micro_batch = 1;
+  c.seq_len = 4096;
+  c.world_size = 16;
+  c.gpus_per_node = 8;
+  c.ep = 16;
+  c.shard = sharding::full;
+  c.grad_accum = 64;
+  const auto many = estimate_throughput(m, c, g, &i);
+  REQUIRE(many.comm.expert_parallel.raw() > 0);
+  // each later micro-batch exposes what its all-to-all exceeds of a micro-batch's compute, one micro-batch's worth stays
+  const auto terms_many = compute_throughput_terms(m, c, g, &i);
+  const double ep_mb = many.comm.expert_parallel.raw() / 64, t_mb = terms_many.compute.micro_batch().raw();
+  CHECK(many.exposed.expert_parallel.raw() == Approx(63 * std::max(0.0, ep_mb - t_mb) + ep_mb));
+  CHECK(many.exposed.expert_parallel.raw() < 0.4 * many.comm.expert_parallel.raw());
+  c.grad_accum = 1;
+  const auto one = estimate_throughput(m, c, g, &i);
+  CHECK(one.exposed.expert_parallel.raw() == Approx(one.comm.expert_parallel.raw()));
+  // per call: half of each rank's 4096·8·2048·2 B crosses the node's 400 GB/s EFA (× 0.72), shared by its 8 ranks
+  const double per = 4096.0 * 8 * 2048 * 2, node = 8 * per;
+  const double efa = 400e9 * 0.72 * node / (node + 96.0 * 1048576);
+  const double call = all_to_all_time(bytes::base(per), comm_group{16, 8, 1}, g, &i, throughput_calibration{}).raw();
+  CHECK(call == Approx(0.5 * node / efa + 20e-6 + 7 * 3.4e-6 + 14e-6));
+  CHECK(one.comm.expert_parallel.raw() == Approx(4 * 48 * call));
+}
+
+// Long context (torchtitan Llama 3 8B, FSDP x CP on 8 H100 96 GB at 500 W, Table 2 of
+// benchmarks/llama3_h100_202412_torchtitan.md): measured tokens/s per GPU fall 7.1x from 32K (CP 1) to 256K (CP 8).
+// Ring attention's own costs (per-step fp32 merges, the K/V all-gather hidden behind the first step, dK/dV sent on
+// after every step) keep the fall-off above the 4.7x of the model this release replaces; issue 13's target (within
+// 15 %, >= 6.0x) is not reached: docs/scaling.md §7.
+TEST_CASE("context parallel: ring attention fall-off from 32K/CP1 to 256K/CP8 and its per-step exposure", "[scaling][cp]") {
+  hardware_catalog cat = cli::context{std::cout, std::cerr}.catalog();
+  const model_spec m = io::load_model(std::string(BWPLAN_SOURCE_DIR) + "/configs/models/llama-3.1-8b.json");
+  gpu_spec g = cat.gpu("h100-96gb");
+  g.attention = attention_kernel::flash2;  // the 2024 stack's FlashAttention-2 (--attention-kernel fa2)
+  auto run = [&](int cp, std::int64_t seq) {
+    training_config c;
+    c.world_size = 8;
+    c.gpus_per_node = 8;
+    c.micro_batch = 1;
+    c.seq_len = seq;
+    c.cp = cp;
+    c.ac = checkpointing::full();
+    c.shard = sharding::full;
+    c.format = compute_format::fp8;
+    return estimate_throughput(m, c, g);
+  };
+  const auto r1 = run(1, 32768), r8 = run(8, 262144);
+  const double falloff = r1.tokens_per_s_per_gpu / r8.tokens_per_s_per_gpu;
+  INFO("fall-off " << falloff << " (measured 7.10)");
+  CHECK(falloff > 5.2);
+  CHECK(falloff < 8.2);
+  // on one node the ring's K/V traffic hides behind its own kernels: what it exposes is under 1 % of the step
+  CHECK(r8.comm.context_parallel.raw() > 0);
+  CHECK(r8.exposed.context_parallel.raw() < 0.01 * r8.step.raw());
+}
+
 // torchtitan Llama 3.1 8B, FSDP2, 2 x 8192, per-op SAC on Grand Teton H100 96 GB hosts (500 W), 8 vs 128 GPUs
 // (pytorch/torchtitan benchmarks/llama3_h100_202412_torchtitan.md, tables 1 and 3): per-GPU tokens/s at 128 over
 // 8 GPUs 0.973 (eager), 0.977 (compile), 0.982 (float8); float8 over bf16 at 128 GPUs 8380 / 6514 = 1.29.
@@ -270,6 +370,24 @@ TEST_CASE("estimate: --tokens gives time and cost from the instance price, --pri
   CHECK_THAT(text.out, Catch::Contains("training   1e+11 tokens in"));
 }
 
+TEST_CASE("estimate: --attention-kernel fa2 runs the 2024 FlashAttention-2 rates, a bad value is one line (exit 2)", "[scaling][cli][cp]") {
+  const std::vector<std::string> a{"Llama-3.1-8B", "--gpu", "h100", "--gpus", "8", "--mbs", "1", "--seq", "32768", "--ac", "full"};
+  const auto fused = estimate_json(a)["throughput"]["tokens_per_s_per_gpu"].get<double>();
+  std::vector<std::string> f2{"--attention-kernel", "fa2", "estimate"};
+  f2.insert(f2.end(), a.begin(), a.end());
+  f2.insert(f2.end(), {"--format", "json"});
+  const auto r = run_cli(f2);
+  REQUIRE(r.code == 0);
+  const double fa2 = nlohmann::json::parse(r.out)["throughput"]["tokens_per_s_per_gpu"].get<double>();
+  // attention is about two thirds of a 32K step and FlashAttention-2 runs it at ~60 % of the fused kernels' rate
+  CHECK(fa2 < 0.9 * fused);
+  CHECK(fa2 > 0.6 * fused);
+  const auto bad = run_cli({"--attention-kernel", "fa4", "estimate", "Llama-3.1-8B", "--gpu", "h100"});
+  CHECK(bad.code == 2);
+  CHECK(bad.err.find("--attention-kernel") != std::string::npos);
+  CHECK(std::count(bad.err.begin(), bad.err.end(), '\n') <= 2);
+}
+
 TEST_CASE("token counts and durations parse with suffixes", "[scaling][cli]") {
   CHECK(cli::parse_token_count("1T", "--tokens") == 1e12);
   CHECK(cli::parse_token_count("100B", "--tokens") == 1e11);
@@ -352,4 +470,27 @@ TEST_CASE("recommend --nodes auto --tokens 100B: 70B on p6-b200 over 1, 2, 4 nod
   const auto bad = run_cli({"recommend", "Llama-3.1-70B", "--objective", "speed"});
   CHECK(bad.code == 2);
   CHECK_THAT(bad.err, Catch::Contains("unknown objective"));
+}
+
+// Issue 13, shapes off the Llama mould on one H200 (the harness's amp recipe): the held-back runs put Qwen3-0.6B
+// (q width 2,048 over h 1,024, head_dim 128, q/k RMSNorm) 17-30 % slower than the former estimate and Gemma-2B
+// (multi-query, head_dim 256, F 16,384, V 256,000) 6-18 % faster, with Llama-shaped runs within 6 %. In MFU terms
+// against Llama-3.2-1B on the same configuration, the former model gave Qwen3 0.76 and Gemma 0.97; the terms that follow
+// the shape (per-GEMM efficiency, attention by head_dim, the fp32 q/k-norm path, element-wise bytes per op) must give
+// Qwen3 at most 0.70 and Gemma at least 1.00.
+TEST_CASE("shapes: Qwen3-0.6B below and Gemma-2B above Llama-3.2-1B in MFU on one H200", "[scaling][shapes]") {
+  const hardware_catalog cat = cli::context{std::cout, std::cerr}.catalog();
+  const gpu_spec& g = cat.gpu("h200");
+  auto mfu = [&](const char* preset, std::int64_t mbs) {
+    const model_spec m = cli::context{std::cout, std::cerr}.model(preset);
+    training_config c;
+    c.micro_batch = mbs;
+    c.seq_len = 4096;
+    c.master = master_weights::fp32;  // autocast over fp32 weights, one GPU (the harness's amp recipe)
+    return estimate_throughput(m, c, g).mfu;
+  };
+  const double llama = mfu("Llama-3.2-1B", 4), qwen = mfu("Qwen3-0.6B", 4), gemma = mfu("gemma-2b-it", 2);
+  INFO("MFU llama " << llama << ", qwen3 " << qwen << ", gemma " << gemma);
+  CHECK(qwen / llama <= 0.70);
+  CHECK(gemma / llama >= 1.00);
 }

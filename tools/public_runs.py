@@ -17,8 +17,10 @@ Each row becomes one `bwplan estimate` command (printed in the table's reproduce
 cp, ep, micro-batch, sequence, accumulation (global batch / (micro-batch x data-parallel degree)),
 activation checkpointing and sharding. torchtitan rows run FSDP2 with fp32 master weights (torchtitan's
 default mixed precision: bf16 parameters, fp32 reduce); Megatron rows with the distributed optimizer
-(ZeRO-1) are mapped to DDP (the same all-reduce volume per step, optimizer states not sharded) and marked
-"stack not modelled" in the table. Rows whose source does not state the GPU's power limit (torchao's "power
+(ZeRO-1) are mapped to DDP over bf16 parameters (Megatron computes in bf16 parameters without autocast casts;
+the same all-reduce volume per step; optimizer states not sharded) and marked "stack not modelled" in the
+table. Rows whose PyTorch ran FlashAttention-2 (torchtitan of 2024, torch 2.7 nightly) get the global
+`--attention-kernel fa2`; torch.compile rows are estimated as eager (said so per row). Rows whose source does not state the GPU's power limit (torchao's "power
 limited" B200s; its H100s, 80 or 96 GB, 500 or 700 W) are estimated and shown, marked "hardware not
 stated", and left out of the checked set: the median and max bounds apply to the other rows. Rows with
 pipeline parallelism are listed but not estimated (bwplan does not model pp). Standard library only.
@@ -37,6 +39,8 @@ HOSTS = "configs/hardware/public-hosts.json"
 MULTI_NODE_HOST = {"h100-96gb": "grand-teton-h100-96gb"}
 GPUS_PER_NODE = 8
 UNSTATED = "hardware not stated"
+# stacks whose SDPA ran FlashAttention-2 on Hopper: torchtitan 9dec370 (torch 2024-12-23) and torch 2.7 nightly (2025-02)
+FA2_STACKS = ("torchtitan 9dec370", "torch 2.7")
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -93,8 +97,10 @@ def mapping(row):
     stack = row["stack"]
     megatron = "Megatron" in stack
     if megatron and "distributed optimizer" in stack:
-        args += ["--sharding", "none", "--master", "fp32"]
-        notes.append("stack not modelled: Megatron distributed optimizer (ZeRO-1) as DDP")
+        # Megatron computes in bf16 parameters (no autocast casts of fp32 weights) and keeps the fp32 main weights
+        # in the sharded optimizer: DDP with bf16 parameters is the closest bwplan setting for the step's kernels
+        args += ["--sharding", "none", "--master", "bf16"]
+        notes.append("stack not modelled: Megatron distributed optimizer (ZeRO-1) as DDP over bf16 parameters")
     elif megatron and "Megatron-FSDP" in stack:
         args += ["--sharding", "full", "--master", "fp32"]
         notes.append("stack not modelled: Megatron-FSDP as FSDP2")
@@ -113,6 +119,14 @@ def mapping(row):
     if not megatron:
         if "eager" in stack:
             notes.append("eager")
+        else:
+            notes.append("torch.compile estimated as eager")
+    # the attention kernel of the row's software: FlashAttention-2 for the PyTorch of 2024 and early 2025 on Hopper
+    # (SDPA's flash backend; torchtitan 9dec370 repeats the K/V heads before SDPA); the catalog's default (fused
+    # FlashAttention-3 / cuDNN kernels) otherwise (torchtitan selects cuDNN on B200, Megatron runs TE's cuDNN attention)
+    if any(k in stack for k in FA2_STACKS):
+        args += ["--attention-kernel", "fa2"]
+        notes.append("FlashAttention-2 kernels (--attention-kernel fa2)")
     # rows whose hardware conditions the source does not state: estimated, shown, not in the bounded set
     if "power limited" in row["notes"]:
         notes.append(f"{UNSTATED}: power limit (the source says only 'power limited')")
@@ -122,11 +136,12 @@ def mapping(row):
 
 
 def command(args):
-    """`bwplan` arguments of a row: the global --hardware first, then `estimate` and its flags."""
+    """`bwplan` arguments of a row: the global --hardware and --attention-kernel first, then `estimate` and its flags."""
     glob = []
-    if "--hardware" in args:
-        i = args.index("--hardware")
-        glob, args = args[i:i + 2], args[:i] + args[i + 2:]
+    for flag in ("--hardware", "--attention-kernel"):
+        if flag in args:
+            i = args.index(flag)
+            glob, args = glob + args[i:i + 2], args[:i] + args[i + 2:]
     return [*glob, "estimate", *args]
 
 

@@ -15,6 +15,23 @@
 
 namespace bwplan {
 
+/// Attention kernel a GPU's training stack runs (the `F.scaled_dot_product_attention` backend), whose published or
+/// measured rates the throughput model uses (docs/methodology.md#throughput).
+enum class attention_kernel {
+  fused,   ///< the current fused kernels: FlashAttention-3 / cuDNN on Hopper, cuDNN on Blackwell (PyTorch 2.11, TE, torchtitan)
+  flash2,  ///< FlashAttention-2 (PyTorch's `flash` SDPA backend before FlashAttention-3; the stacks of 2024)
+};
+
+/// Catalog and CLI spelling of an attention kernel: "fused" or "fa2".
+[[nodiscard]] constexpr const char* to_string(attention_kernel k) noexcept { return k == attention_kernel::flash2 ? "fa2" : "fused"; }
+
+/// Parses "fused" or "fa2".
+[[nodiscard]] inline std::optional<attention_kernel> parse_attention_kernel(std::string_view s) noexcept {
+  if (s == "fused") return attention_kernel::fused;
+  if (s == "fa2") return attention_kernel::flash2;
+  return std::nullopt;
+}
+
 /// One GPU model. Numbers come from `configs/hardware/catalog.json`; each carries a source key
 /// resolved in `docs/hardware.md`.
 struct gpu_spec {
@@ -37,6 +54,9 @@ struct gpu_spec {
   /// attention GEMMs; NVIDIA measures about 35 % more attention forward throughput than on GB200 (NVIDIA
   /// Technical Blog, "Making Softmax More Efficient with NVIDIA Blackwell Ultra"; docs/hardware.md NV-SOFTMAX).
   double attention_speedup = 1.0;
+  /// The attention kernel the GPU's training stack runs (catalog key `attention_kernel`, default "fused"; the global
+  /// `--attention-kernel` sets it for every GPU of one command, as `--power-limit` sets the power limit).
+  attention_kernel attention = attention_kernel::fused;
   std::map<std::string, flop_rate, std::less<>> dense_flops;  ///< dense tensor-core rate per format ("bf16", "fp8", "fp4")
 
   /// Dense rate for `format`, or nullopt if the GPU has no tensor-core support for it.

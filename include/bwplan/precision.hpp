@@ -127,6 +127,11 @@ struct format_traits {
   /// holds `aten.mm` and compiled regions; the NVFP4 prototype's GEMMs are custom ops outside it, so their
   /// outputs are recomputed.
   bool sac_saves_gemm_outputs = true;
+  /// Whether the backward GEMMs write fp32 outputs that a separate kernel then scales: torchao's axiswise (rowwise)
+  /// recipe runs dgrad and wgrad without fast accumulation, which the rowwise CUTLASS kernel does too slowly, so it
+  /// calls cuBLAS with unit scales and applies the row and column scales afterwards (pytorch/ao#1325,
+  /// `addmm_float8_unwrapped`; the slow kernel: pytorch/pytorch#147971).
+  bool backward_rescale = false;
 };
 
 /// Traits of format `f` on `gpu` (FP8 transposes depend on the architecture: Hopper and Ada FP8 GEMMs are
@@ -140,7 +145,9 @@ struct format_traits {
       t = {1.0, hopper ? 2.0 : 1.0, 1.0, "fp8", 0.95, true};
       break;
     case compute_format::fp8_rowwise:
-      t = {storage_bytes_per_element(f), 2 * storage_bytes_per_element(f), 1.0, "fp8", 0.90, true};
+      // rowwise-scaled GEMMs (CUTLASS `f8f8bf16_rowwise`) run at 90–100 % of cuBLAS tensorwise for most shapes
+      // (pytorch/pytorch#147971): 0.90 of the tensorwise 0.95
+      t = {storage_bytes_per_element(f), 2 * storage_bytes_per_element(f), 1.0, "fp8", 0.95 * 0.90, true, true};
       break;
     case compute_format::mxfp8:
       t = {2.0, 2 * storage_bytes_per_element(f), storage_bytes_per_element(f), "fp8", 0.90, true};

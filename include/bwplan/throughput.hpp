@@ -12,20 +12,34 @@
 #include <bwplan/units.hpp>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdint>
 
 namespace bwplan {
 
-/// Efficiency constants of the throughput model. Defaults were fitted once on the 27 H200 runs of
-/// `h200-calibration.jsonl` with all five free at once (see docs/methodology.md#throughput); they are
-/// fractions of datasheet peaks, not per-row corrections.
+/// Efficiency constants of the throughput model. `memory`, `launch_s` and `attention` were fitted once, together, on
+/// the 27 H200 runs of `h200-calibration.jsonl` (least squares of log tokens/s, the two `impl=hf` runs left out: another
+/// stack); the GEMM half-widths are set from the GEMM's tile arithmetic, not fitted (the fit is flat in them below
+/// k½ ≈ 600: docs/methodology.md#throughput), and the GEMM asymptote is pinned by the one GEMM measured on that machine.
+/// They are fractions of datasheet peaks, not per-row corrections.
 struct throughput_calibration {
-  double gemm_max = 0.80;        ///< GEMM efficiency for large matrices (790/989 TFLOP/s measured on an 8192³ bf16 matmul)
-  double gemm_half_width = 1200; ///< hidden size at which GEMM efficiency is half of gemm_max
-  double attention = 0.45;       ///< FlashAttention efficiency (fraction of bf16 peak)
-  double memory = 0.50;          ///< achieved fraction of HBM bandwidth in element-wise kernels
-  double launch_s = 5e-6;        ///< seconds per kernel of fixed cost (launch and tail)
+  /// Reduction depth K at which a GEMM's main loop reaches half its asymptotic rate: two 128-deep K stages of a
+  /// 128×256 bf16 tile (the prologue that fills the pipeline and the epilogue that stores the tile cost about as much
+  /// as 256 of K).
+  double gemm_half_k = 256;
+  /// Output elements M·N at which the wave term is one half: 16 output tiles of 128×128 (a GEMM that small leaves most
+  /// of the 132 SMs idle; real training GEMMs are far above it).
+  double gemm_half_mn = 2.5e5;
+  /// Asymptotic GEMM efficiency, pinned by the one GEMM measured on the calibration machine: gemm_efficiency of an
+  /// 8192³ bf16 matmul is 790/989 (../shared/groundtruth/README.md).
+  double gemm_max = 0.80 / ((8192.0 / (8192.0 + gemm_half_k)) * (8192.0 * 8192 / (8192.0 * 8192 + gemm_half_mn)));
+  /// Achieved fraction of the FlashAttention-3 paper's rates (fused_attention_rates) by the fused kernels on the
+  /// calibration machine (PyTorch 2.11 eager on the H200); fitted with `memory` and `launch_s`, pinned by the runs that
+  /// differ only in sequence length (same tokens, more attention).
+  double attention = 0.83;
+  double memory = 0.60;          ///< achieved fraction of HBM bandwidth in element-wise kernels (their byte counts: block_elementwise)
+  double launch_s = 4.7e-6;      ///< seconds per kernel of fixed cost (launch and tail)
   double nvlink = 0.80;          ///< achieved fraction of per-direction NVLink bandwidth (NCCL bus bandwidth)
   double efa = 0.72;             ///< achieved fraction of EFA bandwidth for large buffers (p5 all-reduce, 4–32 nodes, fitted with efa_half_message)
   double collective_latency_s = 20e-6;  ///< fixed cost per collective call
@@ -43,6 +57,61 @@ struct throughput_calibration {
   /// ../shared/reference/scaleout.md §2.1; rms log error 0.16 over the 24 points of 4–32 nodes; the old per-rank model was 10–70× low there).
   double efa_half_message = 96.0 * 1048576;
 };
+
+/// Achieved fraction of the dense tensor-core peak of one GEMM C[m×n] = A[m×k]·B[k×n]:
+/// `gemm_max · k/(k + k½) · mn/(mn + mn½)`. The first factor is the main loop's depth against the fixed cost of each
+/// output tile (loading the first stages, the epilogue's store): a GEMM with a short reduction spends more of its time
+/// outside the MMA loop. The second is the number of output tiles against the SMs that run them (the last partial
+/// wave, the launch tail): a small output leaves SMs idle. Each GEMM of a step has its own m, n, k: the forward
+/// `Y = X·Wᵀ` (m = tokens, n = out, k = in), the input gradient `dX = dY·W` (m = tokens, n = in, k = out) and the
+/// weight gradient `dW = dYᵀ·X` (m = out, n = in, k = tokens). A grouped GEMM (MoE experts) counts the output of all
+/// its groups in the wave term. Form after the roofline-with-overheads GEMM models of cuBLAS (NVIDIA "Matrix
+/// Multiplication Background" user guide: tile and wave quantization); constants in throughput_calibration.
+[[nodiscard]] constexpr double gemm_efficiency(double k, double mn_total, const throughput_calibration& c, double half_scale = 1.0) noexcept {
+  if (k <= 0 || mn_total <= 0) return c.gemm_max;
+  const double hk = c.gemm_half_k * half_scale, hmn = c.gemm_half_mn * half_scale;
+  return c.gemm_max * (k / (k + hk)) * (mn_total / (mn_total + hmn));
+}
+
+/// Seconds of a GEMM of `flops_at_peak` seconds at 100 % of the peak: flops_at_peak / gemm_efficiency(k, mn_total),
+/// with one division (the planner evaluates it for every GEMM of every candidate).
+[[nodiscard]] constexpr double gemm_seconds(double flops_at_peak, double k, double mn_total, const throughput_calibration& c,
+                                            double half_scale = 1.0) noexcept {
+  if (k <= 0 || mn_total <= 0) return flops_at_peak / c.gemm_max;
+  const double hk = c.gemm_half_k * half_scale, hmn = c.gemm_half_mn * half_scale;
+  return flops_at_peak * (k + hk) * (mn_total + hmn) / (c.gemm_max * k * mn_total);
+}
+
+/// Attention kernel rates as fractions of the bf16 dense peak, non-causal, long sequences, by head_dim (64, 128, 256;
+/// interpolated linearly between, clamped outside), forward and backward (backward FLOPs counted as 2.5 × forward,
+/// the FlashAttention convention). Source: the FlashAttention-3 paper (Shah et al. 2024, arXiv:2407.08608, figures
+/// 5–7: H100 SXM5, 16K tokens per batch): FlashAttention-2 forward 324 / 370 / 298 TFLOP/s at head_dim 64 / 128 / 256,
+/// backward 291 / 322 at 64 / 128; FlashAttention-3 forward 497 / 648 / 642, backward 474 / 561 (of 989). The
+/// head_dim-256 backward rates (not published there) take the forward's 256 : 128 ratio. A causal mask costs 0.905 of
+/// the rate (FlashAttention-2 335 vs 370, cuDNN 539 vs 595 TFLOP/s, head_dim 128, same figures).
+struct attention_rates {
+  double fwd64, fwd128, fwd256, bwd64, bwd128, bwd256;
+  /// Forward (`backward` false) or backward rate fraction at head dimension `d`.
+  [[nodiscard]] constexpr double at(double d, bool backward) const noexcept {
+    const double a = backward ? bwd64 : fwd64, b = backward ? bwd128 : fwd128, c = backward ? bwd256 : fwd256;
+    if (d <= 64) return a;
+    if (d <= 128) return a + (b - a) * (d - 64) / 64;
+    if (d <= 256) return b + (c - b) * (d - 128) / 128;
+    return c;
+  }
+};
+/// FlashAttention-2 (attention_kernel::flash2), as published.
+inline constexpr attention_rates flash2_rates{324.0 / 989, 370.0 / 989, 298.0 / 989, 291.0 / 989, 322.0 / 989, 322.0 / 989 * 298 / 370};
+/// FlashAttention-3 (attention_kernel::fused, × throughput_calibration::attention).
+inline constexpr attention_rates fused_attention_rates{497.0 / 989, 648.0 / 989, 642.0 / 989, 474.0 / 989, 561.0 / 989, 561.0 / 989 * 642 / 648};
+inline constexpr double attention_causal_factor = 0.905;
+/// Key length (tokens) at which a kernel reaches half its long-sequence rate: non-causal forward 100, backward 250,
+/// causal forward 300, causal backward 400 (the same figures' 512 … 16K sweeps: FlashAttention-2 head_dim 128 forward
+/// 309/370 at 512, backward 214/322 at 512 and 291/322 at 2K; causal forward 191/335 at 512, 298/335 at 2K).
+[[nodiscard]] constexpr double attention_length_efficiency(double keys, bool backward, bool causal) noexcept {
+  const double half = causal ? (backward ? 400.0 : 300.0) : (backward ? 250.0 : 100.0);
+  return keys > 0 ? keys / (keys + half) : 1.0;
+}
 
 /// Kinds of collective.
 enum class collective_kind { all_gather, reduce_scatter, all_reduce, all_to_all };
@@ -177,32 +246,54 @@ struct throughput_estimate {
   return seconds::base((static_cast<double>(n - 1) / n) * total.raw() / bw.raw() + latency_s);
 }
 
-/// Effective per-GPU bandwidth of a collective over `world` GPUs: NVLink within a node, EFA shared by
-/// the node's GPUs across nodes (the slower link bounds a hierarchical ring).
-/// `domain`: GPUs of one NVLink domain when it spans instances (NVL72), else 0 (the node).
-[[nodiscard]] inline byte_rate collective_bandwidth(const gpu_spec& gpu, const instance_spec* inst, int world,
-                                                    int gpus_per_node, const throughput_calibration& k, int domain = 0) {
-  const byte_rate intra = gpu.nvlink_per_direction * k.nvlink;
-  if (world <= std::max(gpus_per_node, domain) || inst == nullptr) return intra;
-  const byte_rate inter = inst->efa_per_node * (k.efa / gpus_per_node);
-  return std::min(intra, inter);
+/// Time of one all-to-all over `g` in which every rank sends `per_rank` bytes spread evenly over the ranks (MoE
+/// dispatch or combine). Of what a rank sends, (p − 1)/n stays on its node's NVLink (p = ranks per node) and
+/// (n − p)/n crosses the network, where the p ranks of a node share its EFA (hierarchically: what leaves a node is
+/// p·(n − p)/n · per_rank, shared by the communicators running on it). Each link runs at its calibrated fraction times
+/// the size efficiency of the buffer it carries (NVLink: per_rank; EFA: the node's p·per_rank, as the NICs see it),
+/// the slower of the two bounds the call, plus the fixed latency and one step per peer on the node and per node.
+/// A "node" is one NVLink domain as in collective_time (on an NVL72 UltraServer, the EFA of all its instances).
+/// Checked against nccl-tests all-to-all bus bandwidth on 2–32 p5 nodes (crazyguitar/aws-gpu-communication-benchmark
+/// data/nccl_alltoall.csv, ../shared/reference/scaleout.md §2.1; tests/scaling_test.cpp). The former model sent
+/// (n − 1)/n of the bytes over one GPU's share of the EFA, twice the network time across two nodes.
+[[nodiscard]] inline seconds all_to_all_time(bytes per_rank, const comm_group& g, const gpu_spec& gpu, const instance_spec* inst,
+                                             const throughput_calibration& k) noexcept {
+  const int n = g.ranks;
+  if (n <= 1 || per_rank.raw() <= 0) return seconds{};
+  const double S = per_rank.raw();
+  const int p = std::max(1, std::min(g.per_node, n));
+  const int N = inst ? g.nodes() : 1;
+  const double nvl = gpu.nvlink_per_direction.raw() * k.nvlink * S / (S + k.nvlink_half_message);
+  double t = (N > 1 ? static_cast<double>(p - 1) : static_cast<double>(n - 1)) / n * S / nvl;
+  if (N > 1 && inst != nullptr) {
+    const double node = p * S;
+    const double domain_instances = std::max(1.0, static_cast<double>(g.per_node * g.groups_per_node) / std::max(1, inst->gpus_per_node));
+    const double efa = inst->efa_per_node.raw() * domain_instances * k.efa / std::max(1, g.groups_per_node) * node /
+                       (node + k.efa_half_message);
+    t = std::max(t, static_cast<double>(n - p) / n * node / efa);
+  }
+  return seconds::base(t + k.collective_latency_s + (p - 1) * k.nvlink_step_s + (N - 1) * k.efa_step_s);
 }
 
-/// Expert-parallel all-to-all time of one micro-batch (issue 7): per MoE block, dispatch and combine of
-/// `T · k · cf · h` bf16 elements each in forward and again in backward (×4; checkpointed blocks repeat the
-/// forward pair), of which (ep − 1)/ep leave the GPU; over NVLink while ep ≤ GPUs per node, else over the
-/// node's EFA shared by its GPUs. 0 for ep = 1. Source: GShard/DeepSpeed-MoE all-to-all volume; torchtitan
-/// expert parallelism (dispatch and combine all-to-all per MoE layer).
+/// Expert-parallel all-to-all time of one micro-batch (issue 7, issue 13): per MoE block, dispatch and combine of
+/// `T · k · cf · h` bf16 elements each (T = the tokens this GPU routes, micro-batch × sequence ÷ (tp · cp)) in
+/// forward and again in backward (×4; checkpointed blocks repeat the forward pair), each an all_to_all_time over the
+/// ep ranks (NVLink within a node, the node's EFA shared by its ranks across nodes). 0 for ep = 1. Sources:
+/// GShard/DeepSpeed-MoE all-to-all volume; torchtitan expert parallelism (`all_to_all_single_autograd` for dispatch
+/// and combine per MoE layer, on the critical path: exposed, see exposed_communication).
 [[nodiscard]] inline double moe_all_to_all_s(const model_spec& m, const training_config& c, const gpu_spec& gpu,
                                              const instance_spec* inst, const throughput_calibration& k) {
   if (c.ep <= 1 || !m.is_moe()) return 0;
-  const double T = static_cast<double>(c.tokens_per_micro_batch());
+  const double T = static_cast<double>(c.tokens_per_micro_batch()) / (static_cast<double>(c.tp) * c.cp);
   const double per_dir = T * static_cast<double>(m.top_k) * c.moe_capacity_factor * static_cast<double>(m.hidden) * 2;
   const double ck = static_cast<double>(c.checkpointed_blocks(m.layers)) / static_cast<double>(m.layers);
   const double calls = (4 + 2 * ck) * static_cast<double>(m.moe_layers);
-  const byte_rate bw = collective_bandwidth(gpu, inst, c.ep, c.gpus_per_node, k, c.nvlink_domain);
-  const double frac = static_cast<double>(c.ep - 1) / c.ep;
-  return calls * (frac * per_dir / bw.raw() + k.collective_latency_s);
+  const int gpn = std::max(1, std::min(c.nvlink_domain_gpus(), c.world_size));
+  comm_group g;
+  g.ranks = c.ep;
+  g.per_node = std::max(1, std::min(c.ep, gpn / std::max(1, c.tp)));
+  g.groups_per_node = std::max(1, gpn / g.per_node);
+  return calls * all_to_all_time(bytes::base(per_dir), g, gpu, inst, k).raw();
 }
 
 /// The terms of the throughput model, one function each: compute per op class, communication per
@@ -211,6 +302,62 @@ namespace terms {
 
 // ---------------------------------------------------------------------------------------------------------
 // Shape of one step
+
+/// One linear layer of a block as its GEMMs see it on one GPU, after tensor and expert parallelism.
+struct linear_gemm {
+  double in = 0;      ///< input features: K of the forward GEMM
+  double out = 0;     ///< output features: N of the forward GEMM
+  double rows = 0;    ///< rows of the forward GEMM (tokens; a routed expert's tokens)
+  double groups = 1;  ///< GEMMs of this shape launched as one grouped GEMM (the routed experts on this GPU)
+  double blocks = 0;  ///< blocks that hold it
+  bool sac_recomputed = false;  ///< torchtitan's per-op SAC recomputes its forward (k, o, up: every other mm is saved)
+  /// Forward FLOPs: 2 · rows · groups · in · out.
+  [[nodiscard]] constexpr double flops() const noexcept { return 2 * rows * groups * in * out; }
+};
+
+/// The linears of one block of `m` under `c` (tp shards columns of q/k/v/gate/up and rows of o/down; routed experts
+/// ÷ ep, each receiving ep·T·k·cf/E tokens; `tokens` = the micro-batch's tokens a tensor-parallel group computes, T·tp).
+/// MLA: q_a, q_b (or q), kv_a, kv_b, o. Returns the number written into `out` (at most 16). Sources: the Hugging Face
+/// modeling files of each family (the same layout count_parameters counts), Megatron-Core MoE grouped GEMM.
+[[nodiscard]] inline int block_linears(const model_spec& m, const training_config& c, double tokens, std::array<linear_gemm, 16>& out) {
+  int n = 0;
+  const double h = static_cast<double>(m.hidden), tp = c.tp, L = static_cast<double>(m.layers);
+  auto add = [&](double in, double o, double rows, double groups, double blocks, bool sac = false) {
+    if (n < 16 && in > 0 && o > 0 && blocks > 0) out[static_cast<std::size_t>(n++)] = linear_gemm{in, o, rows, groups, blocks, sac};
+  };
+  if (m.is_mla()) {
+    const double a = static_cast<double>(m.heads), dqk = static_cast<double>(m.head_dim);
+    const double dnope = static_cast<double>(m.head_dim - m.qk_rope_dim), dv = static_cast<double>(m.v_head_dim);
+    const double rq = static_cast<double>(m.q_lora_rank), rkv = static_cast<double>(m.kv_lora_rank), drope = static_cast<double>(m.qk_rope_dim);
+    if (rq > 0) { add(h, rq, tokens, 1, L); add(rq, a * dqk / tp, tokens, 1, L); }
+    else add(h, a * dqk / tp, tokens, 1, L);
+    add(h, rkv + drope, tokens, 1, L, true);
+    add(rkv, a * (dnope + dv) / tp, tokens, 1, L);
+    add(a * dv / tp, h, tokens, 1, L, true);
+  } else {
+    const double q = static_cast<double>(m.q_dim()), kv = static_cast<double>(m.kv_dim());
+    add(h, q / tp, tokens, 1, L);
+    add(h, kv / tp, tokens, 1, L, true);
+    add(h, kv / tp, tokens, 1, L);
+    add(q / tp, h, tokens, 1, L, true);
+  }
+  const double F = static_cast<double>(m.intermediate);
+  const double dense_blocks = m.is_moe() ? L - static_cast<double>(m.moe_layers) : L;
+  if (m.gated_mlp) { add(h, F / tp, tokens, 1, dense_blocks); add(h, F / tp, tokens, 1, dense_blocks, true); }
+  else add(h, F / tp, tokens, 1, dense_blocks, true);
+  add(F / tp, h, tokens, 1, dense_blocks);
+  if (m.is_moe()) {
+    const double Lm = static_cast<double>(m.moe_layers), E = static_cast<double>(m.experts), ep = c.ep;
+    const double Fe = static_cast<double>(m.moe_intermediate), Fs = static_cast<double>(m.shared_intermediate);
+    const double per_expert = ep * tokens * static_cast<double>(m.top_k) * c.moe_capacity_factor / E;
+    add(h, E, tokens, 1, Lm);  // router
+    add(h, Fe, per_expert, E / ep, Lm);
+    add(h, Fe, per_expert, E / ep, Lm, true);
+    add(Fe, h, per_expert, E / ep, Lm);
+    if (Fs > 0) { add(h, Fs / tp, tokens, 1, Lm); add(h, Fs / tp, tokens, 1, Lm, true); add(Fs / tp, h, tokens, 1, Lm); }
+  }
+  return n;
+}
 
 /// The dimensions of one training step on one GPU that the throughput terms read (docs/methodology.md symbols).
 struct throughput_shape {
@@ -238,6 +385,21 @@ struct throughput_shape {
   double hbm = 0;    ///< achieved HBM bandwidth (byte/s): datasheet × calibration `memory`
   double clock = 1;  ///< tensor-core rate sustained at the power limit over the rated one (gpu_spec::compute_clock_fraction)
   double attention_speedup = 1;  ///< gpu_spec::attention_speedup (Blackwell Ultra's doubled softmax exponentials)
+  double d = 0;      ///< head dimension (q·k per head)
+  double tp = 1;     ///< tensor-parallel degree
+  double cp = 1;     ///< context-parallel degree
+  bool qk_norm = false;  ///< per-head q/k RMSNorm (Qwen3)
+  double norms = 2;  ///< norms per block
+  bool gated = true; ///< gated MLP (SwiGLU/GeGLU)
+  double moe_copies = 0;  ///< routed copies of a token per block, k·cf averaged over blocks (0: dense)
+  bool foreach_optimizer = false;  ///< torch.optim.AdamW(foreach=True) instead of fused
+  attention_kernel sdpa = attention_kernel::fused;  ///< the attention kernel (gpu_spec::attention)
+  /// Width of K and V as the attention kernel sees them: kv, or q where the stack repeats the KV heads before SDPA
+  /// (the FlashAttention-2 stacks of 2024: torchtitan `repeat_kv` in models/llama/model.py @ 9dec370, SDPA before
+  /// PyTorch 2.5 had no `enable_gqa`).
+  double kv_attention = 0;
+  std::array<linear_gemm, 16> linears{};  ///< the block's linears (block_linears)
+  int n_linears = 0;
   double recompute_passes = 0;  ///< blocks whose element-wise kernels run again: nck, or L/2 under selective checkpointing
   bool fsdp = false; ///< any FSDP mode
   bool zero1 = false;  ///< distributed-optimizer layout (zero1_layout): one reduce-scatter + all-gather per step
@@ -297,6 +459,17 @@ struct throughput_shape {
       (c.ac.mode == ac_mode::selective_op || c.ac.mode == ac_mode::selective_attn) ? 0.5 * r.L : r.nck;
   r.gpn = std::max(1, std::min(c.nvlink_domain_gpus(), c.world_size));
   r.moe_layers = static_cast<double>(m.moe_layers);
+  r.d = static_cast<double>(m.head_dim);
+  r.tp = c.tp;
+  r.cp = c.cp;
+  r.qk_norm = m.qk_norm;
+  r.norms = m.norms_per_block;
+  r.gated = m.gated_mlp;
+  r.moe_copies = m.is_moe() ? static_cast<double>(m.top_k) * c.moe_capacity_factor * static_cast<double>(m.moe_layers) / std::max(1.0, r.L) : 0;
+  r.foreach_optimizer = c.optimizer == optimizer_impl::foreach && c.optim == optimizer_kind::adamw;
+  r.sdpa = gpu.attention;
+  r.kv_attention = r.sdpa == attention_kernel::flash2 ? r.q : r.kv;
+  r.n_linears = block_linears(m, c, r.T * c.tp, r.linears);
   r.adapters = c.adapters();
   r.qlora = c.finetune == finetune_mode::qlora;
   r.gather = c.fp8_all_gather ? r.Pc + r.root_gemm : 2 * r.Pc;
@@ -359,27 +532,60 @@ struct gemm_terms {
   flops head;               ///< forward FLOPs of the LM head, 2·T·V·h
   flops recompute_high;     ///< recomputed GEMM FLOPs of bf16 blocks
   flops recompute_low;      ///< recomputed GEMM FLOPs of low-precision blocks
-  flop_rate high_rate;      ///< achieved bf16 GEMM rate: peak · gemm_max · h / (h + h½)
-  flop_rate low_rate;       ///< achieved rate of the compute format
+  flop_rate high_rate;      ///< achieved bf16 GEMM rate of a block: its FLOPs over the time of its GEMMs (gemm_efficiency each)
+  flop_rate low_rate;       ///< achieved rate of a low-precision block, likewise
   seconds high_precision;   ///< bf16 blocks: forward, backward (2×) and recompute
   seconds low_precision;    ///< low-precision blocks: forward, backward (2×) and recompute
-  seconds lm_head;          ///< LM head, forward and backward, at peak · gemm_max
+  seconds lm_head;          ///< LM head, forward and backward (gemm_efficiency of each of its GEMMs)
   flops adapter;            ///< LoRA adapter GEMM FLOPs of one micro-batch, forward + backward (0 for a full fine-tune)
   seconds adapters;         ///< LoRA adapters: skinny rank-r GEMMs, memory-bound (see gemm_time)
   /// Sum of the four, in this order.
   [[nodiscard]] constexpr seconds total() const noexcept { return high_precision + low_precision + lm_head + adapters; }
 };
 
-/// GEMMs of one micro-batch: `2·T·lin` per block forward, twice that backward, plus the recompute (full
-/// checkpointing: whole blocks; per-op SAC: the matmuls it does not save, k, o and up in bf16, all of them when
-/// the format's GEMMs are outside the save list), at `peak · gemm_max · h/(h + h½)`. A low-precision format runs
-/// at its own peak, with the half-efficiency width grown by √(peak ratio) (docs/precision.md#speed) and its
-/// `relative_gemm_efficiency`. Sources: Narayanan et al. 2021 (arXiv:2104.04473) for the FLOP count; the
-/// efficiency curve fitted on `h200-calibration.jsonl` (790/989 TFLOP/s on an 8192³ bf16 matmul). Every rate is
-/// scaled by the power limit's clock fraction (`clock`, gpu_spec::compute_clock_fraction).
+/// Seconds of one block's linears in one pass on average over the blocks (each linear weighted by the share of blocks
+/// that hold it), at dense rate `peak` with half-widths × `scale` and format efficiency `eff`.
+struct block_gemm_seconds {
+  double forward = 0;       ///< Y = X·Wᵀ of every linear
+  double input_grad = 0;    ///< dX = dY·W
+  double weight_grad = 0;   ///< dW = dYᵀ·X
+  double sac_forward = 0;   ///< forward of the linears per-op SAC recomputes
+};
+
+/// The per-GEMM times of a block's linears (gemm_efficiency of each GEMM's own m, n, k). @sa block_gemm_seconds
+[[nodiscard]] inline block_gemm_seconds block_gemms(const throughput_shape& s, double peak, double scale, double eff,
+                                                    const throughput_calibration& k) noexcept {
+  block_gemm_seconds r;
+  if (peak <= 0) return r;
+  const double L = std::max(1.0, s.L);
+  // gemm_seconds of each GEMM without a division: its FLOPs 2·rows·groups·in·out cancel the k·(m·n) of the efficiency's
+  // denominator (k·mn = rows·groups·in·out for the forward, input-gradient and weight-gradient GEMM alike), leaving
+  // 2 · (k + k½)·(mn + mn½) / (peak · eff · gemm_max), weighted by the share of blocks that hold the linear
+  const double hk = k.gemm_half_k * scale, hmn = k.gemm_half_mn * scale;
+  const double c = 2.0 / (peak * eff * L * k.gemm_max);
+  for (int i = 0; i < s.n_linears; ++i) {
+    const linear_gemm& g = s.linears[static_cast<std::size_t>(i)];
+    const double w = c * g.blocks;
+    const double fwd = w * (g.in + hk) * (g.rows * g.out * g.groups + hmn);
+    r.forward += fwd;
+    r.input_grad += w * (g.out + hk) * (g.rows * g.in * g.groups + hmn);
+    r.weight_grad += w * (g.rows + hk) * (g.in * g.out * g.groups + hmn);
+    if (g.sac_recomputed) r.sac_forward += fwd;
+  }
+  return r;
+}
+
+/// GEMMs of one micro-batch: every linear of every block forward, input gradient and weight gradient, plus the
+/// recompute (full checkpointing: the forward of whole blocks; per-op SAC: the forward of the matmuls it does not save,
+/// k, o and up in bf16, all of them when the format's GEMMs are outside the save list), and the LM head, each GEMM at
+/// the dense peak × its own gemm_efficiency (m, n, k of that GEMM: block_gemms). A low-precision format runs at its
+/// own peak, with the half-widths grown by √(peak ratio) (a faster tensor core needs a larger GEMM to amortize the
+/// same fixed costs; docs/precision.md#speed) and its `relative_gemm_efficiency`. FLOP fields count `2·T·lin` per
+/// block forward (Narayanan et al. 2021, arXiv:2104.04473), the rates are FLOPs over time. Every rate is scaled by
+/// the power limit's clock fraction (`clock`, gpu_spec::compute_clock_fraction).
 ///
-/// A frozen base (LoRA, QLoRA) runs no weight-gradient GEMMs: its blocks and LM head cost `2·` forward instead of
-/// `3·` (autograd skips `mm` outputs whose `should_compute_output` is false; PEFT freezes the base). The adapters
+/// A frozen base (LoRA, QLoRA) runs no weight-gradient GEMMs: its blocks and LM head cost forward + input gradient
+/// (autograd skips `mm` outputs whose `should_compute_output` is false; PEFT freezes the base). The adapters
 /// add `6·T·Pt_block` FLOPs per block (forward x·A and (x·A)·B, backward input and weight gradients of both),
 /// skinny rank-r GEMMs bound by HBM: per adapted linear each of the three passes reads the input `2·T·d_in`, and
 /// reads and writes the output `2·2·T·d_out` (the base output the adapter adds into), at the achieved HBM rate,
@@ -391,31 +597,43 @@ struct gemm_terms {
   gemm_terms r;
   const double block_gemm = 2 * T * s.lin;
   const double head_gemm = 2 * T * s.V * h;
-  const double gemm_eff = k.gemm_max * h / (h + k.gemm_half_width);
-  // A faster tensor-core format needs larger matrices to reach the same efficiency, so the half-efficiency
-  // width grows with the format's peak ratio to bf16 (as its square root: reconciles the size dependence with
-  // the published end-to-end speed-ups, docs/precision.md#speed).
   const double ratio = peak > 0 ? peak_lp / peak : 1;
-  const double lp_rate = s.clock * peak_lp * (k.gemm_max * h / (h + k.gemm_half_width * std::sqrt(ratio))) * ft.relative_gemm_efficiency;
-  const double hp_rate = s.clock * peak * gemm_eff;
+  const block_gemm_seconds hp = block_gemms(s, s.clock * peak, 1.0, 1.0, k);
+  const block_gemm_seconds lp = nq > 0 ? block_gemms(s, s.clock * peak_lp, std::sqrt(ratio), ft.relative_gemm_efficiency, k) : block_gemm_seconds{};
+  const bool frozen = s.adapters;  // a frozen base: forward + input gradient only
+  const double hp_block = hp.forward + hp.input_grad + (frozen ? 0 : hp.weight_grad);
+  const double lp_block = lp.forward + lp.input_grad + (frozen ? 0 : lp.weight_grad);
   // recomputed GEMM FLOPs per block (forward only): full checkpointing recomputes the block; per-op SAC the
   // matmuls it does not save (k, o, up for bf16; all of them when the format's GEMMs are not saved)
   const double sac_hp = 2 * T * (h * s.kv + s.q * h + h * s.f);
   const double sac_lp = ft.sac_saves_gemm_outputs ? sac_hp : block_gemm;
   double recompute_hp = s.nck * block_gemm * (L - nq) / std::max(1.0, L);
   double recompute_lp = s.nck * block_gemm * nq / std::max(1.0, L);
-  if (c.ac.mode == ac_mode::selective_op) { recompute_hp = (L - nq) * sac_hp; recompute_lp = nq * sac_lp; }
+  double recompute_hp_s = s.nck * hp.forward * (L - nq) / std::max(1.0, L);
+  double recompute_lp_s = s.nck * lp.forward * nq / std::max(1.0, L);
+  if (c.ac.mode == ac_mode::selective_op) {
+    recompute_hp = (L - nq) * sac_hp;
+    recompute_lp = nq * sac_lp;
+    recompute_hp_s = (L - nq) * hp.sac_forward;
+    recompute_lp_s = nq * (ft.sac_saves_gemm_outputs ? lp.sac_forward : lp.forward);
+  }
   r.block = flops::base(block_gemm);
   r.head = flops::base(head_gemm);
   r.recompute_high = flops::base(recompute_hp);
   r.recompute_low = flops::base(recompute_lp);
-  r.high_rate = flop_rate::base(hp_rate);
-  r.low_rate = flop_rate::base(lp_rate);
-  const double passes = s.adapters ? 2 : 3;  // a frozen base: forward + input gradient only
-  r.high_precision = seconds::base((passes * (L - nq) * block_gemm + recompute_hp) / hp_rate);
-  r.low_precision = seconds::base((passes * nq * block_gemm + recompute_lp) / lp_rate);
-  r.lm_head = seconds::base(passes * head_gemm / (s.clock * peak * k.gemm_max));
+  const double passes = frozen ? 2 : 3;
+  r.high_rate = flop_rate::base(hp_block > 0 ? passes * block_gemm / hp_block : 0);
+  r.low_rate = flop_rate::base(lp_block > 0 ? passes * block_gemm / lp_block : 0);
+  r.high_precision = seconds::base((L - nq) * hp_block + recompute_hp_s);
+  r.low_precision = seconds::base(nq * lp_block + recompute_lp_s);
+  // LM head (vocabulary-parallel under tp): m = the tensor-parallel group's tokens, n = V/tp, k = h
+  const double rows = T * s.tp, Vl = s.V / s.tp, hp_peak = s.clock * peak;
+  const double head_f = head_gemm / std::max(hp_peak, 1.0);
+  const double head_s = gemm_seconds(head_f, h, rows * Vl, k) + gemm_seconds(head_f, Vl, rows * h, k) +
+                        (frozen ? 0 : gemm_seconds(head_f, rows, Vl * h, k));
+  r.lm_head = seconds::base(hp_peak > 0 ? head_s : 0);
   if (s.adapters) {
+    const double hp_rate = r.high_rate.raw() > 0 ? r.high_rate.raw() : hp_peak * k.gemm_max;
     const double runs = L + s.nck;  // every block, again for the recomputed ones (forward only, counted whole)
     const double fl = 6 * T * s.adapter.params * L + 2 * T * s.adapter.params * s.nck;
     const double by = 3 * T * (2 * s.adapter.in_sum + 4 * s.adapter.out_sum) * runs;
@@ -429,23 +647,48 @@ struct gemm_terms {
 struct attention_terms {
   flops forward;    ///< forward FLOPs of one block's attention, 2·b·s²·q ÷ (tp · cp) (causal half)
   flops recompute;  ///< recomputed attention FLOPs (checkpointed blocks; every block under Megatron selective)
-  seconds time;     ///< forward + backward (2.5× forward) + recompute, at peak · attention
+  flop_rate forward_rate;   ///< achieved forward rate (attention_rates × causal mask × key length × clock)
+  flop_rate backward_rate;  ///< achieved backward rate (2.5 × the forward FLOPs)
+  seconds layer_forward;    ///< one block's forward attention
+  seconds layer_backward;   ///< one block's backward attention
+  seconds time;     ///< forward + backward + recompute of every block
 };
 
-/// Attention (FlashAttention/SDPA, causal): `2·2·b·s²·q/2` forward per block (QKᵀ and PV at half; context
-/// parallel load-balanced), backward 2.5× forward (FlashAttention-2 paper, Dao 2023), recompute for checkpointed
-/// blocks (Megatron selective recompute: every block's core attention, Korthikanti et al. 2022), at the
-/// calibrated fraction `attention` of the bf16 peak, times the power limit's clock fraction and the GPU's
-/// `attention_speedup` (Blackwell Ultra).
+/// Attention (FlashAttention/SDPA, causal): `2·2·b·s²·q/2` forward per block (QKᵀ and PV at half), backward 2.5×
+/// forward (the FlashAttention convention, Dao 2023), recompute for checkpointed blocks (Megatron selective
+/// recompute: every block's core attention, Korthikanti et al. 2022), at the published rate of the kernel that runs
+/// (attention_rates for `s.sdpa` at the model's head_dim, × attention_causal_factor for a causal call, ×
+/// attention_length_efficiency of its key length), times the power limit's clock fraction and the GPU's
+/// `attention_speedup` (Blackwell Ultra). Context parallel (load-balanced ring attention, torch
+/// `_templated_ring_attention`): each rank does 1/cp of the causal work in one causal call on its own s/cp tokens
+/// (step 0) and the rest in cp − 1 non-causal calls of s/cp queries × s/(2cp) keys or s/(2cp) queries × s/cp keys,
+/// which run at the non-causal rate.
 [[nodiscard]] inline attention_terms attention_time(const throughput_shape& s, const training_config& c,
                                                     const throughput_calibration& k) noexcept {
   const double attn_fwd = 2 * s.b * s.s * s.s * s.q / (static_cast<double>(c.tp) * c.cp);  // causal: QK^T + PV at half; load-balanced CP
   double recompute_attn = s.nck * attn_fwd;
   if (c.ac.mode == ac_mode::selective_attn) recompute_attn = s.L * attn_fwd;
+  const bool fused = s.sdpa == attention_kernel::fused;
+  const attention_rates& kr = fused ? fused_attention_rates : flash2_rates;
+  const double base = s.clock * s.attention_speedup * s.peak * (fused ? k.attention : 1.0);
+  const double keys = s.s / s.cp;  // keys of the causal call (the whole sequence without cp)
+  auto rate = [&](bool backward) {
+    const double causal = base * kr.at(s.d, backward) * attention_causal_factor * attention_length_efficiency(keys, backward, true);
+    if (s.cp <= 1) return causal;
+    const double open = base * kr.at(s.d, backward) * attention_length_efficiency(0.5 * keys, backward, false);
+    const double share = 1.0 / s.cp;  // the causal step's share of a rank's work
+    return 1.0 / (share / causal + (1 - share) / open);
+  };
+  const double rf = rate(false), rb = rate(true);
   attention_terms r;
   r.forward = flops::base(attn_fwd);
   r.recompute = flops::base(recompute_attn);
-  r.time = seconds::base((s.L * attn_fwd * 3.5 + recompute_attn) / (s.clock * s.attention_speedup * s.peak * k.attention));
+  r.forward_rate = flop_rate::base(rf);
+  r.backward_rate = flop_rate::base(rb);
+  if (rf <= 0 || rb <= 0) return r;
+  r.layer_forward = seconds::base(attn_fwd / rf);
+  r.layer_backward = seconds::base(2.5 * attn_fwd / rb);
+  r.time = seconds::base(s.L * (r.layer_forward + r.layer_backward).raw() + recompute_attn / rf);
   return r;
 }
 
@@ -456,30 +699,112 @@ struct memory_bound_terms {
   bytes casts;         ///< fp32 master weights cast to bf16 (autocast per use; FSDP2 before the gather and after)
   bytes quantization;  ///< quantizing activations and weights of low-precision blocks
   bytes dequantization;  ///< QLoRA: NF4 block linears dequantized to bf16 in forward, backward and recompute
-  seconds time;        ///< (elementwise + loss + casts + quantization + dequantization) / achieved HBM bandwidth
+  bytes ring_attention;  ///< context parallel: ring attention's fp32 merges of partial outputs and gradients
+  seconds time;        ///< (elementwise + ring_attention + loss + casts + quantization + dequantization) / achieved HBM bandwidth
 };
 
-/// Element-wise, loss and cast kernels of one micro-batch at the calibrated fraction `memory` of HBM bandwidth.
-/// Per block `T·(10·rs·h + 20·F + 12·(q + 2kv))` bytes (rs = 4 under autocast, else 2); the loss `20·T·V`
-/// (standard) or `8·T·V` (chunked); casts of fp32 master weights `6·P/N` (×2 under FSDP2); quantization casts
-/// fused into the producing kernels (TE fused norm+cast, torch.compile epilogues) cost the quantized write,
-/// twice per micro-batch for activations and for weights read in bf16 (FSDP re-gathers them). Sources: kernel
-/// byte counts of the PyTorch eager ops; docs/precision.md#speed for the casts; calibrated on
+/// Element-wise bytes one token moves through HBM in one block, forward and backward (see memory_bound_time).
+struct block_elementwise_bytes {
+  double forward = 0;
+  double backward = 0;
+};
+
+/// The element-wise bytes per token of one block of the modelled eager step (the harness's `Block._fwd`,
+/// ../shared/groundtruth/measure.py, and its autograd backward), op by op; rs = bytes of the residual stream (4 under
+/// autocast over fp32 weights, else 2), no = bytes of a norm's output (its fp32 weight promotes it to fp32 under
+/// autocast: `rms_norm` returns `normalized.type_as(input) * weight`, ATen `rms_norm_symint`):
+/// - each norm (norms_per_block): forward reads rs and writes no per element of h, backward reads no and rs and writes rs;
+/// - autocast's bf16 casts of the normalized activations for q, k, v, gate and up (amp only): 6 B each way, 5 × 2;
+///   the gradients of those five uses summed into the norm output (3 adds of 3·no);
+/// - the two residual adds: forward 2rs + 2 each, backward the residual gradient sum (3rs each) and, under autocast, the
+///   branch gradient's cast to bf16 (6 B each);
+/// - RoPE on q and k (`q·cos + rotate_half(q)·sin`: mul, neg, cat, mul, add): 20 B per element forward, 26 B backward;
+/// - SwiGLU: silu and the product, 10 B per element of F forward, 18 B backward (a non-gated MLP: 4 and 6);
+/// - grouped-query attention (kv < q): PyTorch's flash backward (`mha_bwd`) writes dK/dV at the query heads and sums
+///   them to the KV heads: 4 B per element of q and of kv in backward; a stack that repeats the KV heads before SDPA
+///   (throughput_shape::kv_attention) copies K and V to the query width in forward as well (4 B);
+/// - q/k RMSNorm (Qwen3), per element of q and k: under autocast the norm makes q and k fp32, so RoPE runs in fp32 and
+///   SDPA's autocast casts them back to bf16: forward 6 + 20 + 6 = 32 B more than without the norm, backward
+///   10 + 26 + 6 = 42 B; without autocast the norm alone (4 and 6 B);
+/// - MoE blocks: the dispatch permutation and the combine's unpermutation copies of the k·cf routed copies of each token
+///   (8 B per element of h and copy each way).
+[[nodiscard]] constexpr block_elementwise_bytes block_elementwise(const throughput_shape& s, double moe_copies) noexcept {
+  const double h = s.h, f = s.f, q = s.q, kv = s.kv, norms = s.norms;
+  const double rs = s.amp ? 4 : 2, no = s.amp ? 4 : 2;
+  block_elementwise_bytes r;
+  r.forward = h * (norms * (rs + no) + (s.amp ? 30 : 0) + 2 * (2 * rs + 2)) + 20 * (q + kv) + (s.gated ? 10 : 4) * f;
+  r.backward = h * (norms * (no + 2 * rs) + (s.amp ? 30 : 0) + 3 * 3 * no + 2 * 3 * rs + (s.amp ? 12 : 0)) + 26 * (q + kv) +
+               (s.gated ? 18 : 6) * f + (kv < q ? 4 * (q + kv) : 0);
+  if (kv < q && s.kv_attention > kv) r.forward += 4 * (q + kv);  // repeat_kv's copies of K and V (its backward sums them: above)
+  if (s.qk_norm) {
+    r.forward += (s.amp ? 32 : 4) * (q + kv);
+    r.backward += (s.amp ? 42 : 6) * (q + kv);
+  }
+  r.forward += 8 * moe_copies * h;
+  r.backward += 8 * moe_copies * h;
+  return r;
+}
+
+/// Element-wise, loss and cast kernels of one micro-batch at the calibrated fraction `memory` of HBM bandwidth, each
+/// counted as the bytes its kernels read and write:
+/// - per block block_elementwise (forward and backward), and the forward again per recomputed block (a checkpointed
+///   block reruns its forward kernels only; selective per-op checkpointing half the blocks' worth);
+/// - the standard loss (`F.cross_entropy(logits.float())`): the upcast (6 B per logit), log-softmax's passes (16 B),
+///   its backward (gradient 4 B, log-softmax backward 16 B, the cast back 6 B): `48·T·V`; the chunked loss (Liger fused
+///   linear cross-entropy) `8·T·V`;
+/// - fp32 master weights: under autocast every weight is cast to bf16 in forward (6 B, again in a recomputed block:
+///   the recompute runs in a fresh autocast context) and its bf16 gradient cast back to fp32 (6 B), `12·P`; FSDP2
+///   (MixedPrecisionPolicy bf16 / fp32 reduce) casts its shard to bf16 and copies it into and out of the all-gather
+///   buffer for each of the two gathers (`10·P/N + 4·P` each) and copies the unsharded bf16 gradient into the fp32
+///   reduce-scatter input (`6·P`); torch `_fsdp_collectives.py` `foreach_all_gather`, `foreach_reduce`;
+/// - quantization casts of low-precision blocks, fused into the producing kernels (TE fused norm+cast, torch.compile
+///   epilogues): the quantized write, twice per micro-batch for activations and for weights read in bf16 (FSDP
+///   re-gathers them);
+/// - ring attention (cp > 1, torch `_SDPAMerger` with `convert_to_f32`): per forward pass (and recompute) of a block
+///   the first partial output is cast to fp32 (6 B per element of q) and each later step merges its fp32 partial
+///   output (`out − sigmoid(lse_b − lse)·(out − out_b)`: 38 B, or 19 B on half the rows plus a 8 B `torch.cat` when
+///   only the second chunk updates: 32 B on average) before the final cast (6 B); the backward accumulates fp32 dQ
+///   (11 B per step and element of q), FlashAttention's own per-call dq accumulator and dot(dO, O) (14 B), and the
+///   dK/dV it receives, updates, concatenates and sends on in fp32 (56 B per element of k and v).
+/// Sources: kernel byte counts of the PyTorch eager ops (ATen `rms_norm_symint`, `log_softmax`, the autocast casts;
+/// FlashAttention `mha_bwd`; torch/distributed/tensor/experimental/_attention.py `_templated_ring_attention(_backward)`,
+/// `_SDPAMerger`, `_partial_update`); docs/precision.md#speed for the quantization; the constant `memory` fitted on
 /// `h200-calibration.jsonl`.
 [[nodiscard]] inline memory_bound_terms memory_bound_time(const throughput_shape& s, const training_config& c) noexcept {
-  const double T = s.T, h = s.h, f = s.f, q = s.q, kv = s.kv, V = s.V;
+  const double T = s.T, h = s.h, q = s.q, V = s.V;
   const format_traits& ft = s.format;
-  const double rs = s.amp ? 4 : 2;
-  const double block_bytes = T * (h * rs * 10 + f * 2 * 10 + (q + 2 * kv) * 2 * 6);
-  const double loss_bytes = c.loss == loss_impl::standard ? T * V * 20 : T * V * 8;
-  // trained params only; the distributed optimizer computes on its bf16 parameters (its cast is in the optimizer step)
-  const double cast_bytes = c.master == master_weights::fp32 && !s.zero1 ? (s.fsdp ? 2 : 1) * 6 * s.Pt / s.n : 0;
-  const double act_elems = T * (2 * h + q + f);
+  const block_elementwise_bytes blk = block_elementwise(s, s.moe_copies);
+  const double loss_bytes = c.loss == loss_impl::standard ? T * V * 48 : T * V * 8;
+  double cast_bytes = 0;
+  // trained parameters only; the distributed optimizer computes on its bf16 parameters (its cast is in the optimizer step)
+  if (c.master == master_weights::fp32 && !s.zero1) {
+    const double recast = s.nck / std::max(1.0, s.L);
+    // under FSDP2 the ones this GPU gathers and reduces (routed experts ÷ ep)
+    cast_bytes = s.fsdp ? 2 * (10 * s.Ptc / s.n + 4 * s.Ptc) + 6 * s.Ptc : (12 + 6 * recast) * s.Pt;
+  }
+  const double act_elems = T * (2 * h + q + s.f);
   const double dual = ft.weight_copy_bytes > 0 ? ft.weight_copy_bytes / std::max(ft.quantized_bytes, 1e-9) : 1;
-  const double quant_bytes = s.nq * (2 * act_elems * dual * ft.quantized_bytes + 2 * s.lin * (2 + dual * ft.quantized_bytes));
-  const double elementwise = (s.L + s.recompute_passes) * block_bytes;
+  double quant_bytes = s.nq * (2 * act_elems * dual * ft.quantized_bytes + 2 * s.lin * (2 + dual * ft.quantized_bytes));
+  if (ft.backward_rescale) {
+    // fp32 outputs of the input- and weight-gradient GEMMs written (4 B), read by the scaling kernel (4 B) and written
+    // in their dtype (2 B): the input gradients T·Σ in and the weight gradients of every low-precision linear
+    double rows_in = 0;
+    for (int i = 0; i < s.n_linears; ++i) {
+      const linear_gemm& g = s.linears[static_cast<std::size_t>(i)];
+      rows_in += g.blocks / std::max(1.0, s.L) * g.rows * g.groups * g.in;
+    }
+    quant_bytes += s.nq * 10 * (rows_in + s.lin);
+  }
+  const double elementwise = T * (s.L * (blk.forward + blk.backward) + s.recompute_passes * blk.forward);
+  double ring = 0;
+  if (s.cp > 1) {
+    const double fwd_passes = s.L + s.nck + (c.ac.mode == ac_mode::selective_attn ? s.L : 0);
+    const double kva = s.kv_attention;
+    ring = fwd_passes * T * q * (32 * (s.cp - 1) + 12) + s.L * T * ((s.cp - 1) * (25 * q + 56 * kva) + 11 * q + 20 * kva);
+  }
   memory_bound_terms r;
   r.elementwise = bytes::base(elementwise);
+  r.ring_attention = bytes::base(ring);
   r.loss = bytes::base(loss_bytes);
   r.casts = bytes::base(cast_bytes);
   r.quantization = bytes::base(quant_bytes);
@@ -487,7 +812,7 @@ struct memory_bound_terms {
   // recompute of checkpointed blocks (bitsandbytes `dequantize_4bit`, `MatMul4Bit.forward/backward`)
   const double dequant_bytes = s.qlora ? (s.L * 2 + s.nck) * s.lin * (nf4_bytes_per_param + 2) : 0;
   r.dequantization = bytes::base(dequant_bytes);
-  r.time = seconds::base((elementwise + loss_bytes + cast_bytes + quant_bytes + dequant_bytes) / s.hbm);
+  r.time = seconds::base((elementwise + ring + loss_bytes + cast_bytes + quant_bytes + dequant_bytes) / s.hbm);
   return r;
 }
 
@@ -505,8 +830,12 @@ struct memory_bound_terms {
 /// The distributed optimizer steps its shard of the fp32 masters and writes the bf16 copy of it, `2·Ps/N` more
 /// (Megatron-Core `distrib_optimizer.py` `_copy_main_params_to_model_params`).
 [[nodiscard]] constexpr seconds optimizer_time(const throughput_shape& s) noexcept {
+  // foreach AdamW runs one kernel per op over the parameter list (lerp_ of m, mul_ and addcmul_ of v, sqrt, div_,
+  // add_ of eps, addcdiv_ of p: torch/optim/adamw.py `_multi_tensor_adamw`): about 18·w bytes per parameter;
+  // the distributed optimizer also writes its bf16 parameters from the fp32 shard
   const double copy = s.zero1 && s.w == 4 ? 2 * s.Pt : 0.0;
-  return seconds::base((3 * s.w * s.Pt + 2 * s.state + copy) / s.n / s.hbm);
+  const double rw = (s.foreach_optimizer ? 18 * s.w * s.Pt : 3 * s.w * s.Pt + 2 * s.state) + copy;
+  return seconds::base(rw / s.n / s.hbm);
 }
 
 /// Compute of one micro-batch, by op class.
@@ -670,17 +999,43 @@ struct pipeline_p2p {
   return seconds::base(s.ga * (2 * 2 * s.L + 2 * s.nck) * per);
 }
 
-/// Context parallelism (ring attention), per step: every rank receives the other ranks' K and V (forward,
-/// recompute), K/V again and the dK/dV reduction (backward): an all-gather-sized exchange of K, V per pass.
-/// Sources: torch `context_parallel` (torch/distributed/tensor/experimental/_attention.py); torchtitan CP.
-[[nodiscard]] inline seconds context_parallel_communication(const throughput_shape& s, const training_config& c, const gpu_spec& gpu,
-                                                            const instance_spec* inst, const throughput_calibration& k) noexcept {
-  if (c.cp <= 1) return seconds{};
-  const double kvb = 2 * 2 * s.b * s.s * s.kv / c.tp;
-  const comm_group cg = comm_group_of(c.cp, c.tp, s.gpn);  // (with pp: within one stage's block of world/pp ranks)
-  const double per = collective_time(collective_kind::all_gather, bytes::base(kvb), cg, gpu, inst, k).raw();
-  const double passes = 3.0 * s.L + s.nck + (c.ac.mode == ac_mode::selective_attn ? s.L : 0);
-  return seconds::base(s.ga * passes * per);
+/// Context-parallel communication of one step and the part of it not hidden behind ring attention's own kernels.
+struct cp_collectives {
+  seconds total;    ///< every K/V all-gather and dK/dV exchange of the step
+  seconds exposed;  ///< what the step waits for
+};
+
+/// Context parallelism (torch's load-balanced ring attention with the all-gather rotation, torchtitan's default
+/// `context_parallel_rotate_method = "allgather"`), per step: in every forward pass of a block (and its recompute) one
+/// all-gather of every rank's K and V (`2·2·b·(s/cp)·kv/tp` bytes from each rank), issued before the first (causal)
+/// step and waited for before the second, so it hides behind that step's kernel (1/cp of the block's forward
+/// attention); in backward the same all-gather (hidden behind the first backward step) and one fp32 dK/dV transfer to
+/// the next rank after every step (`permute_tensor`, twice the bf16 bytes), each waited for after the next step's
+/// kernel and the last one after the loop (exposed whole). Sources: torch/distributed/tensor/experimental/_attention.py
+/// (`_templated_ring_attention`, `_templated_ring_attention_backward`, `_AllGatherRotater`, `_AllToAllRotater`);
+/// torchtitan `create_context_parallel_ctx` @ 9dec370.
+[[nodiscard]] inline cp_collectives context_parallel_communication(const throughput_shape& s, const training_config& c, const gpu_spec& gpu,
+                                                                   const instance_spec* inst, const throughput_calibration& k) noexcept {
+  cp_collectives r;
+  if (c.cp <= 1) return r;
+  const double cp = c.cp;
+  const double local = 2 * 2 * s.b * (s.s / cp) * s.kv_attention / c.tp;  // one rank's K and V, bf16, as SDPA sees them
+  const comm_group cg = comm_group_of(c.cp, c.tp, s.gpn);
+  const double ag = collective_time(collective_kind::all_gather, bytes::base(cp * local), cg, gpu, inst, k).raw();
+  // a permute to the neighbour: as a 2-rank all-gather of twice the message, (1/2)·2·msg over the link
+  comm_group pair = cg;
+  pair.ranks = 2;
+  pair.per_node = cg.nodes() > 1 ? 1 : 2;
+  const double p2p = collective_time(collective_kind::all_gather, bytes::base(2 * 2 * local), pair, gpu, inst, k).raw();
+  const attention_terms at = attention_time(s, c, k);
+  const double step_f = at.layer_forward.raw() / cp, step_b = at.layer_backward.raw() / cp;
+  const double fwd_passes = s.L + s.nck + (c.ac.mode == ac_mode::selective_attn ? s.L : 0);
+  const double total = fwd_passes * ag + s.L * (ag + cp * p2p);
+  const double exposed = fwd_passes * std::max(0.0, ag - step_f) +
+                         s.L * (std::max(0.0, ag - step_b) + (cp - 1) * std::max(0.0, p2p - step_b) + p2p);
+  r.total = seconds::base(s.ga * total);
+  r.exposed = seconds::base(s.ga * exposed);
+  return r;
 }
 
 /// Expert parallelism, per step: moe_all_to_all_s per micro-batch.
@@ -701,6 +1056,7 @@ struct communication_terms {
   bool ddp = false;          ///< DDP over more than one GPU
   seconds tensor_parallel;   ///< per step
   seconds context_parallel;  ///< per step
+  seconds context_parallel_exposed;  ///< per step: what ring attention waits for (context_parallel_communication)
   seconds expert_parallel;   ///< per step
   zero1_collectives zero1;   ///< per step (distributed optimizer; FSDP under pipeline parallelism)
   pipeline_p2p pipeline;     ///< per step (pipeline parallelism)
@@ -719,7 +1075,9 @@ struct communication_terms {
   r.ddp = !s.fsdp && c.fsdp_mesh() > 1;
   r.ddp_all_reduce = ddp_all_reduce(s, c, gpu, inst, k);
   r.tensor_parallel = tensor_parallel_communication(s, c, gpu, inst, k);
-  r.context_parallel = context_parallel_communication(s, c, gpu, inst, k);
+  const cp_collectives cpc = context_parallel_communication(s, c, gpu, inst, k);
+  r.context_parallel = cpc.total;
+  r.context_parallel_exposed = cpc.exposed;
   r.expert_parallel = expert_parallel_communication(m, s, c, gpu, inst, k);
   r.zero1 = zero1_communication(s, c, gpu, inst, k);
   r.pipeline = pipeline_communication(s, c, gpu, inst, k);
@@ -750,8 +1108,10 @@ struct communication_terms {
 /// micro-batch's collectives over its compute is exposed, plus the first unit's gather (FSDP2 docs, implicit
 /// prefetching). The HSDP and DDP all-reduces overlap with the backward (2/3 of the compute, less what FSDP
 /// already uses) and expose at least the last bucket (1/L of it) (DDP bucketing, PyTorch DDP design notes).
-/// Sequence-parallel collectives are not overlapped (no async TP) and the MoE all-to-all sits on the critical
-/// path of every MoE block: all exposed. Ring attention overlaps its K/V exchange with the attention kernels.
+/// Sequence-parallel collectives are not overlapped (no async TP). The MoE all-to-all of one micro-batch overlaps the
+/// compute of another when the step has two or more (below); with one it is all exposed. Ring attention exposes what
+/// context_parallel_communication computed step by step (`attention` is kept for callers; the per-step overlap is in
+/// the communication terms).
 ///
 /// The distributed optimizer's reduce-scatter overlaps the last micro-batch's backward (2/3 of its compute) and
 /// its all-gather the next step's first forward (1/3), bucket by bucket, each exposing what does not fit plus
@@ -790,8 +1150,14 @@ struct communication_terms {
     pp_exposed = p.vpp <= 1 ? 2 * (ga + p.pp - 1) * send
                             : 2 * (p.pp - 1) * send + std::max(0.0, p.sends * send - ga * t_mb);
   }
-  const double cp_exposed = std::max(0.0, t.context_parallel.raw() - ga * attention.raw());
-  return {seconds::base(dp_exposed), t.tensor_parallel, seconds::base(cp_exposed), t.expert_parallel, seconds::base(pp_exposed)};
+  (void)attention;
+  // MoE dispatch/combine: with two or more micro-batches the all-to-all of one hides behind the compute of the other
+  // (Megatron-Core `overlap_moe_expert_parallel_comm`, the "1F1B A2A overlap", which its MoE performance recipes
+  // enable; DeepEP's two-micro-batch overlap): each later micro-batch exposes only what its all-to-all exceeds of a
+  // micro-batch's compute, and one micro-batch's worth (the first forward, the last backward) stays exposed.
+  const double ep_mb = t.expert_parallel.raw() / std::max(1.0, ga);
+  const double ep_exposed = ga < 2 ? t.expert_parallel.raw() : (ga - 1) * std::max(0.0, ep_mb - t_mb) + ep_mb;
+  return {seconds::base(dp_exposed), t.tensor_parallel, t.context_parallel_exposed, seconds::base(ep_exposed), seconds::base(pp_exposed)};
 }
 
 }  // namespace terms
@@ -888,13 +1254,13 @@ inline throughput_terms compute_throughput_terms(const model_spec& m, const trai
 /// Step time, tokens/s and MFU of configuration `c` on `gpu`:
 /// compose_throughput(compute_throughput_terms(m, c, gpu, inst, k)).
 ///
-/// Roofline per op class (bwplan::terms): GEMM FLOPs / (bf16 peak · gemm_max · h/(h + h½)) and the compute
-/// format's rate (gemm_time); attention FLOPs (backward 2.5× forward, FlashAttention-2 paper) / (peak ·
-/// attention) (attention_time); element-wise, loss and cast bytes / (HBM · memory) (memory_bound_time); a fixed
-/// cost per kernel (launch_time); the optimizer (optimizer_time). Communication per parallelism: FSDP2
-/// all-gathers and reduce-scatters, HSDP and DDP all-reduces, sequence-parallel collectives, ring-attention
-/// K/V exchange, expert all-to-all (collective_time for each call); the overlap model (exposed_communication)
-/// decides what is exposed. `inst` may be null (no EFA). @sa docs/methodology.md#throughput
+/// Roofline per op class (bwplan::terms): each GEMM of each linear at the dense peak × gemm_efficiency of its own
+/// m, n, k, low-precision blocks at the format's rate (gemm_time); attention FLOPs (backward 2.5× forward) at the
+/// published rates of the GPU's attention kernel by head_dim (attention_time); element-wise, loss and cast bytes counted
+/// op by op / (HBM · memory) (memory_bound_time); a fixed cost per kernel (launch_time); the optimizer
+/// (optimizer_time). Communication per parallelism: FSDP2 all-gathers and reduce-scatters, HSDP and DDP all-reduces,
+/// sequence-parallel collectives, ring-attention K/V exchange, expert all-to-all (collective_time or all_to_all_time for
+/// each call); the overlap model (exposed_communication) decides what is exposed. `inst` may be null (no EFA). @sa docs/methodology.md#throughput
 ///
 /// Pipeline parallelism: the step of the slowest rank (bottleneck_ranks: the one with the most blocks and the
 /// last, which runs the LM head and the loss), with its bubble and its sends; `pipeline_rank` says which.

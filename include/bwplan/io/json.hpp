@@ -448,7 +448,7 @@ struct catalog_limits {
 /// GPU fields: `id`, `architecture` (ampere | ada | hopper | blackwell), `hbm_total_mib`, `hbm_bandwidth_tb_per_s`,
 /// `dense_tflop_per_s` (with `bf16`) are required; `interconnect` ("nvlink", the default, with
 /// `nvlink_gb_per_s_per_direction`; or "pcie" with `pcie_gb_per_s_per_direction`), `driver_reserved_mib`
-/// (default 0, below `hbm_total_mib`), `power_limit_w`, `rated_power_w` (the power the FLOP/s are rated at, default `power_limit_w`), `attention_speedup` (default 1) and `name` are optional. Instance fields: `id` (ml.*),
+/// (default 0, below `hbm_total_mib`), `power_limit_w`, `rated_power_w` (the power the FLOP/s are rated at, default `power_limit_w`), `attention_speedup` (default 1), `attention_kernel` ("fused", the default, or "fa2") and `name` are optional. Instance fields: `id` (ml.*),
 /// `gpu`, `gpus_per_node`, `efa_gbit_per_s`, `price_per_hour_usd` are required; `nvlink_domain_gpus` (default:
 /// gpus_per_node for NVLink GPUs, 1 for PCIe GPUs), `host_memory_gib`, `price_note`, `price_kind`
 /// (ec2-on-demand | ec2-capacity-block | other), `price_region`, `sagemaker_price_per_hour_usd` (with
@@ -506,6 +506,11 @@ inline void merge_catalog(hardware_catalog& cat, const nlohmann::json& j, const 
       s.power_limit_w = get_positive(x, file, ptr, "power_limit_w", L::power_w, "100000", false, 0);
       s.rated_power_w = get_positive(x, file, ptr, "rated_power_w", L::power_w, "100000", false, 0);
       s.attention_speedup = get_positive(x, file, ptr, "attention_speedup", 10.0, "10", false, 1.0);
+      if (auto ak = x.find("attention_kernel"); ak != x.end()) {
+        const auto parsed = ak->is_string() ? parse_attention_kernel(ak->get<std::string>()) : std::nullopt;
+        if (!parsed) throw config_error(file, ptr + "/attention_kernel", "expected \"fused\" or \"fa2\", got " + ak->dump());
+        s.attention = *parsed;
+      }
       auto d = x.find("dense_tflop_per_s");
       if (d == x.end() || !d->is_object()) throw config_error(file, ptr + "/dense_tflop_per_s", "expected an object of format: TFLOP/s");
       for (auto it = d->begin(); it != d->end(); ++it) {
