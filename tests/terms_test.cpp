@@ -426,6 +426,55 @@ TEST_CASE("terms: compute per op class of one micro-batch", "[terms][throughput]
   CHECK(terms::memory_bound_time(terms::throughput_shape_of(m, amp_ck, g, k), amp_ck).casts.raw() == Approx(18 * P));
 }
 
+TEST_CASE("terms: torch.compile fuses the blocks' element-wise kernels and the compiled loss", "[terms][throughput][stacks]") {
+  const model_spec m = llama_1b();  // h 2048, q 2048, kv 512, F 8192
+  const gpu_spec g = h100();
+  const throughput_calibration k{};
+  training_config c = one_gpu(master_weights::bf16);
+  c.compile = true;
+  const auto s = terms::throughput_shape_of(m, c, g, k);
+  CHECK(s.compiled);
+  CHECK_FALSE(s.compiled_loss);  // hf compiles the blocks only
+  // Inductor, bf16 stream (rs = 2), two norms: forward h·(rs + 2·2 + 2·(2rs + 2)) + 4·(q + kv) + 6·F
+  // = 18·2048 + 4·2560 + 6·8192 = 96,256 (eager 174,080); backward h·(3rs·2 + 10) + 4·(q + kv) + 10·F + 4·(q + kv)
+  // (GQA) = 22·2048 + 8·2560 + 10·8192 = 147,456 (eager 310,272)
+  const auto blk = terms::block_elementwise(s, 0);
+  CHECK(blk.forward == 96256);
+  CHECK(blk.backward == 147456);
+  const double T = 2048;
+  const auto mb = terms::memory_bound_time(s, c);
+  CHECK(mb.elementwise.raw() == L * T * (96256 + 147456));
+  CHECK(mb.loss.raw() == 48 * T * V);  // the hf loss stays eager
+  // autocast over fp32 weights (rs = 4): forward 28h, backward 34h; the weight casts stay (outside the fused chains)
+  training_config a = one_gpu();
+  a.compile = true;
+  const auto sa = terms::throughput_shape_of(m, a, g, k);
+  const auto blka = terms::block_elementwise(sa, 0);
+  CHECK(blka.forward == 28 * 2048 + 4 * 2560 + 6 * 8192);
+  CHECK(blka.backward == 34 * 2048 + 8 * 2560 + 10 * 8192);
+  CHECK(terms::memory_bound_time(sa, a).casts.raw() == terms::memory_bound_time(terms::throughput_shape_of(m, one_gpu(), g, k), one_gpu()).casts.raw());
+  // torchtitan and torchtune compile the loss too: 8 B per logit instead of 48
+  training_config tt = c;
+  tt.stack = training_stack::torchtitan;
+  tt.master = master_weights::fp32;
+  const auto st = terms::throughput_shape_of(m, tt, g, k);
+  CHECK(st.compiled_loss);
+  CHECK(terms::memory_bound_time(st, tt).loss.raw() == 8 * T * V);
+  // Megatron-LM does not compile (the plan rule refuses it; the shape ignores the flag)
+  training_config mg = c;
+  mg.stack = training_stack::megatron;
+  CHECK_FALSE(terms::throughput_shape_of(m, mg, g, k).compiled);
+  // through the estimate: the compiled step is shorter by exactly the element-wise bytes saved over the achieved
+  // HBM bandwidth (3.35 TB/s × 0.60); nothing else changes
+  training_config e = c;
+  e.compile = false;
+  const throughput_estimate eager = estimate_throughput(m, e, g);
+  const throughput_estimate comp = estimate_throughput(m, c, g);
+  const double saved = L * T * ((174080 + 310272) - (96256 + 147456)) / (3.35e12 * 0.60);
+  CHECK((eager.step - comp.step).raw() == Approx(saved).epsilon(1e-6));
+  CHECK(comp.tokens_per_s > eager.tokens_per_s);
+}
+
 TEST_CASE("terms: shape-following terms: q/k norms, head_dim, KV heads, the attention kernel", "[terms][throughput]") {
   const gpu_spec g = h100();
   const throughput_calibration k{};

@@ -16,14 +16,14 @@ Each row becomes one `bwplan estimate` command (printed in the table's reproduce
 (a bare GPU for one node of 8; the host in configs/hardware/public-hosts.json across nodes), precision, tp,
 cp, ep, micro-batch, sequence, accumulation (global batch / (micro-batch x data-parallel degree)),
 activation checkpointing and sharding. torchtitan rows run FSDP2 with fp32 master weights (torchtitan's
-default mixed precision: bf16 parameters, fp32 reduce); Megatron rows with the distributed optimizer
-(ZeRO-1) are mapped to DDP over bf16 parameters (Megatron computes in bf16 parameters without autocast casts;
-the same all-reduce volume per step; optimizer states not sharded) and marked "stack not modelled" in the
-table. Rows whose PyTorch ran FlashAttention-2 (torchtitan of 2024, torch 2.7 nightly) get the global
-`--attention-kernel fa2`; torch.compile rows are estimated as eager (said so per row). Rows whose source does not state the GPU's power limit (torchao's "power
+default mixed precision: bf16 parameters, fp32 reduce); Megatron rows with the distributed optimizer run
+`--stack megatron --sharding optimizer` (its bf16 model, fp32 main-gradient buffer and sharded fp32 main
+weights; Transformer Engine's fused kernels and CUDA graphs are not priced, said so per row); other Megatron
+rows (Megatron-FSDP, MoE without a stated data-parallel layout) are marked "stack not modelled". Rows whose PyTorch ran FlashAttention-2 (torchtitan of 2024, torch 2.7 nightly) get the global
+`--attention-kernel fa2`; torch.compile rows get `--compile` (Inductor's fused element-wise kernels in the blocks). Rows whose source does not state the GPU's power limit (torchao's "power
 limited" B200s; its H100s, 80 or 96 GB, 500 or 700 W) are estimated and shown, marked "hardware not
 stated", and left out of the checked set: the median and max bounds apply to the other rows. Rows with
-pipeline parallelism are listed but not estimated (bwplan does not model pp). Standard library only.
+pipeline parallelism are listed but not estimated (none in the shared file today). Standard library only.
 """
 import argparse
 import json
@@ -97,10 +97,10 @@ def mapping(row):
     stack = row["stack"]
     megatron = "Megatron" in stack
     if megatron and "distributed optimizer" in stack:
-        # Megatron computes in bf16 parameters (no autocast casts of fp32 weights) and keeps the fp32 main weights
-        # in the sharded optimizer: DDP with bf16 parameters is the closest bwplan setting for the step's kernels
-        args += ["--sharding", "none", "--master", "bf16"]
-        notes.append("stack not modelled: Megatron distributed optimizer (ZeRO-1) as DDP over bf16 parameters")
+        # Megatron-Core DDP with the distributed optimizer: bf16 model, fp32 main parameters sharded with the states,
+        # the fp32 main-gradient buffer (docs/stacks.md, training_stack::megatron; sharding optimizer = ZeRO-1)
+        args += ["--stack", "megatron", "--sharding", "optimizer", "--master", "fp32"]
+        notes.append("--stack megatron, distributed optimizer; Transformer Engine's fused kernels priced as eager")
     elif megatron and "Megatron-FSDP" in stack:
         args += ["--sharding", "full", "--master", "fp32"]
         notes.append("stack not modelled: Megatron-FSDP as FSDP2")
@@ -120,7 +120,10 @@ def mapping(row):
         if "eager" in stack:
             notes.append("eager")
         else:
-            notes.append("torch.compile estimated as eager")
+            # torchtitan compiles each TransformerBlock (apply_compile in parallelize_llama.py); its loss ran eager
+            # at 9dec370: --compile with the hf stack compiles the blocks only
+            args += ["--compile"]
+            notes.append("torch.compile of the blocks (--compile)")
     # the attention kernel of the row's software: FlashAttention-2 for the PyTorch of 2024 and early 2025 on Hopper
     # (SDPA's flash backend; torchtitan 9dec370 repeats the K/V heads before SDPA); the catalog's default (fused
     # FlashAttention-3 / cuDNN kernels) otherwise (torchtitan selects cuDNN on B200, Megatron runs TE's cuDNN attention)
@@ -205,7 +208,7 @@ def summary(errors, errors_stated, errors_modelled, n_rows):
         "|---|---|---|---|",
         f"| all | {len(errors)} of {n_rows} | {med:.1f}% | {mx:.1f}% |",
         f"| hardware stated by the source (the checked set) | {len(errors_stated)} | {meds:.1f}% | {mxs:.1f}% |",
-        f"| … of which stacks bwplan models (torchtitan FSDP2) | {len(errors_modelled)} | {medm:.1f}% | {mxm:.1f}% |",
+        f"| … of which stacks bwplan models (torchtitan FSDP2, Megatron-Core distributed optimizer) | {len(errors_modelled)} | {medm:.1f}% | {mxm:.1f}% |",
     ], meds, mxs
 
 

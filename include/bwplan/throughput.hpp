@@ -406,6 +406,8 @@ struct throughput_shape {
   double Ps = 0;     ///< zero1: parameters whose master weights and states are sharded (experts undivided, ÷ tp)
   double moe_layers = 0;  ///< MoE blocks on this GPU (pipeline: the rank's own)
   bool amp = false;  ///< autocast over fp32 weights (fp32 residual stream)
+  bool compiled = false;       ///< torch.compile of the blocks: Inductor fuses their element-wise ops (block_elementwise)
+  bool compiled_loss = false;  ///< the loss runs under torch.compile (torchtitan, torchtune with compile)
   int gpn = 1;       ///< GPUs per node (per NVLink domain, where it spans instances) the job uses, min(domain, world)
   format_traits format;  ///< traits of the compute format on this GPU
   // --- fine-tuning (docs/finetune.md)
@@ -429,6 +431,9 @@ struct throughput_shape {
   r.zero1 = zero1_layout(c);
   r.fsdp = c.sharded() && !r.zero1;
   r.amp = !r.fsdp && !r.zero1 && c.master == master_weights::fp32;
+  // what torch.compile compiles, as memory.hpp's stack_settings reads it (Megatron-LM does not compile its model)
+  r.compiled = c.compile && c.stack != training_stack::megatron;
+  r.compiled_loss = r.compiled && (c.stack == training_stack::torchtitan || c.stack == training_stack::torchtune);
   r.T = static_cast<double>(c.tokens_per_micro_batch()) / (static_cast<double>(c.tp) * c.cp);
   r.b = static_cast<double>(c.micro_batch);
   r.s = static_cast<double>(c.seq_len);
@@ -728,10 +733,35 @@ struct block_elementwise_bytes {
 ///   10 + 26 + 6 = 42 B; without autocast the norm alone (4 and 6 B);
 /// - MoE blocks: the dispatch permutation and the combine's unpermutation copies of the k·cf routed copies of each token
 ///   (8 B per element of h and copy each way).
+///
+/// Compiled (`torch.compile` of each block, throughput_shape::compiled): Inductor fuses every chain of element-wise
+/// ops between two extern kernels (the GEMMs and SDPA) into one kernel that reads the chain's inputs once and writes
+/// its outputs once (torch/_inductor/scheduler.py, fusion of pointwise and reduction nodes; the autocast casts of the
+/// activations fuse into their producers). Per block, per element of h: the first norm reads the residual (rs) and
+/// writes its bf16 output (2); the attention branch's residual add fuses with the second norm (read rs + 2, write
+/// rs + 2); the MLP's residual add reads rs + 2 and writes rs — forward `rs + 2·norms + 2·(2rs + 2)`, 18 B for a
+/// bf16 stream with two norms (eager: 20 B plus the autocast casts). RoPE reads and writes q and k once (4 B per
+/// element, the q/k norm fused into it; eager 20 B and 32 B more under autocast); SwiGLU reads gate and up and
+/// writes their product (6 B per element of F; eager 10). Backward: each norm's backward fuses the sum of the
+/// input gradients of the linears that read its output (2 B each: q, k, v and gate, up — 5 in all), the residual
+/// gradient (rs), the saved input (rs) and writes the input gradient (rs): `3rs·norms + 10`; RoPE's backward 4 B
+/// per element of q and k (6 with the q/k norm, which reads its saved input); SwiGLU's backward reads the output
+/// gradient, gate and up and writes two gradients (10 B per element of F; eager 18). What stays as in eager: the
+/// GQA dK/dV sums inside the flash backward, the repeated K/V copies a stack makes before SDPA, the MoE
+/// permutations (extern index kernels), and the loss, casts and ring-attention merges of memory_bound_time.
 [[nodiscard]] constexpr block_elementwise_bytes block_elementwise(const throughput_shape& s, double moe_copies) noexcept {
   const double h = s.h, f = s.f, q = s.q, kv = s.kv, norms = s.norms;
   const double rs = s.amp ? 4 : 2, no = s.amp ? 4 : 2;
   block_elementwise_bytes r;
+  if (s.compiled) {
+    r.forward = h * (rs + 2 * norms + 2 * (2 * rs + 2)) + 4 * (q + kv) + (s.gated ? 6 : 4) * f;
+    r.backward = h * (3 * rs * norms + 10) + (s.qk_norm ? 6 : 4) * (q + kv) + (s.gated ? 10 : 4) * f +
+                 (kv < q ? 4 * (q + kv) : 0);
+    if (kv < q && s.kv_attention > kv) r.forward += 4 * (q + kv);  // repeat_kv's copies of K and V
+    r.forward += 8 * moe_copies * h;
+    r.backward += 8 * moe_copies * h;
+    return r;
+  }
   r.forward = h * (norms * (rs + no) + (s.amp ? 30 : 0) + 2 * (2 * rs + 2)) + 20 * (q + kv) + (s.gated ? 10 : 4) * f;
   r.backward = h * (norms * (no + 2 * rs) + (s.amp ? 30 : 0) + 3 * 3 * no + 2 * 3 * rs + (s.amp ? 12 : 0)) + 26 * (q + kv) +
                (s.gated ? 18 : 6) * f + (kv < q ? 4 * (q + kv) : 0);
@@ -751,7 +781,7 @@ struct block_elementwise_bytes {
 ///   block reruns its forward kernels only; selective per-op checkpointing half the blocks' worth);
 /// - the standard loss (`F.cross_entropy(logits.float())`): the upcast (6 B per logit), log-softmax's passes (16 B),
 ///   its backward (gradient 4 B, log-softmax backward 16 B, the cast back 6 B): `48·T·V`; the chunked loss (Liger fused
-///   linear cross-entropy) `8·T·V`;
+///   linear cross-entropy) and the compiled loss (torchtitan, torchtune with compile) `8·T·V`;
 /// - fp32 master weights: under autocast every weight is cast to bf16 in forward (6 B, again in a recomputed block:
 ///   the recompute runs in a fresh autocast context) and its bf16 gradient cast back to fp32 (6 B), `12·P`; FSDP2
 ///   (MixedPrecisionPolicy bf16 / fp32 reduce) casts its shard to bf16 and copies it into and out of the all-gather
@@ -774,7 +804,9 @@ struct block_elementwise_bytes {
   const double T = s.T, h = s.h, q = s.q, V = s.V;
   const format_traits& ft = s.format;
   const block_elementwise_bytes blk = block_elementwise(s, s.moe_copies);
-  const double loss_bytes = c.loss == loss_impl::standard ? T * V * 48 : T * V * 8;
+  // the compiled standard loss fuses the upcast, log-softmax and its backward into reductions over the bf16 logits:
+  // two reading passes forward, one read and one write backward, as the chunked loss (memory.hpp, loss_transient)
+  const double loss_bytes = c.loss == loss_impl::standard && !s.compiled_loss ? T * V * 48 : T * V * 8;
   double cast_bytes = 0;
   // trained parameters only; the distributed optimizer computes on its bf16 parameters (its cast is in the optimizer step)
   if (c.master == master_weights::fp32 && !s.zero1) {
