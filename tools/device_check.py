@@ -40,8 +40,10 @@ import datetime
 import json
 import os
 import shlex
+import signal
 import subprocess
 import sys
+import threading
 import time
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -52,6 +54,7 @@ TRAIN = os.path.join(TRAIN_DIR, "train.py")
 sys.path.insert(0, TRAIN_DIR)
 
 import contract as C  # noqa: E402  (standard library only)
+from bwtrain import runtime as R  # noqa: E402  (standard library only: GPU names)
 
 MEM_BOUND = 0.05  # issue 12 must-show 3: peak allocated within 5 %
 TPS_BOUND = 0.15  # ... and tokens/s within 15 %
@@ -206,13 +209,25 @@ def trainer_dry_run(python: str, probe_file: str, n: int) -> None:
             raise SetupError(f"train.py --dry-run refuses {d['plan']['precision']}/{d['plan']['activation_checkpointing']}: {d['refusals']}")
 
 
-def stream(argv: List[str], log_path: str, timeout: int, env: Dict[str, str]) -> Tuple[Optional[int], float]:
-    """Run argv with its output both on the console and in log_path; (exit code or None on timeout, seconds)."""
+def stream(argv: List[str], log_path: str, timeout: float, env: Dict[str, str]) -> Tuple[Optional[int], float]:
+    """Run argv with its output both on the console and in log_path (appended); (exit code, or
+    None when it ran past ``timeout`` seconds and was killed, seconds taken)."""
     t0 = time.time()
-    with open(log_path, "w", encoding="utf-8") as lf:
+    killed = threading.Event()
+    with open(log_path, "a", encoding="utf-8") as lf:
+        lf.write("$ " + shlex.join(argv) + "\n")
         p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=ROOT,
                              start_new_session=True)
-        rc: Optional[int] = None
+
+        def kill() -> None:  # the trainer this script started, and its own process group only
+            killed.set()
+            try:
+                os.killpg(p.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+
+        watchdog = threading.Timer(max(1.0, timeout), kill)
+        watchdog.start()
         try:
             assert p.stdout is not None
             for line in p.stdout:
@@ -220,17 +235,13 @@ def stream(argv: List[str], log_path: str, timeout: int, env: Dict[str, str]) ->
                 sys.stdout.flush()
                 lf.write(line)
                 lf.flush()
-                if time.time() - t0 > timeout:
-                    break
-            try:
-                rc = p.wait(timeout=max(1.0, timeout - (time.time() - t0)))
-            except subprocess.TimeoutExpired:
-                rc = None
+            rc: Optional[int] = p.wait()
         finally:
+            watchdog.cancel()
             if p.poll() is None:
-                p.kill()  # only the trainer this script started
+                kill()
                 p.wait()
-    return rc, time.time() - t0
+    return (None if killed.is_set() else rc), time.time() - t0
 
 
 def read_records(path: str) -> List[Dict[str, Any]]:
@@ -304,6 +315,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("--warmup", type=int, default=2, help="warm-up steps before the measured window (default 2, the trainer's)")
     ap.add_argument("--plans", help="comma-separated subset: " + ",".join(slug(n) for n, _, _ in PLANS))
     ap.add_argument("--timeout", type=int, default=420, help="seconds for the whole trainer run (default 420)")
+    ap.add_argument("--separate", action="store_true", help="one trainer process per plan (a crash or leak cannot reach "
+                    "the next plan; about 15 s more per plan) instead of one --probe process for all")
     ap.add_argument("--dry-run", action="store_true", help="everything but the CUDA run; exit 0 when the setup is sound")
     ap.add_argument("--from-records", metavar="JSONL", help="compare the records of an earlier run (its measurements.jsonl; "
                     "environment.json next to it, if any, gives the versions) instead of running the trainer")
@@ -355,7 +368,7 @@ def main(argv: Optional[List[str]] = None) -> int:
                   gpu=env.get("gpu"), torch=env.get("torch"), cuda_version=env.get("cuda_version"),
                   transformers=env.get("transformers"), torchao=env.get("torchao"))
     run_rows = [r for r in rows if not (r["needs_torchao"] and not env.get("torchao"))]
-    records = os.path.join(out_dir, "records")
+    records = out_dir  # the trainer appends measurements.jsonl here
     cmd_train = [a.python, TRAIN, "--probe", probe_file, "--output-dir", records]
 
     log(f"device_check: {len(rows)} plans of {a.model} on {a.gpu}, micro-batch {a.mbs} x {a.seq}, {a.steps} steps each; bwplan {bwplan_version}")
@@ -379,6 +392,15 @@ def main(argv: Optional[List[str]] = None) -> int:
         log(text)
         return 0 if a.dry_run else 77
 
+    if not a.from_records:
+        gid = R.gpu_id_of(env.get("gpu") or "")
+        if gid != a.gpu:
+            print(f"device_check.py: error: this GPU is {env.get('gpu')!r} ({gid or 'not in the catalog'}), the plans are for "
+                  f"{a.gpu}: pass --gpu {gid}" if gid else f"device_check.py: error: this GPU is {env.get('gpu')!r}, not {a.gpu}",
+                  file=sys.stderr)
+            return 2
+        if env.get("device_count", 1) > 1 and "CUDA_VISIBLE_DEVICES" not in os.environ:
+            log(f"note: {env['device_count']} GPUs visible; the trainer uses GPU 0")
     # the probe file for the run: the plans this machine can run (fp8 needs torchao)
     with open(probe_file, "w", encoding="utf-8") as f:
         json.dump({"plans": [r["entry"] for r in run_rows]}, f, indent=2)
@@ -390,13 +412,34 @@ def main(argv: Optional[List[str]] = None) -> int:
     else:
         with open(os.path.join(out_dir, "environment.json"), "w", encoding="utf-8") as f:
             json.dump(env, f, indent=2)
-        if os.path.exists(os.path.join(records, "measurements.jsonl")):
-            os.remove(os.path.join(records, "measurements.jsonl"))
-        log("$ " + shlex.join(cmd_train))
+        for old in ("measurements.jsonl", "trainer.log"):
+            if os.path.exists(os.path.join(out_dir, old)):
+                os.remove(os.path.join(out_dir, old))
         child_env = dict(os.environ)
         child_env.setdefault("TOKENIZERS_PARALLELISM", "false")
         child_env.setdefault("HF_HUB_OFFLINE", "1")
-        rc, secs = stream(cmd_train, os.path.join(out_dir, "trainer.log"), a.timeout, child_env)
+        child_env.pop("WORLD_SIZE", None)  # one process, no torchrun
+        if not a.separate:
+            log("$ " + shlex.join(cmd_train))
+            rc, secs = stream(cmd_train, os.path.join(out_dir, "trainer.log"), a.timeout, child_env)
+        else:
+            rc, secs, t_start = 0, 0.0, time.time()
+            for r in run_rows:
+                one = os.path.join(out_dir, f"probe-{r['slug']}.json")
+                with open(one, "w", encoding="utf-8") as f:
+                    json.dump({"plans": [r["entry"]]}, f, indent=2)
+                cmd = [a.python, TRAIN, "--probe", one, "--output-dir", records]
+                log("$ " + shlex.join(cmd))
+                left = a.timeout - (time.time() - t_start)
+                if left < 10:
+                    rc = None
+                    break
+                r_rc, _ = stream(cmd, os.path.join(out_dir, "trainer.log"), left, child_env)
+                if r_rc is None or (r_rc != 0 and rc == 0):
+                    rc = r_rc
+                if r_rc is None:
+                    break
+            secs = time.time() - t_start
         log(f"trainer: exit {rc if rc is not None else 'none (timed out, killed)'} after {secs:.0f} s")
         recs = read_records(os.path.join(records, "measurements.jsonl"))
 

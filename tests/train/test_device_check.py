@@ -16,15 +16,55 @@ TOOL = os.path.join(ROOT, "tools", "device_check.py")
 BWPLAN = os.environ.get("BWPLAN_BIN")
 HEAVY = ("torch", "transformers", "torchao", "numpy", "accelerate", "peft")
 
+# --python for the run path without a GPU: answers the CUDA query as an H200 would, passes
+# --dry-run to the real train.py, and for --probe writes one record per plan at FAKE_MEM / FAKE_TPS
+# times below bwplan's estimate (read from the estimate files device_check.py left in --output-dir).
+FAKE = r'''"""A stand-in for the trainer's interpreter on a machine without CUDA (tests of device_check.py's run path)."""
+import glob, json, os, subprocess, sys, time
+args = sys.argv[1:]
+if args[:1] == ["-c"]:
+    print(json.dumps({"cuda": True, "gpu": os.environ.get("FAKE_GPU", "NVIDIA H200"), "torch": "2.11.0+fake", "cuda_version": "12.9",
+                      "device_count": 1, "transformers": "4.57.1", "torchao": os.environ.get("FAKE_TORCHAO") or None}))
+    sys.exit(0)
+if "--dry-run" in args:
+    sys.exit(subprocess.call([sys.executable] + args))
+probe = args[args.index("--probe") + 1]
+out = args[args.index("--output-dir") + 1]
+ests = {}
+for fn in glob.glob(os.path.join(out, "estimate-*.json")):
+    e = json.load(open(fn)); c = e["config"]
+    ests[(c["precision"], c["master_weights"], c["activation_checkpointing"])] = (e["memory"]["peak_allocated_bytes"], e["throughput"]["tokens_per_s"])
+mem_f, tps_f = float(os.environ.get("FAKE_MEM", "1.02")), float(os.environ.get("FAKE_TPS", "0.93"))
+with open(os.path.join(out, "measurements.jsonl"), "a") as f:
+    f.write(json.dumps({"kind": "env", "gpu": "NVIDIA H200", "torch": "2.11.0+fake"}) + "\n")
+    for i, p in enumerate(json.load(open(probe))["plans"]):
+        time.sleep(float(os.environ.get("FAKE_SLEEP", "0")))
+        m, t = ests[(p["precision"], p["master_weights"], p["activation_checkpointing"])]
+        f.write(json.dumps({"kind": "probe", "ok": True, "plan": p, "peak_allocated": int(m / mem_f), "tokens_per_s": t / tps_f,
+                            "versions": {"transformers": "4.57.1"}}) + "\n")
+        f.flush()
+        print(f"probe {i + 1} {p['precision']} ok", flush=True)
+'''
 
-def run_tool(args, out):
+
+def fake_python(d):
+    with open(os.path.join(d, "fake.py"), "w") as f:
+        f.write(FAKE)
+    sh = os.path.join(d, "py")
+    with open(sh, "w") as f:
+        f.write(f"#!/bin/sh\nexec {sys.executable} {os.path.join(d, 'fake.py')} \"$@\"\n")
+    os.chmod(sh, 0o755)
+    return sh
+
+
+def run_tool(args, out, env_extra=None):
     """device_check.py where importing any heavy library raises ImportError (as on a CI machine)."""
     block = os.path.join(out, "block")
     for lib in HEAVY:
         os.makedirs(os.path.join(block, lib), exist_ok=True)
         with open(os.path.join(block, lib, "__init__.py"), "w") as f:
             f.write(f"raise ImportError('{lib} must not be imported here')\n")
-    env = dict(os.environ, PYTHONPATH=block)
+    env = dict(os.environ, PYTHONPATH=block, **(env_extra or {}))
     env.pop("OUT", None)
     return subprocess.run([sys.executable, TOOL, "--bwplan", BWPLAN, "--out", os.path.join(out, "o")] + args,
                           capture_output=True, text=True, env=env, timeout=120)
@@ -89,6 +129,26 @@ class DeviceCheckDryRunTest(unittest.TestCase):
             self.assertIn("✗ tokens/s", r.stdout)
             with open(os.path.join(d, "o", "device_check.md")) as f:
                 self.assertIn("| bf16 master |", f.read())
+
+    def test_run_path_with_a_stand_in_trainer(self):
+        with tempfile.TemporaryDirectory() as d:
+            py = fake_python(d)
+            r = run_tool(["--python", py], d)
+            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+            self.assertIn("skipped: torchao not installed", r.stdout)
+            self.assertIn("4 of 5 plans measured", r.stdout)
+            self.assertTrue(os.path.isfile(os.path.join(d, "o", "measurements.jsonl")))
+            r = run_tool(["--python", py, "--separate", "--plans", "fp8-tensorwise,bf16-master"], d,
+                         {"FAKE_TORCHAO": "0.18.0", "FAKE_MEM": "0.9"})
+            self.assertEqual(r.returncode, 1, r.stdout + r.stderr)
+            self.assertIn("| fp8 (tensorwise) |", r.stdout)
+            self.assertIn("✗ memory", r.stdout)
+            r = run_tool(["--python", py, "--timeout", "3", "--plans", "bf16-master,full-checkpointing"], d, {"FAKE_SLEEP": "2"})
+            self.assertEqual(r.returncode, 1, r.stdout + r.stderr)
+            self.assertIn("no record (timed out)", r.stdout)
+            r = run_tool(["--python", py], d, {"FAKE_GPU": "NVIDIA H100 80GB HBM3"})
+            self.assertEqual(r.returncode, 2, r.stdout + r.stderr)
+            self.assertIn("pass --gpu h100", r.stderr)
 
 
 if __name__ == "__main__":
