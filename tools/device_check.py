@@ -40,6 +40,7 @@ import datetime
 import json
 import os
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -107,9 +108,20 @@ def log(msg: str = "") -> None:
     print(msg, flush=True)
 
 
-def run_cmd(argv: List[str], what: str, timeout: int = 120) -> str:
+def bwplan_env(bwplan: str) -> Dict[str, str]:
+    """The environment for the bwplan binary: a lib/ folder next to it (what --bundle copies: the
+    shared libraries a machine without the build's packages lacks, libspdlog and libfmt) first on
+    LD_LIBRARY_PATH."""
+    env = dict(os.environ)
+    lib = os.path.join(os.path.dirname(os.path.abspath(bwplan)), "lib")
+    if os.path.isdir(lib):
+        env["LD_LIBRARY_PATH"] = lib + (os.pathsep + env["LD_LIBRARY_PATH"] if env.get("LD_LIBRARY_PATH") else "")
+    return env
+
+
+def run_cmd(argv: List[str], what: str, timeout: int = 120, env: Optional[Dict[str, str]] = None) -> str:
     try:
-        r = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+        r = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=env)
     except FileNotFoundError:
         raise SetupError(f"{what}: {argv[0]} not found") from None
     except subprocess.TimeoutExpired:
@@ -137,7 +149,9 @@ def slug(name: str) -> str:
 
 
 def build_plans(a, contract, out_dir: str) -> List[Dict[str, Any]]:
-    """Plan files from bwplan, bwplan's estimate of each, the probe entry and its contract check."""
+    """Plan files from bwplan, bwplan's estimate of each, the probe entry and its contract check.
+    With --estimates DIR the plan and estimate files of an earlier dry run are read instead."""
+    benv = bwplan_env(a.bwplan)
     common = [a.model, "--gpu", a.gpu, "--gpus", "1", "--sharding", "none", "--mbs", str(a.mbs), "--seq", str(a.seq),
               "--grad-accum", "1", "--optimizer-impl", "fused", "--loss", "standard", "--stack", "hf"]
     rows = []
@@ -147,13 +161,25 @@ def build_plans(a, contract, out_dir: str) -> List[Dict[str, Any]]:
         s = slug(name)
         plan_file = os.path.join(out_dir, f"plan-{s}.json")
         cmd_plan = [a.bwplan] + (["--configs", a.configs] if a.configs else []) + ["estimate"] + common + flags + ["--emit", "plan", "-o", plan_file]
-        run_cmd(cmd_plan, f"plan '{name}'")
         cmd_est = [a.bwplan] + (["--configs", a.configs] if a.configs else []) + ["estimate", "--plan", plan_file, "--format", "json"]
-        est = json.loads(run_cmd(cmd_est, f"estimate '{name}'"))
+        if a.estimates:
+            try:
+                shutil.copyfile(os.path.join(a.estimates, f"plan-{s}.json"), plan_file)
+                with open(os.path.join(a.estimates, f"estimate-{s}.json"), encoding="utf-8") as f:
+                    est = json.load(f)
+            except (OSError, ValueError) as e:
+                raise SetupError(f"--estimates {a.estimates}: plan '{name}': {e}") from None
+        else:
+            run_cmd(cmd_plan, f"plan '{name}'", env=benv)
+            est = json.loads(run_cmd(cmd_est, f"estimate '{name}'", env=benv))
         with open(os.path.join(out_dir, f"estimate-{s}.json"), "w", encoding="utf-8") as f:
             json.dump(est, f, indent=2)
         with open(plan_file, encoding="utf-8") as f:
             plan_doc = json.load(f)
+        want = {"model": a.model, "gpu": a.gpu, "gpus": 1, "sharding": "none", "micro_batch_size": a.mbs, "seq_len": a.seq}
+        off = [f"{k} {plan_doc.get(k)!r} (asked {v!r})" for k, v in want.items() if plan_doc.get(k) != v]
+        if off:
+            raise SetupError(f"plan '{name}': {plan_file if not a.estimates else a.estimates} has {', '.join(off)}")
         entry = dict(plan_doc)
         entry.pop("headroom", None)  # planning-only
         entry.pop("schema_version", None)
@@ -299,11 +325,53 @@ def table(rows: List[Dict[str, Any]], header: Dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+SYSTEM_LIBS = ("linux-vdso", "libc.so", "libm.so", "libstdc++.so", "libgcc_s.so", "ld-linux", "libpthread.so", "libdl.so",
+               "librt.so")
+
+
+def bundle(a) -> int:
+    """--bundle DIR: DIR/bwplan, DIR/lib/<its non-system shared libraries>, DIR/estimates/ (a dry run)."""
+    d = os.path.abspath(a.bundle)
+    os.makedirs(os.path.join(d, "lib"), exist_ok=True)
+    target = os.path.join(d, "bwplan")
+    if os.path.abspath(a.bwplan) != target:
+        if not os.path.isfile(a.bwplan):
+            raise SetupError(f"bwplan binary not found: {a.bwplan} (--bwplan PATH or $BWPLAN_BIN)")
+        shutil.copy2(a.bwplan, target)
+    copied = []
+    try:
+        ldd = subprocess.run(["ldd", target], capture_output=True, text=True, timeout=30).stdout
+    except (FileNotFoundError, subprocess.TimeoutExpired):
+        ldd = ""
+    for line in ldd.splitlines():
+        parts = line.split("=>")
+        if len(parts) != 2:
+            continue
+        name, path = parts[0].strip(), parts[1].split("(")[0].strip()
+        if path and os.path.isfile(path) and not name.startswith(SYSTEM_LIBS):
+            shutil.copyfile(path, os.path.join(d, "lib", name))
+            copied.append(name)
+    args = ["--bwplan", target, "--out", os.path.join(d, "estimates"), "--dry-run", "--model", a.model, "--gpu", a.gpu,
+            "--mbs", str(a.mbs), "--seq", str(a.seq), "--steps", str(a.steps), "--warmup", str(a.warmup), "--configs", a.configs]
+    if a.plans:
+        args += ["--plans", ",".join(a.plans)]
+    rc = main(args)
+    size = sum(os.path.getsize(os.path.join(r, f)) for r, _, fs in os.walk(d) for f in fs)
+    log(f"bundle {d}: bwplan, lib/ ({', '.join(copied) or 'nothing'}), estimates/; {size / 2**20:.1f} MiB")
+    return rc
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False)
     ap.add_argument("--bwplan", default=os.environ.get("BWPLAN_BIN", os.path.join(ROOT, "build", "bwplan")),
                     help="bwplan binary (default: $BWPLAN_BIN or build/bwplan)")
-    ap.add_argument("--configs", help="bwplan --configs DIR (default: the binary's own)")
+    ap.add_argument("--configs", default=os.path.join(ROOT, "configs"),
+                    help="bwplan --configs DIR (default: this checkout's configs/, which the trainer reads too; the binary's "
+                    "compiled-in path is the build machine's)")
+    ap.add_argument("--estimates", metavar="DIR", help="use the plan and estimate files of an earlier dry run's --out DIR "
+                    "instead of running bwplan (for a device where the binary cannot run)")
+    ap.add_argument("--bundle", metavar="DIR", help="prepare DIR to carry to the device: the bwplan binary, lib/ with the "
+                    "shared libraries it needs beyond libc and libstdc++, and estimates/ (a dry run); then exit")
     ap.add_argument("--out", default=os.environ.get("OUT") or os.path.join(ROOT, "device-check-out"),
                     help="output folder (default: $OUT, else device-check-out/)")
     ap.add_argument("--python", default=sys.executable, help="interpreter that runs the trainer (default: this one)")
@@ -329,11 +397,22 @@ def main(argv: Optional[List[str]] = None) -> int:
     date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
 
     try:
-        if not os.path.isfile(a.bwplan):
-            raise SetupError(f"bwplan binary not found: {a.bwplan} (--bwplan PATH or $BWPLAN_BIN)")
-        bwplan_version = run_cmd([a.bwplan, "--version"], "bwplan --version").strip()
-        if bwplan_version.startswith("bwplan "):
-            bwplan_version = bwplan_version[len("bwplan "):]
+        if a.bundle:
+            return bundle(a)
+        if a.estimates:
+            try:
+                with open(os.path.join(a.estimates, "bwplan-version.txt"), encoding="utf-8") as f:
+                    bwplan_version = f.read().strip() + f" (estimates of {a.estimates})"
+            except OSError as e:
+                raise SetupError(f"--estimates {a.estimates}: not the output of a dry run ({e})") from None
+        else:
+            if not os.path.isfile(a.bwplan):
+                raise SetupError(f"bwplan binary not found: {a.bwplan} (--bwplan PATH or $BWPLAN_BIN)")
+            bwplan_version = run_cmd([a.bwplan, "--version"], "bwplan --version", env=bwplan_env(a.bwplan)).strip()
+            if bwplan_version.startswith("bwplan "):
+                bwplan_version = bwplan_version[len("bwplan "):]
+            with open(os.path.join(out_dir, "bwplan-version.txt"), "w", encoding="utf-8") as f:
+                f.write(bwplan_version + "\n")
         contract = C.load_contract()
         rows = build_plans(a, contract, out_dir)
         probe_file = os.path.join(out_dir, "probe-plans.json")

@@ -150,6 +150,24 @@ class DeviceCheckDryRunTest(unittest.TestCase):
             self.assertEqual(r.returncode, 2, r.stdout + r.stderr)
             self.assertIn("pass --gpu h100", r.stderr)
 
+    def test_bundle_then_estimates_without_the_binary(self):
+        with tempfile.TemporaryDirectory() as d:
+            b = os.path.join(d, "bundle")
+            r = run_tool(["--bundle", b], d)
+            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+            for f in ("bwplan", "estimates/probe-plans.json", "estimates/estimate-bf16-master.json", "estimates/bwplan-version.txt"):
+                self.assertTrue(os.path.isfile(os.path.join(b, f)), f)
+            py = fake_python(d)
+            env = dict(os.environ, PYTHONPATH=os.path.join(d, "block"))
+            r = subprocess.run([sys.executable, TOOL, "--bwplan", os.path.join(d, "absent"), "--estimates", os.path.join(b, "estimates"),
+                                "--out", os.path.join(d, "o2"), "--python", py], capture_output=True, text=True, env=env, timeout=120)
+            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+            self.assertIn("4 of 5 plans measured", r.stdout)
+            r = subprocess.run([sys.executable, TOOL, "--bwplan", os.path.join(d, "absent"), "--estimates", os.path.join(b, "estimates"),
+                                "--out", os.path.join(d, "o3"), "--mbs", "2", "--dry-run"], capture_output=True, text=True, env=env, timeout=120)
+            self.assertEqual(r.returncode, 2, r.stdout + r.stderr)
+            self.assertIn("micro_batch_size 4 (asked 2)", r.stderr)
+
 
 if __name__ == "__main__":
     unittest.main()
