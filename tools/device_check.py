@@ -372,8 +372,8 @@ def main(argv: Optional[List[str]] = None) -> int:
                     "instead of running bwplan (for a device where the binary cannot run)")
     ap.add_argument("--bundle", metavar="DIR", help="prepare DIR to carry to the device: the bwplan binary, lib/ with the "
                     "shared libraries it needs beyond libc and libstdc++, and estimates/ (a dry run); then exit")
-    ap.add_argument("--out", default=os.environ.get("OUT") or os.path.join(ROOT, "device-check-out"),
-                    help="output folder (default: $OUT, else device-check-out/)")
+    ap.add_argument("--out", default=os.environ.get("OUT") or os.path.join(ROOT, "build", "device-check"),
+                    help="output folder (default: $OUT, else build/device-check/)")
     ap.add_argument("--python", default=sys.executable, help="interpreter that runs the trainer (default: this one)")
     ap.add_argument("--model", default="Llama-3.2-1B", help="bundled preset built from its config with random weights")
     ap.add_argument("--gpu", default="h200", help="catalog GPU id of the plans (the trainer refuses another GPU)")
@@ -392,13 +392,17 @@ def main(argv: Optional[List[str]] = None) -> int:
     a.plans = [p.strip() for p in a.plans.split(",")] if a.plans else None
     if not 1 <= a.warmup < a.steps:
         ap.error("--warmup must be at least 1 and below --steps")
+    if a.bundle:
+        try:
+            return bundle(a)
+        except SetupError as e:
+            print(f"device_check.py: error: {e}", file=sys.stderr)
+            return 2
     out_dir = os.path.abspath(a.out)
     os.makedirs(out_dir, exist_ok=True)
     date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
 
     try:
-        if a.bundle:
-            return bundle(a)
         if a.estimates:
             try:
                 with open(os.path.join(a.estimates, "bwplan-version.txt"), encoding="utf-8") as f:
@@ -443,6 +447,13 @@ def main(argv: Optional[List[str]] = None) -> int:
         env["cuda"] = True  # the records' machine had one
     else:
         env = environment(a.python)
+    try:
+        commit = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                                timeout=10).stdout.strip()
+    except (OSError, subprocess.TimeoutExpired):
+        commit = ""
+    if commit:
+        bwplan_version += f"; repository at {commit}"
     header = dict(date=date, bwplan_version=bwplan_version, model=a.model, mbs=a.mbs, seq=a.seq, steps=a.steps, warmup=a.warmup,
                   gpu=env.get("gpu"), torch=env.get("torch"), cuda_version=env.get("cuda_version"),
                   transformers=env.get("transformers"), torchao=env.get("torchao"))
