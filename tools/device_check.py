@@ -508,7 +508,12 @@ def main(argv: Optional[List[str]] = None) -> int:
         child_env = dict(os.environ)
         child_env.setdefault("TOKENIZERS_PARALLELISM", "false")
         child_env.setdefault("HF_HUB_OFFLINE", "1")
+        child_env.setdefault("TRANSFORMERS_OFFLINE", "1")
         child_env.pop("WORLD_SIZE", None)  # one process, no torchrun
+        if child_env.pop("PYTORCH_CUDA_ALLOC_CONF", None) is not None:
+            # the plans (and their estimates) are for the default allocator; train.py refuses a conflicting setting
+            log(f"note: PYTORCH_CUDA_ALLOC_CONF={os.environ['PYTORCH_CUDA_ALLOC_CONF']} is not passed to the trainer "
+                "(the plans say expandable_segments false)")
         if not a.separate:
             log("$ " + shlex.join(cmd_train))
             rc, secs = stream(cmd_train, os.path.join(out_dir, "trainer.log"), a.timeout, child_env)
