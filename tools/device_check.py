@@ -5,6 +5,10 @@ On a machine with one CUDA GPU (an H200 by default)::
 
     python3 tools/device_check.py --bwplan build/bwplan --out "$OUT"
 
+(``--bundle build/device`` prepares what to carry when the device lacks the build: the binary, the
+shared libraries it links beyond libc and libstdc++, and a dry run's estimates, used there when the
+binary cannot run; then ``--bwplan build/device/bwplan`` on the device.)
+
 For each plan of a fixed list (Llama-3.2-1B built from its bundled config with random weights, no
 download; one GPU, no sharding): bf16 compute with fp32 masters, full checkpointing, per-op
 selective checkpointing, fp8 (torchao tensorwise) and bf16 masters, this script
@@ -403,6 +407,13 @@ def main(argv: Optional[List[str]] = None) -> int:
     date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
 
     try:
+        beside = os.path.join(os.path.dirname(os.path.abspath(a.bwplan)), "estimates")
+        if not a.estimates and os.path.isfile(os.path.join(beside, "bwplan-version.txt")) and not a.dry_run:
+            try:  # a bundle: its binary, else the estimates it carries
+                run_cmd([a.bwplan, "--version"], "bwplan --version", env=bwplan_env(a.bwplan), timeout=30)
+            except SetupError as e:
+                log(f"note: {str(e).splitlines()[0]}; using the bundle's estimates in {beside}")
+                a.estimates = beside
         if a.estimates:
             try:
                 with open(os.path.join(a.estimates, "bwplan-version.txt"), encoding="utf-8") as f:
