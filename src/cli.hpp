@@ -107,6 +107,7 @@ struct plan_options {
   std::string stack = "hf";        ///< --stack hf | torchtitan | torchtune | megatron
   bool compile = false;            ///< --compile
   bool expandable_segments = false;  ///< --expandable-segments
+  std::string offload = "none";    ///< --offload none | a list of optimizer, params, activations
   std::string plan_file;           ///< --plan FILE: settings read from a plan file; flags given as well override them
   const CLI::App* app = nullptr;   ///< the subcommand whose flags were parsed (set by add_plan_options)
 };

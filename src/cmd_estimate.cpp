@@ -134,6 +134,15 @@ runner register_estimate(CLI::App& app, context& ctx) {
                                "(exposed {:.3f}), expert {:.3f} s (exposed)\n",
                                te.comm.data_parallel.raw(), te.exposed.data_parallel.raw(), te.comm.tensor_parallel.raw(),
                                te.comm.context_parallel.raw(), te.exposed.context_parallel.raw(), te.comm.expert_parallel.raw());
+      if (c.offload != 0)  // CPU offload: host memory against the node's RAM, and what the step waits for
+        ctx.out << fmt::format("  CPU offload {}: host memory {:.2f} GiB per GPU, {:.2f} GiB per node{}; the step waits {:.3f} s for it "
+                               "(CPU optimizer step {:.3f} s, not overlapped; host-device copies {:.3f} s before overlap)\n",
+                               offload_to_string(c.offload), me.host_per_gpu.in(gib), host_memory_per_node(me, c).in(gib),
+                               t.instance && t.instance->host_memory.raw() > 0
+                                   ? fmt::format(" of {:.0f} GiB{}", t.instance->host_memory.in(gib),
+                                                 host_memory_per_node(me, c) > t.instance->host_memory ? " -- DOES NOT FIT in host memory" : "")
+                                   : std::string(" (a bare GPU: no host memory to compare with)"),
+                               te.offload.raw(), te.offload_cpu_step.raw(), te.offload_pcie.raw());
       if (c.pp > 1) {
         const double bubble = static_cast<double>(c.pp - 1) / (static_cast<double>(c.virtual_stages()) * static_cast<double>(c.grad_accum));
         ctx.out << fmt::format("  pipeline: pp {} {}{}, {} micro-batches, bubble {:.3f} s ({:.1f}% of the ideal step); P2P {:.3f} s "

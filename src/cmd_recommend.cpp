@@ -60,6 +60,7 @@ struct recommend_options {
   std::string stack = "hf";         ///< --stack
   bool compile = false;             ///< --compile
   bool expandable_segments = false; ///< --expandable-segments
+  std::string offload = "none";     ///< --offload none | auto | a list of optimizer, params, activations
 };
 
 /// A memory saver that makes a full fine-tune fit: its label, its best plan, and the same layout run as a full
@@ -72,7 +73,8 @@ struct memory_saver {
 };
 
 /// When no full AdamW fine-tune of `req` fits: the first memory saver, in order of how little it changes the run
-/// (8-bit AdamW states; with bf16 masters; Adafactor; LoRA; QLoRA with `lora`'s rank and targets), whose search
+/// (CPU offload of the optimizer, with the checkpoints, with the sharded parameters, all three: the same training on
+/// other memory; 8-bit AdamW states; with bf16 masters; Adafactor; LoRA; QLoRA with `lora`'s rank and targets), whose search
 /// finds a fitting plan. docs/finetune.md#what-recommend-says-when-a-full-fine-tune-does-not-fit
 std::optional<memory_saver> find_memory_saver(const model_spec& m, const resolved_target& t, const plan_request& req,
                                               const lora_settings& lora) {
@@ -81,8 +83,21 @@ std::optional<memory_saver> find_memory_saver(const model_spec& m, const resolve
     finetune_mode f;
     optimizer_kind o;
     std::optional<master_weights> master;
+    unsigned offload = 0;
   };
+  using namespace offload_target;
+  // CPU offload first: it changes where the states live and what the step waits for, not what is trained or how
+  // (the same full fine-tune, the same AdamW numerics); then the optimizers that change the states' numerics; then
+  // what changes what is trained
   const step steps[] = {
+      {"CPU offload of the optimizer (states, master weights, gradients and the step on the host)", finetune_mode::full,
+       optimizer_kind::adamw, std::nullopt, optimizer},
+      {"CPU offload of the optimizer and the activation checkpoints", finetune_mode::full, optimizer_kind::adamw, std::nullopt,
+       optimizer | activations},
+      {"CPU offload of the optimizer and the sharded parameters (FSDP2 CPUOffloadPolicy)", finetune_mode::full, optimizer_kind::adamw,
+       std::nullopt, optimizer | params},
+      {"CPU offload of the optimizer, the sharded parameters and the activation checkpoints", finetune_mode::full, optimizer_kind::adamw,
+       std::nullopt, optimizer | params | activations},
       {"8-bit AdamW states (bitsandbytes AdamW8bit)", finetune_mode::full, optimizer_kind::adamw_8bit, std::nullopt},
       {"8-bit AdamW states with bf16 master weights", finetune_mode::full, optimizer_kind::adamw_8bit, master_weights::bf16},
       {"Adafactor (factored second moment) with bf16 master weights", finetune_mode::full, optimizer_kind::adafactor, master_weights::bf16},
@@ -93,12 +108,14 @@ std::optional<memory_saver> find_memory_saver(const model_spec& m, const resolve
     // the stack's own rules: Megatron keeps fp32 main parameters; LoRA is modelled with hf and torchtune only
     if (req.stack == training_stack::megatron && st.master == master_weights::bf16) continue;
     if (st.f != finetune_mode::full && req.stack != training_stack::hf && req.stack != training_stack::torchtune) continue;
+    if (st.offload != 0 && req.stack == training_stack::megatron) continue;  // (offload_violation)
     plan_request r = req;
     r.progress = nullptr;
     r.finetune = st.f;
     r.lora = lora;
     r.optimizers = {st.o};
     if (st.master) r.master = *st.master;
+    if (st.offload != 0) r.offloads = {st.offload};  // (layouts a set cannot run are skipped: offload_violation)
     if (st.f != finetune_mode::full) {
       r.tps = {1};
       r.formats = {compute_format::bf16};
@@ -111,6 +128,7 @@ std::optional<memory_saver> find_memory_saver(const model_spec& m, const resolve
     full.lora = lora_settings{};
     full.optim = optimizer_kind::adamw;
     full.master = req.master;
+    full.offload = 0;
     ms.full_memory = estimate_memory(m, full, t.gpu);
     ms.full_throughput = estimate_throughput(m, full, t.gpu, t.instance ? &*t.instance : nullptr);
     return ms;
@@ -548,6 +566,10 @@ runner register_recommend(CLI::App& app, context& ctx) {
   sub->add_flag("--expandable-segments", o->expandable_segments,
                 "every plan runs with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (without it, a plan that fits only with it "
                 "is kept with it and says so)");
+  sub->add_option("--offload", o->offload,
+                  "CPU offload of every plan: none, a list of optimizer, params, activations, or auto (search the sets; "
+                  "docs/finetune.md#cpu-offload)")
+      ->option_text("none|auto|LIST")->capture_default_str();
   add_sagemaker_options(sub->add_option_group("SageMaker (with --emit)"), std::shared_ptr<sagemaker::job_settings>(o, &o->job));
 
   return [o, sub, &ctx]() -> int {
@@ -685,6 +707,14 @@ runner register_recommend(CLI::App& app, context& ctx) {
       req.stack = *st;
       req.compile = o->compile;
       req.expandable_segments = o->expandable_segments;
+      if (o->offload == "auto") {
+        req.offloads = offload_candidates();
+      } else {
+        const auto off = parse_offload(o->offload);
+        if (!off)
+          throw invalid_request("--offload: unknown value '" + o->offload + "' (none, auto, or a list of optimizer, params, activations)");
+        req.offloads = {*off};
+      }
       if (req.stack == training_stack::torchtune) {  // torchtune trains in the model dtype (bf16)
         if (o->master == "fp32") throw invalid_request("--master fp32: torchtune trains in the model dtype without autocast; use --master bf16 with --stack torchtune");
         req.master = master_weights::bf16;

@@ -220,6 +220,15 @@ runner register_sagemaker(CLI::App& app, context& ctx) {
                              rp.model.name, describe(rp.config), rp.target.instance->id, human(me.device_peak()), human(me.capacity));
       return failure;
     }
+    // CPU offload: the node's RAM must hold what every rank of it offloads (BWP011)
+    if (const bytes host = host_memory_per_node(me, rp.config);
+        host.raw() > 0 && rp.target.instance->host_memory.raw() > 0 && host > rp.target.instance->host_memory && !o->force) {
+      ctx.err << fmt::format("bwplan: {} ({}) does not fit in the host memory of {}: offload {} needs {} per node of its {}; run "
+                             "`bwplan recommend` or pass --force\n",
+                             rp.model.name, describe(rp.config), rp.target.instance->id, offload_to_string(rp.config.offload), human(host),
+                             human(rp.target.instance->host_memory));
+      return failure;
+    }
     const throughput_estimate te = estimate_throughput(rp.model, rp.config, rp.target.gpu, rp.target.instance_ptr());
     const io::training_contract contract = ctx.contract();
     return emit_sagemaker(ctx, o->job, o->format, {rp.p, rp.model, rp.target.gpu, *rp.target.instance, te, contract});

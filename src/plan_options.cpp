@@ -75,6 +75,11 @@ void add_plan_options(CLI::App* sub, const std::shared_ptr<plan_options>& o) {
                 "torch.compile as the stack applies it (hf: each block; torchtitan, torchtune: blocks and loss; not megatron)");
   sub->add_flag("--expandable-segments", o->expandable_segments,
                 "run with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (the caching allocator's setting; the SageMaker job sets it)");
+  sub->add_option("--offload", o->offload,
+                  "CPU offload: none, or a list of optimizer (states, masters, gradients and the step on the host), params (the "
+                  "FSDP-sharded parameters: FSDP2 CPUOffloadPolicy; with optimizer and --sharding full), activations (the "
+                  "checkpoints of --ac full)")
+      ->option_text("none|optimizer[,params][,activations]");
 }
 
 std::string plan_flag(std::string_view field) {
@@ -89,7 +94,8 @@ std::string plan_flag(std::string_view field) {
       {"master_weights", "--master"},    {"loss", "--loss"},           {"optimizer_impl", "--optimizer-impl"},
       {"optimizer", "--optimizer"},      {"finetune", "--finetune"},   {"lora_rank", "--lora-rank"},
       {"lora_alpha", "--lora-alpha"},    {"lora_targets", "--lora-targets"}, {"lora_dropout", "--lora-dropout"},
-      {"stack", "--stack"},              {"compile", "--compile"},     {"expandable_segments", "--expandable-segments"}};
+      {"stack", "--stack"},              {"compile", "--compile"},     {"expandable_segments", "--expandable-segments"},
+      {"offload", "--offload"}};
   const auto it = flags.find(field);
   return std::string(it == flags.end() ? field : it->second);
 }
@@ -215,6 +221,12 @@ resolved_plan resolve_plan(const context& ctx, const hardware_catalog& cat, cons
   }
   if (from_flag("--compile", "compile")) c.compile = o.compile;
   if (from_flag("--expandable-segments", "expandable_segments")) c.expandable_segments = o.expandable_segments;
+  if (from_flag("--offload", "offload")) {
+    const auto off = parse_offload(o.offload);
+    if (!off)
+      throw invalid_request("--offload: unknown value '" + o.offload + "' (none, or a list of optimizer, params, activations, e.g. optimizer,params)");
+    c.offload = *off;
+  }
   if (!c.adapters() && (given(o, "--lora-rank") || given(o, "--lora-alpha") || given(o, "--lora-targets") || given(o, "--lora-dropout")))
     throw invalid_request("--lora-rank/--lora-alpha/--lora-targets/--lora-dropout: need --finetune lora or qlora");
   if (from_flag("--precision", "precision")) {

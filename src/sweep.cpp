@@ -110,6 +110,11 @@ void apply(plan& p, const std::string& key, const std::string& v) {
   else if (key == "stack") c.stack = *parse_stack(v);
   else if (key == "compile") c.compile = v == "true";
   else if (key == "expandable-segments") c.expandable_segments = v == "true";
+  else if (key == "offload") {  // a set joined by '+' (',' separates the values of --vary)
+    std::string list = v;
+    std::replace(list.begin(), list.end(), '+', ',');
+    c.offload = *parse_offload(list);
+  }
   else if (key == "tp" || key == "cp" || key == "ep" || key == "pp" || key == "vpp") {
     const int d = static_cast<int>(std::min<std::int64_t>(std::stoll(v), plan_limits::max_degree + 1));
     (key == "tp" ? c.tp : key == "cp" ? c.cp : key == "ep" ? c.ep : key == "pp" ? c.pp : c.vpp) = d;
@@ -130,7 +135,7 @@ const std::vector<std::string>& sweep_keys() {
                                                 "ac-every", "sharding", "loss",       "master", "optimizer-impl",
                                                 "precision", "tp",      "cp",         "ep",     "instance",
                                                 "finetune",  "optimizer", "lora-rank", "stack",  "compile",
-                                                "expandable-segments", "pp", "pp-schedule", "vpp"};
+                                                "expandable-segments", "pp", "pp-schedule", "vpp", "offload"};
   return keys;
 }
 
@@ -183,6 +188,17 @@ sweep_axis parse_vary(const std::string& spec) {
     else if (a.key == "optimizer") check_member(spec, item, {"adamw", "adamw-8bit", "paged-adamw-8bit", "adafactor", "sgd", "lion"});
     else if (a.key == "stack") check_member(spec, item, {"hf", "torchtitan", "torchtune", "megatron"});
     else if (a.key == "compile" || a.key == "expandable-segments") check_member(spec, item, {"true", "false"});
+    else if (a.key == "offload") {  // none, or a set joined by '+': optimizer+params
+      std::string list = item;
+      std::replace(list.begin(), list.end(), '+', ',');
+      const auto off = parse_offload(list);
+      if (!off)
+        throw invalid_request("--vary " + spec + ": '" + item + "' is not none or a set of optimizer, params, activations joined by '+'");
+      std::string canon = offload_to_string(*off);
+      std::replace(canon.begin(), canon.end(), ',', '+');
+      a.values.push_back(canon);
+      continue;
+    }
     if (!is_integer_key(a.key) && a.key != "ac") a.values.push_back(item);
   }
   return a;
@@ -266,7 +282,7 @@ const std::vector<std::string>& sweep_columns() {
       "loss",        "peak_phase",   "peak_allocated_gib", "peak_reserved_gib", "device_peak_gib", "capacity_gib",
       "headroom",    "fits",         "tokens_per_s", "tokens_per_s_per_gpu", "step_s",      "mfu",
       "finetune",    "optim",        "lora_rank",  "lora_targets", "stack",     "compile",          "expandable_segments",
-      "pp",          "pp_schedule",  "vpp"};
+      "pp",          "pp_schedule",  "vpp",        "offload"};
   return cols;
 }
 
@@ -313,7 +329,8 @@ std::vector<std::string> sweep_row(const model_spec& m, const sweep_point& p) {
           c.expandable_segments ? "true" : "false",
           std::to_string(c.pp),
           to_string(c.schedule),
-          std::to_string(c.vpp)};
+          std::to_string(c.vpp),
+          offload_to_string(c.offload)};
 }
 
 std::string sweep_csv(const model_spec& m, const std::vector<sweep_point>& points) {
@@ -368,6 +385,7 @@ nlohmann::ordered_json sweep_json(const model_spec& m, const resolved_target& t,
                            {"stack", to_string(c.stack)},
                            {"compile", c.compile},
                            {"expandable_segments", c.expandable_segments},
+                           {"offload", offload_to_string(c.offload)},
                            {"peak_phase", to_string(me.peak_phase)},
                            {"peak_allocated_gib", me.peak_allocated.in(gib)},
                            {"peak_reserved_gib", me.peak_reserved.in(gib)},

@@ -246,14 +246,16 @@ TEST_CASE("catalog: every number has a source key that docs/hardware.md resolves
   };
   for (const auto& g : doc.at("gpus"))
     check_entry(g, {"hbm_total_mib", "driver_reserved_mib", "hbm_bandwidth_tb_per_s", "nvlink_gb_per_s_per_direction",
-                    "pcie_gb_per_s_per_direction", "power_limit_w", "rated_power_w", "attention_speedup", "dense_tflop_per_s"});
+                    "pcie_gb_per_s_per_direction", "power_limit_w", "rated_power_w", "attention_speedup", "dense_tflop_per_s",
+                    "host_link_gb_per_s_per_direction"});
   for (const auto& i : doc.at("instances"))
     check_entry(i, {"gpus_per_node", "efa_gbit_per_s", "nvlink_domain_gpus", "host_memory_gib", "price_per_hour_usd",
                     "sagemaker_price_per_hour_usd"});
   // every GPU and instance field the catalog holds is one of those, or descriptive text
   const std::set<std::string> gpu_fields{"id", "name", "architecture", "hbm_total_mib", "driver_reserved_mib", "hbm_bandwidth_tb_per_s",
                                          "interconnect", "nvlink_gb_per_s_per_direction", "pcie_gb_per_s_per_direction",
-                                         "power_limit_w", "rated_power_w", "attention_speedup", "dense_tflop_per_s", "sources"};
+                                         "power_limit_w", "rated_power_w", "attention_speedup", "dense_tflop_per_s",
+                                         "host_link_gb_per_s_per_direction", "sources"};
   const std::set<std::string> inst_fields{"id", "gpu", "gpus_per_node", "efa_gbit_per_s", "nvlink_domain_gpus", "host_memory_gib",
                                           "price_per_hour_usd", "price_kind", "price_region", "price_note",
                                           "sagemaker_price_per_hour_usd", "sagemaker_price_region", "sagemaker_price_note", "sources"};

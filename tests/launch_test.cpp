@@ -165,6 +165,7 @@ TEST_CASE("contract: every plan field has a contract entry, and every contract p
   p.training.shard = sharding::hybrid;
   p.training.shard_group = 8;
   p.training.finetune = finetune_mode::lora;  // the LoRA keys are written with adapters
+  p.training.offload = offload_target::optimizer;  // the offload key is written when set
   p.global_batch = 64;
   p.check.disable = {"BWP007"};
   std::set<std::string> plan_keys;
@@ -187,10 +188,10 @@ TEST_CASE("contract: every plan field has a contract entry, and every contract p
   }
   // a contract that grows a plan field bwplan does not know is an error, not a silently dropped setting
   json grown = json::parse(slurp(fs::path(BWPLAN_SOURCE_DIR) / "configs" / "training-contract.json"));
-  grown["fields"].push_back({{"key", "offload"}, {"kind", "plan"}, {"hyperparameter", "offload"}, {"source", "hyperparameter"},
+  grown["fields"].push_back({{"key", "zero_stage"}, {"kind", "plan"}, {"hyperparameter", "zero_stage"}, {"source", "hyperparameter"},
                              {"type", "int"}, {"unit", nullptr}, {"minimum", 0}, {"required", false}, {"default", 0}, {"trainer", "supported"}});
   const io::training_contract g = io::parse_contract(grown, "grown.json");
-  CHECK_THROWS_WITH(io::plan_hyperparameters(g, p), Catch::Contains("plan field 'offload' of the training contract is unknown to this bwplan"));
+  CHECK_THROWS_WITH(io::plan_hyperparameters(g, p), Catch::Contains("plan field 'zero_stage' of the training contract is unknown to this bwplan"));
   // the source dir's copy is the same file
   CHECK(slurp(fs::path(BWPLAN_SOURCE_DIR) / "configs" / "training-contract.json") ==
         slurp(fs::path(BWPLAN_SOURCE_DIR) / "apps" / "train" / "training-contract.json"));

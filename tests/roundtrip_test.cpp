@@ -1,6 +1,6 @@
 // The plan round trip (issue 11, must show 1): over a generated grid of plans covering every precision,
 // checkpointing mode, sharding mode (the distributed optimizer included), tp, cp, ep (a MoE model), pp with
-// both schedules (issue 13), master weights, loss and optimizer, every
+// both schedules (issue 13), master weights, loss and optimizer, CPU offload (issue 14), every
 // path a plan takes through the tool gives the same peak reserved memory and tokens/s:
 //   estimate with flags  ==  estimate --emit plan → estimate --plan  ==  check on that file
 //   ==  the report's reproduce line  ==  the sweep row of the same point.
@@ -75,6 +75,9 @@ std::vector<grid_plan> make_grid() {
     if (stack != "hf" || i % 31 == 5) { a.emplace_back("--stack"); a.emplace_back(stack); }
     if (i % 7 == 2) a.emplace_back("--compile");
     if (i % 9 == 4) a.emplace_back("--expandable-segments");
+    // CPU offload (issue 14): every set, on the plans whose layout can run it (offload_violation keeps the legal ones)
+    const char* offloads[] = {"optimizer", "optimizer,params", "optimizer,activations", "optimizer,params,activations", "activations"};
+    if (i % 7 == 3) { a.emplace_back("--offload"); a.emplace_back(offloads[static_cast<std::size_t>(i / 7) % 5]); }
     // keep the legal ones: the tool's own rules decide
     std::vector<std::string> probe{"estimate"};
     probe.insert(probe.end(), a.begin(), a.end());
@@ -150,7 +153,7 @@ TEST_CASE("plan round trip: flags, plan file, check, report reproduce line and s
                         "--pp-schedule=1f1b", "--pp-schedule=interleaved", "--vpp=2", "--tp=1", "--tp=2", "--tp=4", "--cp=1", "--cp=2",
                         "--ep=1", "--ep=2", "--master=fp32", "--master=bf16", "--loss=standard", "--loss=chunked",
                         "--optimizer-impl=fused", "--optimizer-impl=foreach", "--stack=torchtitan", "--stack=torchtune",
-                        "--stack=megatron"})
+                        "--stack=megatron", "--offload=optimizer", "--offload=optimizer,params", "--offload=optimizer,activations"})
     CHECK(seen.count(v) == 1);
 
   const std::string dir = (fs::path(BWPLAN_TEST_OUTPUT_DIR) / "roundtrip").string();
@@ -207,6 +210,8 @@ TEST_CASE("plan round trip: flags, plan file, check, report reproduce line and s
     CHECK(pt["tokens_per_s"].get<double>() == flags.tokens_per_s);
     CHECK(pt["precision"] == *(std::find(g.args.begin(), g.args.end(), "--precision") + 1));
     CHECK(pt["ac"] == *(std::find(g.args.begin(), g.args.end(), "--ac") + 1));
+    const auto off = std::find(g.args.begin(), g.args.end(), "--offload");
+    CHECK(pt["offload"] == (off == g.args.end() ? std::string("none") : *(off + 1)));
   }
 }
 

@@ -54,6 +54,9 @@ struct rule_info {
       {"BWP010", "settings-conflict", severity::error,
        "settings that cannot go together (FP8 all-gather without fp8 and full sharding, a shard group without hybrid "
        "sharding, a checkpoint interval without full checkpointing)"},
+      {"BWP011", "host-memory", severity::error,
+       "CPU offload needs more host memory on a node than the instance has (offloaded states, gradients, checkpoints and pinned "
+       "buffers of every rank of the node)"},
   };
   return r;
 }
@@ -129,6 +132,7 @@ inline std::string plan_settings(const training_config& c) {
   }
   s += std::string(", loss ") + to_string(c.loss);
   if (c.expandable_segments) s += ", expandable_segments true";
+  if (c.offload != 0) s += ", offload " + offload_to_string(c.offload);
   return s;
 }
 
@@ -139,6 +143,7 @@ inline std::string_view rule_for(const plan_violation& v) {
   if (f == "seq_len") return "BWP004";
   if (f == "pp" && v.message.find("not modelled") != std::string::npos) return "BWP009";
   if (f == "tp" || f == "cp" || f == "ep" || f == "pp" || f == "gpus" || f == "nodes" || f == "gpus_per_node") return "BWP005";
+  // (CPU offload's rules, field "offload" or the setting it needs, are BWP010; with pp > 1 BWP009 above)
   return "BWP010";
 }
 
@@ -160,7 +165,8 @@ inline std::string_view rule_for(const plan_violation& v) {
 /// GPU. When the plan is evaluable, the memory and throughput estimates (estimate_memory, estimate_throughput)
 /// and the search `recommend` runs (full_search: every sharding, tp, checkpointing, loss and every precision
 /// the GPU supports) with the same model, hardware, sequence length, tokens per step, master weights, optimizer
-/// and headroom for BWP001, BWP002, BWP007 and BWP008. Disabled rules (check.disable) are skipped. Never throws
+/// and headroom for BWP001, BWP002, BWP007 and BWP008; BWP011 compares CPU offload's host memory per node
+/// (host_memory_per_node) with the instance's RAM. Disabled rules (check.disable) are skipped. Never throws
 /// for a plan that does not work: that is what the findings are for.
 [[nodiscard]] inline check_result check_plan(const check_input& in) {
   using detail::fmt_double;
@@ -270,7 +276,7 @@ inline std::string_view rule_for(const plan_violation& v) {
 
   res.config = c;
   if (!evaluable || (m.positions > 0 && c.seq_len > m.positions)) {
-    for (const char* id : {"BWP001", "BWP002", "BWP007", "BWP008"})
+    for (const char* id : {"BWP001", "BWP002", "BWP007", "BWP008", "BWP011"})
       if (!disabled(id)) res.skipped.emplace_back(id);
     return res;
   }
@@ -296,6 +302,7 @@ inline std::string_view rule_for(const plan_violation& v) {
   req.stack = c.stack;  // the same stack and compile setting as the plan
   req.compile = c.compile;
   req.expandable_segments = c.expandable_segments;
+  req.offloads = {c.offload};  // the same CPU offload
   if (c.stack == training_stack::megatron) { req.shardings = {sharding::none, sharding::optimizer}; req.losses = {loss_impl::standard}; }
   if (c.adapters()) { req.tps = {1}; req.formats = {compute_format::bf16}; }
   const plan_result best = search_plans(m, in.gpu, in.instance, req, 1);
@@ -320,7 +327,8 @@ inline std::string_view rule_for(const plan_violation& v) {
                          ? "it fits with the caching allocator's expandable_segments:True: set \"expandable_segments\": true "
                            "(--expandable-segments; the SageMaker job then sets PYTORCH_CUDA_ALLOC_CONF), or "
                          : "") +
-             "reduce micro_batch_size, enable activation_checkpointing, use sharding full or loss chunked, or add nodes" + best_hint,
+             "reduce micro_batch_size, enable activation_checkpointing, use sharding full or loss chunked, offload the optimizer to "
+             "the CPU (\"offload\": \"optimizer\"), or add nodes" + best_hint,
          {"/micro_batch_size", "/activation_checkpointing", "/model"});
   } else if (me.headroom() < p.headroom) {
     const bytes want = (1.0 - p.headroom) * cap;
@@ -332,6 +340,22 @@ inline std::string_view rule_for(const plan_violation& v) {
          "free " + gib_str(over) + " (smaller micro_batch_size, activation checkpointing, chunked loss) or lower \"headroom\"" +
              best_hint,
          {"/headroom", "/micro_batch_size"});
+  }
+
+  // ---- BWP011: host memory of CPU offload against the instance's RAM (a bare GPU has no stated host)
+  if (me.host_per_gpu.raw() > 0) {
+    const bytes need = host_memory_per_node(me, c);
+    const int ranks = std::max(1, std::min(c.gpus_per_node, c.world_size));
+    if (in.instance && in.instance->host_memory.raw() > 0 && need > in.instance->host_memory) {
+      fire("BWP011",
+           "offload " + offload_to_string(c.offload) + " needs " + gib_str(need) + " of host memory per node (" + gib_str(me.host_per_gpu) +
+               " per rank x " + std::to_string(ranks) + " ranks) but " + in.instance->id + " has " + gib_str(in.instance->host_memory),
+           "offload less (offload optimizer without params, or no activations), shard over more nodes (each rank's host share is "
+           "divided by the shard size), or use a smaller optimizer state (--optimizer)",
+           {"/offload", "/instance", "/nodes"});
+    } else if (!in.instance && !disabled("BWP011")) {
+      res.skipped.emplace_back("BWP011");  // no host memory to compare with
+    }
   }
 
   // ---- BWP007: MFU against the best plan in the plan's own precision (a precision is a numerics choice: a

@@ -45,6 +45,10 @@ struct gpu_spec {
   /// "nvlink" GPUs, the PCIe rate for "pcie" GPUs (no NVLink; peer traffic crosses PCIe).
   byte_rate nvlink_per_direction;
   std::string interconnect = "nvlink";  ///< GPU-to-GPU link within a node: "nvlink" or "pcie"
+  /// The GPU's link to its host (CPU memory), per direction: PCIe 5.0 x16 64 GB/s on the HGX H100/H200/B200/B300
+  /// baseboards, PCIe 4.0 x16 32 GB/s on A100, L40S and A10G, NVLink-C2C on Grace superchips (catalog
+  /// `host_link_gb_per_s_per_direction`, docs/hardware.md#host-link). Zero when the catalog entry has none (host_link()).
+  byte_rate host_link_per_direction;
   double power_limit_w = 0;         ///< default board power limit (TDP) in W; 0 when the catalog entry has none
   /// Board power at which `dense_flops` are rated, W (the datasheet TDP); 0: `power_limit_w`. Differs where a
   /// GPU runs below its TDP by default (torchtitan's H100 96 GB hosts: 500 W of 700 W).
@@ -83,6 +87,12 @@ struct gpu_spec {
   }
   /// Whether the GPUs of a node talk over NVLink (false: over PCIe).
   [[nodiscard]] bool has_nvlink() const noexcept { return interconnect == "nvlink"; }
+  /// The host link per direction (CPU offload): host_link_per_direction, or when the catalog has none the PCIe rate
+  /// of a PCIe GPU and PCIe 5.0 x16 (64 GB/s) for an NVLink GPU.
+  [[nodiscard]] byte_rate host_link() const noexcept {
+    if (host_link_per_direction.raw() > 0) return host_link_per_direction;
+    return has_nvlink() ? byte_rate::base(64e9) : nvlink_per_direction;
+  }
   /// GPU-to-GPU bandwidth within a node, per direction (NVLink or PCIe, see `interconnect`).
   [[nodiscard]] byte_rate peer_per_direction() const noexcept { return nvlink_per_direction; }
 };

@@ -93,6 +93,9 @@ struct memory_estimate {
   bool fits = false;              ///< peak_reserved + non_pytorch ≤ capacity
   bool replayed = false;          ///< peak_reserved and fits come from the caching-allocator replay (else the cheap bound)
   allocator_setting_verdict allocator_setting = allocator_setting_verdict::unaffected;  ///< see allocator_setting_verdict
+  /// CPU offload: host (CPU) bytes one rank keeps, pinned (terms::host_offload::total; 0 without offload). Per node:
+  /// host_memory_per_node.
+  bytes host_per_gpu;
 
   /// Device bytes in use at the peak: reserved + context + NCCL.
   [[nodiscard]] constexpr bytes device_peak() const noexcept { return peak_reserved + non_pytorch; }
@@ -123,6 +126,10 @@ struct block_layout {
   /// Whether block `i` is recomputed whole in backward (full or every-K checkpointing).
   [[nodiscard]] constexpr bool checkpointed(std::int64_t i) const noexcept {
     return ac.recomputes_blocks() && i % ac.every == 0;
+  }
+  /// Blocks recomputed whole among the `layers`.
+  [[nodiscard]] constexpr std::int64_t checkpointed_blocks() const noexcept {
+    return ac.recomputes_blocks() ? (layers + ac.every - 1) / ac.every : 0;
   }
 };
 
@@ -187,6 +194,10 @@ struct memory_shape {
   bool sp_gathered = false;    ///< sequence parallel through DTensor styles (tp > 1, not Megatron): the gathered inputs are saved
   bool loss_parallel = false;  ///< vocabulary-parallel cross-entropy over fp32 DTensor/local buffers (tp > 1, not Megatron)
   bool expandable = false;     ///< `expandable_segments:True`
+  // --- CPU offload (training_config::offload, docs/finetune.md#cpu-offload)
+  bool off_opt = false;        ///< optimizer states, master weights, gradients and the step on the host
+  bool off_params = false;     ///< the FSDP-sharded parameters on the host (FSDP2 CPUOffloadPolicy)
+  bool off_act = false;        ///< the activation checkpoints on the host
 };
 
 /// Parameters of pipeline rank `st` of `m` from the counts `q`: its decoder blocks (a MoE model's leading dense
@@ -216,6 +227,10 @@ struct memory_shape {
   // a frozen bf16 base has no fp32 weights to autocast; Megatron trains a bf16 model (Float16Module), no autocast;
   // the distributed optimizer computes on its replicated bf16 parameters
   s.amp = !s.fsdp && !s.zero1 && c.master == master_weights::fp32 && !c.adapters() && !s.megatron;
+  s.off_opt = c.offloads_optimizer();
+  s.off_params = c.offloads_params();
+  s.off_act = c.offloads_activations();
+  if (s.off_opt) s.amp = false;  // the fp32 masters are on the host: the GPU computes on its bf16 working copy (no autocast)
   s.stack = c.stack;
   s.compile = c.compile && !s.megatron;
   s.compiled_loss = s.compile && (c.stack == training_stack::torchtitan || c.stack == training_stack::torchtune);
@@ -354,9 +369,30 @@ struct model_states {
 /// (Megatron-Core `_ParamAndGradBuffer`; the replicated bf16 parameters are weight_copies::zero1_params). Source:
 /// Megatron-Core `megatron/core/optimizer/distrib_optimizer.py` (`shard_fp32_from_float16_groups`), its
 /// docs/user-guide/features/dist_optimizer.md (6 + 12/d bytes per parameter for bf16 parameters, fp32 gradients).
+///
+/// CPU offload of the optimizer (memory_shape::off_opt; docs/finetune.md#cpu-offload): the master weights, the
+/// optimizer states and the master-dtype gradients leave HBM (host_offload counts them on the host); the GPU keeps
+/// a bf16 working copy of the parameters, `2·P/N` (LoRA: `(frozen + 2·Pt)/N`), sharded under FSDP. DeepSpeed
+/// ZeRO-Offload keeps the 16-bit partitions on the GPU and clones the fp32 master partition to pinned host memory
+/// (deepspeed/runtime/zero/stage_1_and_2.py L489-507 @edaa722), copies each gradient to the host as soon as it is
+/// reduced (`async_inplace_copy_grad_to_fp32_buffer_from_gpu`, L1590-1605, which then clears the GPU gradient) and
+/// copies the updated 16-bit partition back after the CPU step (L2318-2341); its own estimator puts `2·Ψ` on the
+/// GPU (`estimate_zero2_model_states_mem_needs`, L3081-3098). So no gradient is held on the GPU across blocks or
+/// micro-batches (the LM head's bf16 gradient until it is copied stays); a block's gradient is transient_buffers'.
+/// With parameter offload as well (memory_shape::off_params, FSDP2 `CPUOffloadPolicy`,
+/// torch/distributed/fsdp/_fully_shard/_fsdp_api.py class CPUOffloadPolicy @01d5c2cc: "Sharded parameters are
+/// copied host-to-device before all-gather ... Sharded gradients are copied device-to-host in backward, and the
+/// optimizer step runs on CPU") the sharded parameters leave HBM too: only the gathered units (weight_copies) and
+/// the staging of the unit in flight (transient_buffers::offload_staging) remain.
 [[nodiscard]] inline model_states model_state_bytes(const memory_shape& s) noexcept {
   const double w = s.w, g = s.w, P = s.P, n = s.n;
   model_states r;
+  if (s.off_opt && !s.megatron && !s.zero1) {  // (violations: no offload with Megatron or the distributed optimizer)
+    const double working = s.adapters ? s.frozen + 2 * s.Pt : 2 * P;
+    r.parameters = bytes::base(s.off_params ? 0.0 : working / n);
+    r.head_gradient = bytes::base(s.adapters ? 0.0 : 2 * s.head_w);  // bf16 until it is reduced and copied to the host
+    return r;
+  }
   if (s.megatron && !s.zero1) {
     r.parameters = bytes::base(4 * P / n);
     r.optimizer_states = bytes::base(optimizer_state_bytes(s.optim, 4, P, s.factored) / n);
@@ -390,6 +426,47 @@ struct model_states {
   if (s.accum) r.accumulated_gradients = bytes::base(g * P / n);
   r.block_gradient = bytes::base(s.accum ? 0 : (s.fsdp ? g * s.block_full / n : g * s.Pb));
   r.head_gradient = bytes::base(s.fsdp ? 2 * s.head_w : (s.accum ? 0 : g * s.head_w));
+  return r;
+}
+
+/// Host (CPU) bytes one rank keeps under CPU offload (memory_shape::off_opt, off_params, off_act), pinned.
+struct host_offload {
+  bytes master_weights;    ///< the optimizer's copy of the trained parameters, w·Pt/N (fp32 masters; bf16 with bf16 masters)
+  bytes frozen;            ///< LoRA/QLoRA with parameter offload: the frozen base's shard, frozen/N
+  bytes optimizer_states;  ///< the optimizer's states of the trained parameters, /N
+  bytes gradients;         ///< the master-dtype gradients, w·Pt/N
+  bytes staging;           ///< ZeRO-Offload's pinned 16-bit copy of the partition for the host-to-device copy, 2·Pt/N
+  bytes activations;       ///< offloaded checkpoints: each recomputed block's input (× micro-batches in flight)
+  /// Sum of the parts.
+  [[nodiscard]] constexpr bytes total() const noexcept {
+    return master_weights + frozen + optimizer_states + gradients + staging + activations;
+  }
+};
+
+/// Host bytes of CPU offload for one rank, `checkpoints` the bytes of the checkpoints it keeps on the GPU without
+/// activation offload (saved_activations: recomputed blocks × checkpoint).
+///
+/// Optimizer offload: the master weights `w·Pt/N`, the optimizer states (optimizer_state_bytes) and the gradients
+/// in the master dtype `w·Pt/N`, all pinned: DeepSpeed clones the fp32 master partition to pinned memory and gives it
+/// a pinned fp32 gradient (deepspeed/runtime/zero/stage_1_and_2.py L489-507 @edaa722), DeepSpeedCPUAdam keeps its
+/// fp32 `exp_avg`/`exp_avg_sq` beside them (deepspeed/ops/adam/cpu_adam.py), and ZeRO-Offload adds a pinned 16-bit
+/// copy of the partition for the copy back, `2·Pt/N` (`param_buffer_of_bit16_for_cpu_offload_groups`, L497-505);
+/// FSDP2 `CPUOffloadPolicy(pin_memory=True)` pins the sharded parameters and gradients themselves (no extra
+/// buffer). Parameter offload of LoRA/QLoRA adds the frozen base's shard. DeepSpeed's estimator multiplies its
+/// host figure by `additional_buffer_factor=1.5` (L3081-3098) for allocator and loading slack, which is not added.
+/// Activation offload: the checkpoints (torch.autograd.graph.save_on_cpu packs each saved tensor into pinned host
+/// memory; torchtune OffloadActivations, torchtune/training/_activation_offloading.py).
+[[nodiscard]] constexpr host_offload host_offload_bytes(const memory_shape& s, double checkpoints) noexcept {
+  host_offload r;
+  const double n = s.n;
+  if (s.off_opt) {
+    r.master_weights = bytes::base(s.w * s.Pt / n);
+    r.frozen = bytes::base(s.adapters && s.off_params ? s.frozen / n : 0.0);
+    r.optimizer_states = bytes::base(optimizer_state_bytes(s.optim, s.w, s.Pt, s.factored) / n);
+    r.gradients = bytes::base(s.w * s.Pt / n);
+    r.staging = bytes::base(s.off_params ? 0.0 : 2 * s.Pt / n);
+  }
+  if (s.off_act) r.activations = bytes::base(checkpoints * s.in_flight);
   return r;
 }
 
@@ -560,6 +637,11 @@ struct saved_activations {
   /// pipeline: the other micro-batches in flight on this rank at its peak, (in_flight − 1) · (all_blocks +
   /// final_saved), alive all through the micro-batch that runs (0 without pipeline parallelism)
   bytes in_flight;
+  bool offloaded = false;   ///< activation offload: the checkpoints are on the host (memory_shape::off_act)
+  /// activation offload: the checkpoints on the GPU at any moment, 2 · checkpoint (the one being copied to or from the
+  /// host and the block input its recompute reads; torchtune's OffloadActivations prefetches the next one)
+  bytes offload_in_flight;
+  bytes offloaded_checkpoints;  ///< activation offload: the checkpoints kept on the host (Σ over recomputed blocks)
 
   /// Inventory (per token) of block `i`.
   [[nodiscard]] constexpr const activation_inventory& inventory(std::int64_t i) const noexcept {
@@ -570,7 +652,7 @@ struct saved_activations {
   /// Bytes a block with inventory `a` keeps from its forward to its backward, `checkpointed` or not: its input
   /// when checkpointed; the per-op SAC subset; everything but the attention core's LSE (Megatron selective); all.
   [[nodiscard]] constexpr double kept(const activation_inventory& a, bool checkpointed) const noexcept {
-    if (checkpointed) return checkpoint.raw();
+    if (checkpointed) return offloaded ? 0.0 : checkpoint.raw();
     if (blocks.ac.mode == ac_mode::selective_op) return a.selective_op * T;
     if (blocks.ac.mode == ac_mode::selective_attn) return (a.block_saved - a.lse) * T;
     return a.block_saved * T;
@@ -603,6 +685,11 @@ struct saved_activations {
   r.T = s.T;
   r.checkpoint = bytes::base(r.high_precision.checkpoint * s.T);
   r.final_saved = bytes::base(s.head ? r.high_precision.final_saved * s.T : 0.0);
+  r.offloaded = s.off_act;
+  if (s.off_act) {
+    r.offload_in_flight = bytes::base(2 * r.checkpoint.raw());
+    r.offloaded_checkpoints = bytes::base(static_cast<double>(s.blocks.checkpointed_blocks()) * r.checkpoint.raw());
+  }
   double all = 0;
   for (std::int64_t i = 0; i < s.blocks.layers; ++i) all += r.block(i);
   r.all_blocks = bytes::base(all);
@@ -752,7 +839,7 @@ struct weight_copies {
   r.grad_op_block = bytes::base(kept_block);
   r.grad_op_all = bytes::base(kept_block * L);
   r.quantized_block = bytes::base(s.format.weight_copy_bytes * s.lin);
-  if (s.ddp && !s.megatron) r.ddp_buckets = bytes::base(s.w * s.Pt);
+  if (s.ddp && !s.megatron) r.ddp_buckets = bytes::base((s.off_opt ? 2 : s.w) * s.Pt);  // offload: bf16 gradients
   if (s.megatron && !s.zero1) r.bf16_model = bytes::base(2 * s.P / s.n);
   if (s.zero1 && s.master == master_weights::fp32) r.zero1_params = bytes::base(2 * s.P);
   return r;
@@ -769,6 +856,9 @@ struct transient_buffers {
   bytes root_reduce_scatter;     ///< FSDP2 root gradients at the end of backward (bf16 + fp32 copy)
   bytes optimizer;               ///< foreach AdamW: one full-size temporary list, w·P/N (fused: 0)
   bytes dequantized_weight;      ///< QLoRA: the bf16 weight one 4-bit linear dequantizes while it runs (forward and backward)
+  /// CPU offload of the parameters: the unit in flight's shard copied to the GPU before its all-gather (in the
+  /// master dtype, then cast to bf16) and its reduce-scattered gradient shard before the copy to the host
+  bytes offload_staging;
 };
 
 /// Transient working sets of one step.
@@ -783,7 +873,12 @@ struct transient_buffers {
 /// bitsandbytes' 8-bit kernels dequantize in registers, `docs/source/explanations/optimizers.mdx`). QLoRA: each
 /// 4-bit linear dequantizes its weight to a bf16 `[N, K]` buffer for the op (bitsandbytes
 /// `backends/cuda/ops.py` `_dequant_linear_fallback` for more than 1536 tokens; `MatMul4Bit.backward` dequantizes
-/// again), the largest one alive at a time. Sources: PyTorch autograd,
+/// again), the largest one alive at a time. CPU offload of the optimizer without sharding: the bf16 gradient of the
+/// block and its cast to the master dtype for the copy to the host, `(2 + 4)·P_block` (DeepSpeed casts on the GPU
+/// before `copy_(..., non_blocking=True)`, deepspeed/runtime/zero/stage_1_and_2.py L1590-1605 @edaa722), and no
+/// optimizer temporaries (the step runs on the host); with parameter offload the staging of the unit in flight
+/// (offload_staging: FSDP2 copies the shard host-to-device before the all-gather and the gradient shard
+/// device-to-host after the reduce-scatter, CPUOffloadPolicy). Sources: PyTorch autograd,
 /// FSDP2 `torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py` (reduce-scatter input), torch.optim.
 [[nodiscard]] constexpr transient_buffers transient_bytes(const memory_shape& s, const saved_activations& a,
                                                          const weight_copies& wc) noexcept {
@@ -792,18 +887,23 @@ struct transient_buffers {
   r.activation_gradients = bytes::base(a.high_precision.grad_temp * s.T);
   if (s.adapters)  // only the adapters' gradients (docs/finetune.md)
     r.block_gradient_buffers = bytes::base(s.fsdp ? 2 * s.Pt_block + (fp32_master ? 4 * s.Pt_block : 0) + wc.fsdp_gathered.raw()
-                                                  : s.w * s.Pt_block);
+                                                  : (s.off_opt ? 6 * s.Pt_block : s.w * s.Pt_block));
   else if (s.megatron)  // gradient-accumulation fusion: the weight-gradient GEMMs accumulate into the fp32 main_grad
     r.block_gradient_buffers = bytes{};  // (megatron/core/tensor_parallel/layers.py L600-602, `wgrad_gemm_accum_fp32`)
   else if (s.zero1)  // a block's bf16 weight gradients before they are added into the main-grad buffer
     r.block_gradient_buffers = bytes::base(2 * s.Pb);
   else
     r.block_gradient_buffers = bytes::base(s.fsdp ? 2 * s.Pb + (fp32_master ? 4 * s.Pb : 0) + wc.fsdp_gathered.raw()
-                                                  : (s.accum ? 2 * s.lin : s.w * s.Pb));
+                                                  : (s.off_opt ? 6 * s.Pb : (s.accum ? 2 * s.lin : s.w * s.Pb)));
   r.checkpointed_forward = bytes::base(s.T * (6 * s.F));
   r.root_reduce_scatter = bytes::base(s.fsdp && !s.adapters ? 2 * s.root_params + (fp32_master ? 4 * s.root_params : 0) : 0);
-  if (s.optimizer == optimizer_impl::foreach && s.optim == optimizer_kind::adamw && !s.megatron) r.optimizer = bytes::base(s.w * s.Pt / s.n);
+  if (s.optimizer == optimizer_impl::foreach && s.optim == optimizer_kind::adamw && !s.megatron && !s.off_opt)
+    r.optimizer = bytes::base(s.w * s.Pt / s.n);  // (offload: the step and its temporaries are on the host)
   r.dequantized_weight = bytes::base(s.dequant);
+  if (s.off_params) {  // the shard in the master dtype (frozen LoRA base: bf16) + its bf16 cast + the fp32 gradient shard
+    const double shard = s.gathered_block / s.n;
+    r.offload_staging = bytes::base((s.adapters ? shard : 2 * shard) + shard + 4 * s.Pt_block / s.n);
+  }
   return r;
 }
 
@@ -901,7 +1001,7 @@ struct allocator_replay {
          !m.mlp_bias && m.positions == 0 && !m.qk_norm && c.world_size == 1 && c.tp == 1 && c.cp == 1 && c.pp == 1 &&
          c.shard != sharding::optimizer && (!c.sharded() || (c.shard == sharding::full && c.master == master_weights::fp32)) && c.grad_accum == 1 && c.loss == loss_impl::standard && c.format == compute_format::bf16 &&
          (c.ac.mode == ac_mode::none || c.ac.mode == ac_mode::full) && !c.fp8_all_gather &&
-         !c.adapters() && c.optim == optimizer_kind::adamw &&  // the trace is a full fine-tune with AdamW
+         !c.adapters() && c.optim == optimizer_kind::adamw && c.offload == 0 &&  // the trace is a full fine-tune with AdamW on the GPU
          c.stack == training_stack::hf && !c.compile;          // of the eager hf modules
 }
 
@@ -960,6 +1060,7 @@ struct memory_terms {
   terms::transient_buffers transient;
   terms::allocator_overheads allocator;
   terms::allocator_replay replay;
+  terms::host_offload host;  ///< CPU offload: what one rank keeps in host memory (zero without offload)
 };
 
 /// Every memory term of configuration `c` of `m` on `gpu` (with pipeline parallelism: of pipeline rank `stage`,
@@ -981,6 +1082,7 @@ namespace detail {
   t.transient = terms::transient_bytes(t.shape, t.activations, t.weights);
   t.allocator = terms::allocator_bytes(t.shape, gpu, rt);
   t.replay = terms::allocator_replay_of(m, c, t.shape, rt);
+  t.host = terms::host_offload_bytes(t.shape, t.activations.offloaded_checkpoints.raw());
   return t;
 }
 }  // namespace detail
@@ -1015,7 +1117,7 @@ inline memory_terms compute_memory_terms(const model_spec& m, const training_con
   base.workspace = t.allocator.workspace;
   base.ddp_buckets = wc.ddp_buckets;
   base.gradients = t.states.accumulated_gradients;  // kept across micro-batches (Megatron: the main-gradient buffer)
-  base.activations = act.in_flight;                  // pipeline: the other micro-batches in flight (0 otherwise)
+  base.activations = act.in_flight + act.offload_in_flight;  // pipeline: the other micro-batches in flight; offloaded checkpoints in flight
   // Megatron's bf16 model / the distributed optimizer's replicated bf16 parameters, every moment (0 otherwise)
   base.compute_weights = wc.bf16_model + wc.zero1_params;
 
@@ -1051,7 +1153,8 @@ inline memory_terms compute_memory_terms(const model_spec& m, const training_con
     lb.compute_weights = base.compute_weights + bytes::base(root + wc.fsdp_gathered.raw() + kept_all + wc.autocast_blocks.raw() +
                                                             (s.blocks.quantized(i) ? wc.quantized_block.raw() : 0));
     lb.activations = base.activations + bytes::base(saved_all - act.block(i));
-    lb.transient = bytes::base(terms::forward_working_set(act, t.transient, i) + t.transient.dequantized_weight.raw());
+    lb.transient = bytes::base(terms::forward_working_set(act, t.transient, i) + t.transient.dequantized_weight.raw() +
+                               t.transient.offload_staging.raw());
     fwd_peak = std::max(fwd_peak, consider(lb, step_phase::forward));
   }
   memory_breakdown after_fwd = base;
@@ -1071,7 +1174,7 @@ inline memory_terms compute_memory_terms(const model_spec& m, const training_con
                                                                                           : t.states.head_gradient.raw();
   const double gres = t.states.block_gradient.raw();
   const double tr = t.transient.activation_gradients.raw() + t.transient.block_gradient_buffers.raw() +
-                    t.transient.dequantized_weight.raw();
+                    t.transient.dequantized_weight.raw() + t.transient.offload_staging.raw();
   const double amp_block = wc.autocast_block.raw();
   const double kept_block = wc.grad_op_block.raw();
   const double wcopy = wc.quantized_block.raw();
@@ -1134,6 +1237,7 @@ inline memory_terms compute_memory_terms(const model_spec& m, const training_con
   e.non_pytorch = t.allocator.non_pytorch;
   e.capacity = t.allocator.capacity;
   e.fits = e.device_peak() <= e.capacity;
+  e.host_per_gpu = t.host.total();
   terms::apply_allocator_replay(t.replay, e);
   return e;
 }
@@ -1244,6 +1348,13 @@ inline void allocator_setting_check(const memory_terms& t, memory_estimate& e) {
     if (i == 0 || e.device_peak() > best.device_peak()) best = e;
   }
   return best;
+}
+
+/// Host memory the CPU offload of `c` needs on one node: the host bytes of one rank (memory_estimate::host_per_gpu)
+/// × the ranks of the node, min(gpus_per_node, world_size). Compared with instance_spec::host_memory by
+/// `bwplan check` (BWP011) and the search. 0 without offload.
+[[nodiscard]] constexpr bytes host_memory_per_node(const memory_estimate& e, const training_config& c) noexcept {
+  return e.host_per_gpu * static_cast<double>(std::max(1, std::min(c.gpus_per_node, c.world_size)));
 }
 
 namespace detail {

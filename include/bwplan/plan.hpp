@@ -223,6 +223,7 @@ inline std::string shortest(double v) {
   if (c.stack != training_stack::hf) add("--stack", to_string(c.stack));
   if (c.compile) a.emplace_back("--compile");
   if (c.expandable_segments) a.emplace_back("--expandable-segments");
+  if (c.offload != 0) add("--offload", offload_to_string(c.offload));  // written when set (earlier lines stay as they were)
   return a;
 }
 
@@ -296,6 +297,7 @@ inline std::string shortest(double v) {
   if (c.stack != training_stack::hf) s += std::string(", ") + to_string(c.stack);
   if (c.compile) s += ", torch.compile";
   if (c.expandable_segments) s += ", expandable segments";
+  if (c.offload != 0) s += ", CPU offload " + offload_to_string(c.offload);
   return s;
 }
 
@@ -310,7 +312,7 @@ struct setting_column {
 /// data-parallel degree, global batch (tokens), checkpointing, sharding, TP, CP, EP, PP (with the schedule:
 /// "4" for 1F1B, "4i2" interleaved with 2 virtual stages), precision, master weights, loss, optimizer
 /// implementation, fine-tuning (full, or lora/qlora with rank and targets), optimizer, training stack, torch.compile,
-/// expandable segments.
+/// expandable segments, CPU offload.
 /// See differing_columns to keep only those in which rows differ.
 [[nodiscard]] inline std::vector<setting_column> setting_columns(const training_config& c) {
   auto tokens = [](std::int64_t t) {
@@ -339,7 +341,8 @@ struct setting_column {
           {"optim", "optim", to_string(c.optim)},
           {"stack", "stack", to_string(c.stack)},
           {"compile", "compile", c.compile ? "yes" : "no"},
-          {"expandable_segments", "exp. seg.", c.expandable_segments ? "yes" : "no"}};
+          {"expandable_segments", "exp. seg.", c.expandable_segments ? "yes" : "no"},
+          {"offload", "offload", offload_to_string(c.offload)}};
 }
 
 /// Which of setting_columns() to show for `rows`: the core columns (micro-batch, sequence, accumulation, DP,

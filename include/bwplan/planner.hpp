@@ -44,6 +44,10 @@ struct plan_request {
   finetune_mode finetune = finetune_mode::full;     ///< full fine-tune, LoRA or QLoRA (adapters: tp 1 and bf16 only)
   lora_settings lora;                               ///< the adapters of a LoRA / QLoRA search (the user's rank and targets)
   std::vector<optimizer_kind> optimizers{optimizer_kind::adamw};  ///< optimizers tried (`--optimizer auto`: all)
+  /// CPU offload sets tried (offload_target bits; `--offload auto`: offload_candidates()). Sets a layout cannot run
+  /// (offload_violation) are skipped; with an instance, a plan whose offload needs more host memory per node than the
+  /// instance has does not fit.
+  std::vector<unsigned> offloads{0};
   training_stack stack = training_stack::hf;        ///< the training stack (megatron: sharding none or optimizer and the standard loss only)
   bool compile = false;                             ///< torch.compile as the stack applies it
   bool expandable_segments = false;                 ///< every candidate runs with `expandable_segments:True`
@@ -85,7 +89,8 @@ struct plan_request {
     for (int tp : req.tps) layouts += pipeline_variants(req, world, tp, sh, layers).size();
   const auto per_mbs = static_cast<std::int64_t>(layouts * req.checkpointings.size() * req.losses.size() *
                                                  eps * std::max<std::size_t>(1, req.formats.size()) *
-                                                 std::max<std::size_t>(1, req.optimizers.size()));
+                                                 std::max<std::size_t>(1, req.optimizers.size()) *
+                                                 std::max<std::size_t>(1, req.offloads.size()));
   for (std::int64_t seq : req.seq_lens) {
     if (seq < 1) continue;
     for (std::int64_t mbs = req.min_micro_batch; mbs >= 1 && mbs <= req.max_micro_batch; mbs *= 2) {
@@ -168,8 +173,11 @@ struct plan_result {
           for (int ep : eps) {
            if ((world / (tp * pp)) % ep != 0) continue;  // experts are split over ep x tp GPUs of one stage
            for (optimizer_kind opt : req.optimizers) {
-            // adapters: tp 1 and bf16 (violations of training_config)
-            if (req.finetune != finetune_mode::full && (tp != 1 || req.formats[fi] != compute_format::bf16)) continue;
+           for (unsigned off : req.offloads) {
+            // adapters: tp 1, bf16, pp 1 and no distributed optimizer (violations of training_config)
+            if (req.finetune != finetune_mode::full &&
+                (tp != 1 || req.formats[fi] != compute_format::bf16 || pp > 1 || sh == sharding::optimizer))
+              continue;
             // Megatron: DDP over its main-gradient buffer and its own cross-entropy (violations of training_config)
             if (req.stack == training_stack::megatron && ((sh != sharding::none && sh != sharding::optimizer) || loss != loss_impl::standard)) continue;
             training_config c;
@@ -195,6 +203,11 @@ struct plan_result {
             c.stack = req.stack;
             c.compile = req.compile;
             c.expandable_segments = req.expandable_segments;
+            c.offload = off;
+            if (off != 0) {  // the offload rules of violations(): a set this layout cannot run is not a candidate
+              const char* field = nullptr;
+              if (offload_violation(c, &field)) continue;
+            }
             const std::int64_t step_tokens = tokens / (tp * pp);  // data-parallel degree world / (tp · pp)
             c.grad_accum = std::max<std::int64_t>(1, (req.global_batch_tokens + step_tokens - 1) / step_tokens);
             if (vpp > 1) c.grad_accum = (c.grad_accum + pp - 1) / pp * pp;  // interleaved: groups of pp micro-batches
@@ -217,6 +230,8 @@ struct plan_result {
                 e1 = mx;
               }
               me = e1;
+              // CPU offload: the node's host memory (instance_spec::host_memory; unknown for a bare GPU)
+              if (off != 0 && inst && inst->host_memory.raw() > 0 && host_memory_per_node(*me, c) > inst->host_memory) continue;
             } else {
               me = estimate_memory_within(m, c, gpu, limit, rt_search);
               if (!me) continue;
@@ -235,6 +250,7 @@ struct plan_result {
             }
            }
            }
+           }
           }
           }
         }
@@ -249,6 +265,13 @@ struct plan_result {
   for (std::size_t fi = 0; fi < req.formats.size(); ++fi)
     if (have_format[fi]) res.best_per_format.push_back(per_format[fi]);
   return res;
+}
+
+/// The CPU offload sets `--offload auto` searches, least change to the run first: none, optimizer, optimizer +
+/// activations, optimizer + params, all three, activations alone (a set a layout cannot run is skipped there).
+[[nodiscard]] inline std::vector<unsigned> offload_candidates() {
+  using namespace offload_target;
+  return {0u, optimizer, optimizer | activations, optimizer | params, optimizer | params | activations, activations};
 }
 
 /// The search space `recommend` explores on `gpu` with `nodes` instances: every sharding mode (hybrid only

@@ -56,6 +56,18 @@ struct throughput_calibration {
   /// 32 nodes at 32 MiB … 8 GiB (crazyguitar/aws-gpu-communication-benchmark data/nccl_all_reduce.csv,
   /// ../shared/reference/scaleout.md §2.1; rms log error 0.16 over the 24 points of 4–32 nodes; the old per-rank model was 10–70× low there).
   double efa_half_message = 96.0 * 1048576;
+  /// Achieved fraction of the GPU's host link (gpu_spec::host_link_per_direction) by pinned host-device copies of
+  /// CPU offload. Assumed, not measured: PCIe 5.0 x16 carries 64 GB/s per direction before TLP and flow-control
+  /// overhead; bitsandbytes measured pageable (paged) transfers at "about half or worse" of the link
+  /// (docs/source/explanations/optimizers.mdx), and pinned copies run above that. docs/hardware.md#host-link
+  double host_link = 0.80;
+  /// Host (CPU) memory bandwidth one rank's CPU optimizer step streams at, byte/s. Derived, not measured: the
+  /// catalog's 8-GPU instances are two-socket Xeon hosts with 8 DDR5-4800 channels per socket (Sapphire Rapids on
+  /// p5/p5en), 2 × 8 × 4.8 GT/s × 8 B = 614 GB/s per node, shared by 8 ranks (76.8 GB/s each), at half of it for a
+  /// step that streams seven arrays (STREAM-class kernels reach 50–80 % of the channels' rate). DeepSpeedCPUAdam's
+  /// AVX step (csrc/includes/cpu_adam.h `Step_AVX` @edaa722) and PyTorch's fused CPU AdamW are bound by these bytes,
+  /// not by their FLOPs (a few per element). docs/hardware.md#host-memory-bandwidth
+  double host_memory_per_gpu = 38.4e9;
 };
 
 /// Achieved fraction of the dense tensor-core peak of one GEMM C[m×n] = A[m×k]·B[k×n]:
@@ -215,7 +227,11 @@ struct throughput_estimate {
   seconds exposed_communication;  ///< part of communication not hidden behind compute
   seconds bubble;                 ///< pipeline bubble: idle time of the warm-up and cool-down (0 for pp = 1)
   int pipeline_rank = 0;          ///< pipeline parallelism: the rank that sets the step time (the slowest; 0 for pp = 1)
-  seconds step;                   ///< wall time of one optimizer step: compute + bubble + exposed communication
+  seconds step;                   ///< wall time of one optimizer step: compute + bubble + exposed communication + offload
+  /// CPU offload (offload_times): the host's optimizer step and the host-device copies the step waits for (0 without)
+  seconds offload;
+  seconds offload_cpu_step;       ///< of which the optimizer step on the host
+  seconds offload_pcie;           ///< host-device copies per step, before overlap
   double tokens_per_s = 0;        ///< whole job, tokens per second
   double tokens_per_s_per_gpu = 0;
   double mfu = 0;                 ///< model FLOPs utilisation against the bf16 dense peak (bf16-equivalent MFU)
@@ -418,6 +434,14 @@ struct throughput_shape {
   double gather = 0;      ///< bytes FSDP2 all-gathers per micro-batch pass: bf16 2·Pc, FP8 Pc + root, QLoRA packed NF4 linears
   double state = 0;       ///< optimizer state bytes of the trained parameters per GPU before sharding
   adapter_shape adapter;  ///< the adapters of one block
+  // --- CPU offload (training_config::offload, docs/finetune.md#cpu-offload)
+  bool off_opt = false;      ///< the optimizer step on the host
+  bool off_params = false;   ///< the sharded parameters on the host (FSDP2 CPUOffloadPolicy)
+  bool off_act = false;      ///< the checkpoints on the host
+  bool act_streams = false;  ///< activation offload on a side stream (torchtune OffloadActivations), else synchronous (save_on_cpu)
+  double host_link = 0;      ///< achieved host-device bandwidth per direction, byte/s (gpu_spec::host_link_per_direction × calibration)
+  double host_memory = 0;    ///< host memory bandwidth of one rank's CPU step, byte/s (throughput_calibration::host_memory_per_gpu)
+  double checkpoint_bytes = 0;  ///< bytes of the checkpoints of one micro-batch (recomputed blocks × T·h·(2 or 4))
 };
 
 /// The shape of configuration `c` of `m` on `gpu` (see throughput_shape). Does not validate `c`. With pipeline
@@ -491,6 +515,14 @@ struct throughput_shape {
     r.Ptc = r.Pc;
     r.state = optimizer_state_bytes(c.optim, r.w, r.P, c.optim == optimizer_kind::adafactor ? adafactor_full_elements(m) / c.tp : 0);
   }
+  r.off_opt = c.offloads_optimizer();
+  r.off_params = c.offloads_params();
+  r.off_act = c.offloads_activations();
+  if (r.off_opt) r.amp = false;  // the GPU computes on its bf16 working copy (memory_shape_of)
+  r.act_streams = c.stack == training_stack::torchtune;
+  r.host_link = gpu.host_link().raw() * k.host_link;
+  r.host_memory = k.host_memory_per_gpu;
+  r.checkpoint_bytes = r.nck * r.T * r.h * (r.amp ? 4 : 2);
   double factored = c.optim == optimizer_kind::adafactor ? adafactor_full_elements(m) / c.tp : 0;
   if (c.pp > 1) {  // one pipeline rank (full fine-tunes only: violations)
     const pipeline_rank st = stage ? *stage : pipeline_rank_of(c, m.layers, leading_dense_blocks(m), 0);
@@ -861,13 +893,81 @@ struct block_elementwise_bytes {
 /// Adafactor's factored vectors; one state for SGD and Lion. Only the trained parameters (LoRA: the adapters).
 /// The distributed optimizer steps its shard of the fp32 masters and writes the bf16 copy of it, `2·Ps/N` more
 /// (Megatron-Core `distrib_optimizer.py` `_copy_main_params_to_model_params`).
+///
+/// With CPU offload of the optimizer the GPU runs no step (0): offload_time has the host's.
 [[nodiscard]] constexpr seconds optimizer_time(const throughput_shape& s) noexcept {
+  if (s.off_opt) return seconds{};
   // foreach AdamW runs one kernel per op over the parameter list (lerp_ of m, mul_ and addcmul_ of v, sqrt, div_,
   // add_ of eps, addcdiv_ of p: torch/optim/adamw.py `_multi_tensor_adamw`): about 18·w bytes per parameter;
   // the distributed optimizer also writes its bf16 parameters from the fp32 shard
   const double copy = s.zero1 && s.w == 4 ? 2 * s.Pt : 0.0;
   const double rw = (s.foreach_optimizer ? 18 * s.w * s.Pt : 3 * s.w * s.Pt + 2 * s.state) + copy;
   return seconds::base(rw / s.n / s.hbm);
+}
+
+/// The time CPU offload adds to one optimizer step (docs/finetune.md#cpu-offload).
+struct offload_times {
+  seconds cpu_step;           ///< the optimizer step on the host (exposed: the GPU waits for it)
+  seconds pcie_overlapped;    ///< host-device copies of the step that run beside compute (before overlap)
+  seconds pcie_serial;        ///< host-device copies on the compute stream or after the step (exposed whole)
+  seconds exposed;            ///< what the step waits for: cpu_step + pcie_serial + the part of the overlapped copies compute does not hide
+};
+
+/// CPU offload's time per step, `t_mb` the compute of one micro-batch.
+///
+/// - **CPU optimizer step**: the bytes the GPU step would move, `(3·w·Pt + 2·state)/N` (optimizer_time), plus the
+///   bf16 copy ZeRO-Offload writes for the copy back, `2·Pt/N`, at the host memory bandwidth of one rank
+///   (throughput_calibration::host_memory_per_gpu). Not overlapped with compute: FSDP2's step is the user's
+///   `optimizer.step()` on CPU tensors after backward ("the optimizer step runs on CPU with CPU optimizer states",
+///   CPUOffloadPolicy, torch/distributed/fsdp/_fully_shard/_fsdp_api.py @01d5c2cc), and ZeRO-Offload runs
+///   `_optimizer_step` on the host partition between backward and the next forward (deepspeed/runtime/zero/
+///   stage_1_and_2.py L2318-2341 @edaa722; its one-step-delayed update is off by default).
+/// - **Optimizer offload, parameters on the GPU (ZeRO-Offload)**: each gradient goes to the host in the master dtype,
+///   `w·Pt/N` per micro-batch (L1590-1605), and under accumulation the earlier micro-batches' sums come back and go
+///   again, `2·w·Pt/N` each (`async_accumulate_grad_in_cpu_via_gpu`, L1516-1553): copied as backward reduces them,
+///   hidden behind the micro-batch's backward (2/3 of its compute). After the step the updated 16-bit partition comes
+///   back, `2·Pt/N`, before the next forward can start (L2341): exposed.
+/// - **Parameter offload (FSDP2 CPUOffloadPolicy)**: each unit's shard is copied host-to-device before each of its
+///   all-gathers, twice per micro-batch (forward and the backward re-gather of `reshard_after_forward`), in the
+///   master dtype (`w/2` × the bf16 gathered bytes; a frozen LoRA base: bf16), and each gradient shard
+///   device-to-host, `w·Pt/N`; both non-blocking on FSDP's streams, hidden behind the micro-batch's compute.
+/// - **Activation offload**: every checkpoint goes to the host in forward and back in backward, `2 ×
+///   checkpoint_bytes` per micro-batch. torch.autograd.graph.save_on_cpu packs with a synchronous `copy_` on the
+///   current stream (torch/autograd/graph.py class save_on_cpu): exposed whole; torchtune's OffloadActivations copies
+///   on a side stream (torchtune/training/_activation_offloading.py): hidden behind compute.
+[[nodiscard]] constexpr offload_times offload_time(const throughput_shape& s, double t_mb) noexcept {
+  offload_times r;
+  if (!s.off_opt && !s.off_act) return r;
+  const double link = s.host_link > 0 ? s.host_link : 1;
+  double overlapped = 0, serial = 0, exposed = 0;
+  if (s.off_opt) {
+    const double copy = s.off_params ? 0.0 : 2 * s.Pt;
+    r.cpu_step = seconds::base((3 * s.w * s.Pt + 2 * s.state + copy) / s.n / (s.host_memory > 0 ? s.host_memory : 1));
+    if (s.off_params) {
+      const double shard_h2d = 2 * (s.adapters ? s.gather : s.gather * s.w / 2) / s.n;  // two gathers per micro-batch
+      const double per_mb = (shard_h2d + s.w * s.Pt / s.n) / link;
+      overlapped += s.ga * per_mb;
+      exposed += s.ga * std::max(0.0, per_mb - t_mb);
+    } else {
+      const double last = s.w * s.Pt / s.n / link, earlier = 2 * s.w * s.Pt / s.n / link;
+      overlapped += last + (s.ga - 1) * earlier;
+      exposed += std::max(0.0, last - (2.0 / 3.0) * t_mb) + (s.ga - 1) * std::max(0.0, earlier - (2.0 / 3.0) * t_mb);
+      serial += 2 * s.Pt / s.n / link;
+    }
+  }
+  if (s.off_act) {
+    const double per_mb = 2 * s.checkpoint_bytes / link;
+    if (s.act_streams) {
+      overlapped += s.ga * per_mb;
+      exposed += s.ga * std::max(0.0, per_mb - t_mb);
+    } else {
+      serial += s.ga * per_mb;
+    }
+  }
+  r.pcie_overlapped = seconds::base(overlapped);
+  r.pcie_serial = seconds::base(serial);
+  r.exposed = seconds::base(r.cpu_step.raw() + serial + exposed);
+  return r;
 }
 
 /// Compute of one micro-batch, by op class.
@@ -1205,6 +1305,7 @@ struct throughput_terms {
   int world_size = 1;                ///< GPUs in the job
   double bubble_micro_batches = 0;   ///< pipeline bubble in micro-batch times of this rank, (pp − 1)/v (bubble_micro_batches)
   int pipeline_rank = 0;             ///< the pipeline rank these terms describe
+  terms::offload_times offload;      ///< CPU offload, once per step (offload_time)
 };
 
 /// Every throughput term of configuration `c` of `m` on `gpu` (`inst` may be null: no EFA; with pipeline
@@ -1228,6 +1329,7 @@ namespace detail {
   t.compute.launch = terms::launch_time(t.shape, k);
   t.optimizer = terms::optimizer_time(t.shape);
   t.comm = terms::communication(m, t.shape, c, gpu, inst, k);
+  t.offload = terms::offload_time(t.shape, t.compute.micro_batch().raw());
   t.forward_per_micro_batch = flops::base(forward_flops_per_token(m, c.seq_len) * t.shape.T);
   t.tokens_per_step = t.shape.T * t.shape.ga * c.world_size;  // = micro-batch tokens × accumulation × data-parallel degree
   t.world_size = c.world_size;
@@ -1273,7 +1375,10 @@ inline throughput_terms compute_throughput_terms(const model_spec& m, const trai
   e.exposed_communication = e.exposed.total();
   e.bubble = seconds::base(t.bubble_micro_batches * t_mb);
   e.pipeline_rank = t.pipeline_rank;
-  e.step = e.compute + e.bubble + e.exposed_communication;
+  e.offload = t.offload.exposed;
+  e.offload_cpu_step = t.offload.cpu_step;
+  e.offload_pcie = t.offload.pcie_overlapped + t.offload.pcie_serial;
+  e.step = e.compute + e.bubble + e.exposed_communication + e.offload;
   const double tokens = t.tokens_per_step;
   e.tokens_per_step = tokens;
   e.tokens_per_s = tokens / e.step.raw();

@@ -195,6 +195,59 @@ enum class loss_impl {
   chunked,   ///< fused linear + cross-entropy in token chunks (Liger-Kernel style): no full logits
 };
 
+/// What a plan keeps in host (CPU) memory instead of HBM, as a bit set (`--offload`, plan key `offload`).
+///
+/// - `optimizer`: the optimizer states, the master weights and the master-dtype gradients live in host memory and
+///   the optimizer step runs on the CPU; the GPU keeps a bf16 working copy of the parameters (DeepSpeed ZeRO-Offload
+///   `offload_optimizer: cpu`, deepspeed/runtime/zero/stage_1_and_2.py; with FSDP sharding ZeRO-3 +
+///   `offload_optimizer`).
+/// - `params`: the FSDP-sharded parameters themselves live in host memory and are copied to the GPU for each
+///   unit's all-gather (FSDP2 `CPUOffloadPolicy`, torch/distributed/fsdp/_fully_shard/_fsdp_api.py; ZeRO-3
+///   `offload_param`); needs `optimizer` (the step runs where the shards live) and sharding full.
+/// - `activations`: the checkpoints of activation checkpointing (each recomputed block's input) go to pinned host
+///   memory in forward and come back for the block's recompute in backward (torch.autograd.graph.save_on_cpu;
+///   torchtune `OffloadActivations`, torchtune/training/_activation_offloading.py); needs full checkpointing.
+/// docs/finetune.md#cpu-offload
+namespace offload_target {
+inline constexpr unsigned optimizer = 1, params = 2, activations = 4;
+inline constexpr unsigned all = optimizer | params | activations;
+}  // namespace offload_target
+
+/// The one printer of an offload set: "none", or the members joined by ',' in the order optimizer, params,
+/// activations ("optimizer,params").
+[[nodiscard]] inline std::string offload_to_string(unsigned o) {
+  if (o == 0) return "none";
+  std::string s;
+  for (auto [bit, name] : {std::pair{offload_target::optimizer, "optimizer"}, std::pair{offload_target::params, "params"},
+                           std::pair{offload_target::activations, "activations"}})
+    if (o & bit) s += (s.empty() ? "" : ",") + std::string(name);
+  return s;
+}
+
+/// The one parser: "none", or a ','-separated list of optimizer, params, activations (any order, each once).
+/// nullopt for anything else (an empty item, an unknown name, a repeated one, "none" in a list).
+[[nodiscard]] inline std::optional<unsigned> parse_offload(std::string_view s) {
+  if (s == "none") return 0u;
+  unsigned o = 0;
+  if (s.empty()) return std::nullopt;
+  while (true) {
+    const auto comma = s.find(',');
+    const std::string_view item = s.substr(0, comma);
+    unsigned bit = item == "optimizer" ? offload_target::optimizer : item == "params" ? offload_target::params
+                                                                    : item == "activations" ? offload_target::activations : 0u;
+    if (bit == 0 || (o & bit)) return std::nullopt;
+    o |= bit;
+    if (comma == std::string_view::npos) break;
+    s = s.substr(comma + 1);
+  }
+  return o;
+}
+
+/// Why offload set `c_offload` cannot run with the other settings, or nullptr: the offload rules of violations()
+/// (the planner's hot loop calls this instead). Fields: the rule's plan field in `*field`.
+struct training_config;
+[[nodiscard]] inline const char* offload_violation(const training_config& c, const char** field) noexcept;
+
 /// The training stack a plan runs on: whose module code, loss, gradient layout and torch.compile behaviour the
 /// memory terms follow (docs/stacks.md). Each stack's terms cite its files at a pinned commit.
 enum class training_stack {
@@ -258,6 +311,7 @@ struct training_config {
   training_stack stack = training_stack::hf;     ///< the training stack (module code, loss, gradient layout; docs/stacks.md)
   bool compile = false;               ///< torch.compile as the stack applies it (hf: each block; torchtitan, torchtune: blocks and loss)
   bool expandable_segments = false;   ///< `PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True` (the caching allocator's setting)
+  unsigned offload = 0;               ///< CPU offload (offload_target bits: optimizer, params, activations; 0 = none)
 
   [[nodiscard]] bool operator==(const training_config&) const = default;
 
@@ -308,6 +362,11 @@ struct training_config {
   [[nodiscard]] constexpr std::int64_t checkpointed_blocks(std::int64_t layers) const noexcept {
     return ac.recomputes_blocks() ? (layers + ac.every - 1) / ac.every : 0;
   }
+  /// CPU offload of the optimizer (states, master weights, gradients and the step), of the sharded parameters, of
+  /// the activation checkpoints (offload_target).
+  [[nodiscard]] constexpr bool offloads_optimizer() const noexcept { return (offload & offload_target::optimizer) != 0; }
+  [[nodiscard]] constexpr bool offloads_params() const noexcept { return (offload & offload_target::params) != 0; }
+  [[nodiscard]] constexpr bool offloads_activations() const noexcept { return (offload & offload_target::activations) != 0; }
   /// Whether the base weights are frozen (LoRA or QLoRA).
   [[nodiscard]] constexpr bool adapters() const noexcept { return finetune != finetune_mode::full; }
 };
@@ -398,6 +457,10 @@ struct training_config {
        [&] { return std::string("pipeline parallelism with FP8 all-gather is not modelled by this release (pp must be 1)"); });
   need(!c.adapters() || c.shard != sharding::optimizer, "sharding",
        [&] { return std::string("the distributed optimizer (sharding optimizer) with LoRA/QLoRA adapters is not modelled by this release"); });
+  {  // CPU offload (docs/finetune.md#cpu-offload)
+    const char* field = nullptr;
+    if (const char* why = offload_violation(c, &field)) need(false, field, [&] { return std::string(why); });
+  }
   if (!out.empty()) return out;  // the rules below divide by these
   need(c.moe_capacity_factor >= 1, "moe_capacity_factor", [&] { return std::string("MoE capacity factor must be >= 1"); });
   need(c.world_size % c.ep == 0, "ep", [&] {
@@ -436,6 +499,44 @@ struct training_config {
            " GPUs (world size / tp)";
   });
   return out;
+}
+
+inline const char* offload_violation(const training_config& c, const char** field) noexcept {
+  if (c.offload == 0) return nullptr;
+  *field = "offload";
+  if ((c.offload & ~offload_target::all) != 0) return "offload must name optimizer, params or activations";
+  if (c.stack == training_stack::megatron)
+    return "CPU offload is not modelled with stack megatron (Megatron-Core's --optimizer-cpu-offload runs a hybrid-device optimizer "
+           "of its own over the distributed optimizer): offload must be none";
+  if (c.stack == training_stack::torchtitan && c.offload != (offload_target::optimizer | offload_target::params))
+    return "torchtitan offloads only through FSDP2 CPUOffloadPolicy (training.enable_cpu_offload: sharded parameters, gradients and "
+           "the optimizer step together): offload must be none or optimizer,params";
+  if (c.offloads_params() && !c.offloads_optimizer())
+    return "offload params needs offload optimizer: FSDP2 CPUOffloadPolicy (and ZeRO-3 offload_param) runs the optimizer step where "
+           "the sharded parameters live, on the CPU (offload optimizer,params)";
+  if (c.offloads_params() && c.shard != sharding::full) {
+    *field = "sharding";
+    return "offload params moves the FSDP-sharded parameters to the host (FSDP2 CPUOffloadPolicy, ZeRO-3 offload_param): sharding "
+           "must be full";
+  }
+  if (c.offloads_optimizer() && c.shard == sharding::optimizer) {
+    *field = "sharding";
+    return "offload optimizer with the distributed optimizer (sharding optimizer) is not modelled by this release";
+  }
+  if (c.offloads_optimizer() && (c.optim == optimizer_kind::adamw_8bit || c.optim == optimizer_kind::paged_adamw_8bit)) {
+    *field = "optimizer";
+    return "the bitsandbytes 8-bit optimizers step on the GPU (CUDA kernels only): offload optimizer needs adamw, adafactor, sgd or lion";
+  }
+  if (c.offloads_activations() && c.ac.mode != ac_mode::full) {
+    *field = "activation_checkpointing";
+    return "offload activations moves the checkpoints of activation checkpointing to the host: activation_checkpointing must be full "
+           "or every-K";
+  }
+  if (c.pp > 1) {
+    *field = "pp";
+    return "pipeline parallelism with CPU offload is not modelled by this release (pp must be 1)";
+  }
+  return nullptr;
 }
 
 /// Throws plan_error with the first broken rule of violations(c).

@@ -87,6 +87,48 @@ void BM_recommend_70b_optimizer_auto(benchmark::State& state) {
 }
 BENCHMARK(BM_recommend_70b_optimizer_auto)->Unit(benchmark::kMillisecond);
 
+// One CPU-offload candidate (issue 14): Llama-3.1-70B, 8 × H200, FSDP2 CPUOffloadPolicy (optimizer,params), every-2
+// checkpointing: the memory terms with the host term, the throughput terms with the CPU step and PCIe copies.
+void BM_evaluate_candidate_offload(benchmark::State& state) {
+  const auto& f = fx();
+  const auto& gpu = f.cat.gpu("h200");
+  const auto& inst = f.cat.instance("ml.p5en.48xlarge");
+  training_config c;
+  c.world_size = 8;
+  c.shard = sharding::full;
+  c.ac = checkpointing::full(2);
+  c.offload = offload_target::optimizer | offload_target::params;
+  std::int64_t mbs = 1;
+  for (auto _ : state) {
+    c.micro_batch = mbs;
+    mbs = mbs == 64 ? 1 : mbs * 2;
+    const auto me = estimate_memory(f.m70, c, gpu);
+    const auto te = estimate_throughput(f.m70, c, gpu, &inst);
+    benchmark::DoNotOptimize(me.host_per_gpu);
+    benchmark::DoNotOptimize(te.tokens_per_s);
+  }
+  state.counters["candidates_per_s"] = benchmark::Counter(static_cast<double>(state.iterations()), benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_evaluate_candidate_offload);
+
+// `recommend Llama-3.1-70B --instance ml.p5en.48xlarge --offload auto`: the full search with the six offload sets
+// (the sets a layout cannot run are skipped before evaluation; the host-memory test per node after it).
+void BM_recommend_70b_offload_auto(benchmark::State& state) {
+  const auto& f = fx();
+  const auto& gpu = f.cat.gpu("h200");
+  const auto& inst = f.cat.instance("ml.p5en.48xlarge");
+  std::int64_t evaluated = 0;
+  for (auto _ : state) {
+    plan_request req = full_search(gpu, 1);
+    req.offloads = offload_candidates();
+    const auto r = search_plans(f.m70, gpu, &inst, req, 5);
+    evaluated += r.evaluated;
+    benchmark::DoNotOptimize(r.ranked.size());
+  }
+  state.counters["candidates_per_s"] = benchmark::Counter(static_cast<double>(evaluated), benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_recommend_70b_offload_auto)->Unit(benchmark::kMillisecond);
+
 // The whole search of `recommend Llama-3.1-405B` for node counts 1..64 (seq auto), with the search space of
 // `recommend` (issue 4): four sharding modes and tensor-parallel degrees 1, 2, 4, 8.
 void BM_recommend_405b_1_to_64_nodes(benchmark::State& state) {

@@ -104,6 +104,29 @@ class TorchFreeTest(unittest.TestCase):
         self.assertEqual(r.returncode, 2)
         self.assertIn("'precision'", r.stderr)
 
+    def test_dry_run_offload(self):
+        """offload optimizer,params dry-runs as FSDP2 CPUOffloadPolicy with a CPU-materialised model; the other sets exit
+        2 with their refusal (T-offload-optimizer, T-offload-activations)."""
+        base = ["--dry-run", "--model", "Llama-3.2-1B", "--gpus", "8", "--contract_version", "1", "--sharding", "full"]
+        r = run_trainer(base + ["--offload", "optimizer,params"])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        out = json.loads(r.stdout)
+        self.assertEqual(out["plan"]["offload"], "optimizer,params")
+        text = json.dumps(out)
+        self.assertIn("offload_policy=CPUOffloadPolicy(pin_memory=True)", text)
+        self.assertIn("to_empty(device=cpu)", text)
+        for value, refusal in (("optimizer", "T-offload-optimizer"), ("optimizer,params,activations", "T-offload-activations")):
+            r = run_trainer(base + ["--activation_checkpointing", "full", "--offload", value])
+            self.assertEqual(r.returncode, 2, r.stdout)
+            self.assertIn(refusal, r.stderr)
+            self.assertIn("offload", r.stderr)
+        r = run_trainer(base + ["--offload", "optimizer,params", "--precision", "fp8"])
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("T-offload-precision", r.stderr)
+        r = run_trainer(base + ["--offload", "disk"])
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("'offload'", r.stderr)
+
     def test_probe_dry_run(self):
         with tempfile.TemporaryDirectory() as d:
             p = os.path.join(d, "probe.json")

@@ -59,17 +59,25 @@ def describe(plan: Dict[str, Any], local_world_size: int = 8) -> List[str]:
         add("block.compile() for every decoder block")
     if plan.get("expandable_segments"):
         add("PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (set before CUDA initialises)")
+    offload = plan.get("offload", "none")
     if fsdp:
         mesh = "mesh[dp_replicate, dp_shard_cp] (HSDP)" if plan["sharding"] == "hybrid" else "mesh[dp_shard_cp]"
         add(f"torch.distributed.fsdp.fully_shard(block | root, mesh={mesh}, mp_policy=MixedPrecisionPolicy(param_dtype=bf16, "
-            f"reduce_dtype=fp32), reshard_after_forward={plan['sharding'] != 'grad-op'})")
-    add("module.to_empty(device=cuda); re-tie embeddings; rebuild rotary buffers; initialise weights")
+            f"reduce_dtype=fp32), reshard_after_forward={plan['sharding'] != 'grad-op'}"
+            + (", offload_policy=CPUOffloadPolicy(pin_memory=True))" if offload == "optimizer,params" else ")"))
+    if offload == "optimizer,params":
+        add("module.to_empty(device=cpu) (the sharded parameters live in host memory); re-tie embeddings; rebuild rotary buffers on "
+            "cuda; initialise weights")
+    else:
+        add("module.to_empty(device=cuda); re-tie embeddings; rebuild rotary buffers; initialise weights")
     if plan["model_init"] == "pretrained":
         add("rank 0: AutoModelForCausalLM.from_pretrained(...) on CPU; torch.distributed.checkpoint.state_dict.set_model_state_dict("
             "full_state_dict=True, broadcast_from_rank0=True)")
     if not fsdp and lay["dp_cp"] > 1:
         add(f"torch.nn.parallel.DistributedDataParallel(module, process_group=mesh[dp_cp] ({lay['dp_cp']} ranks))")
     impl = "fused=True" if plan["optimizer_impl"] == "fused" else "foreach=True"
+    if offload != "none":
+        impl = "foreach=True (the step runs on the host's shards)"
     add(f"torch.optim.AdamW(params, lr={plan['learning_rate']}, {impl})")
     if plan["checkpoint_dir"] != "none":
         add(f"resume: torch.distributed.checkpoint.load from {plan['checkpoint_dir']}/latest when present")

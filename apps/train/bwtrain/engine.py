@@ -151,14 +151,16 @@ def run_plan(plan: Dict[str, Any], contract: Dict[str, Any], s: Session, probe: 
         if plan["compile"]:
             parallel.apply_compile(hf)
         if fsdp:
-            parallel.apply_fsdp(train_module, hf, parallel.fsdp_mesh(mesh, plan["sharding"]), plan["sharding"])
+            parallel.apply_fsdp(train_module, hf, parallel.fsdp_mesh(mesh, plan["sharding"]), plan["sharding"],
+                                plan.get("offload", "none"))
 
         # ---- materialise
         gc.collect()
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats()
         base = torch.cuda.memory_allocated()
-        train_module.to_empty(device=s.device)
+        # CPU offload (optimizer,params): the sharded parameters are materialised in host memory
+        train_module.to_empty(device=parallel.materialise_device(plan.get("offload", "none"), s.device))
         model_mod.tie_embeddings(hf)
         model_mod.rebuild_buffers(hf, s.device)
         model_mod.init_weights(hf, plan["seed"])
@@ -174,6 +176,10 @@ def run_plan(plan: Dict[str, Any], contract: Dict[str, Any], s: Session, probe: 
         step_module = parallel.apply_ddp(train_module, mesh, s.local_rank) if ddp else train_module
         objs["step_module"] = step_module
         kw = {"fused": True} if plan["optimizer_impl"] == "fused" else {"foreach": True}
+        if plan.get("offload", "none") != "none":
+            # the step runs on the host's sharded DTensors (CPUOffloadPolicy): the multi-tensor CPU path; its
+            # temporaries are host memory, which is why bwplan's GPU terms drop the optimizer's under offload
+            kw = {"foreach": True}
         optimizer = torch.optim.AdamW(train_module.parameters(), lr=plan["learning_rate"], **kw)
         objs["optimizer"] = optimizer
 

@@ -19,7 +19,8 @@ activation checkpointing, compile, then FSDP2 (or DDP).
   recompute by checkpointing only the SDPA call (registered through transformers'
   ``AttentionInterface``).
 * FSDP2: ``fully_shard(block, mesh, mp_policy=MixedPrecisionPolicy(bf16, fp32),
-  reshard_after_forward=True | False)`` per block, then the root; hybrid passes a 2-D mesh (HSDP).
+  reshard_after_forward=True | False)`` per block, then the root; hybrid passes a 2-D mesh (HSDP);
+  the plan's offload optimizer,params adds ``offload_policy=CPUOffloadPolicy(pin_memory=True)``.
 * DDP: ``torch.nn.parallel.DistributedDataParallel`` over the dp x cp ranks.
 * Context parallel: ``torch.distributed.tensor.experimental.context_parallel`` around forward and
   backward, sharding ids, labels and position ids along the sequence (load-balanced).
@@ -215,16 +216,45 @@ def apply_compile(hf: nn.Module) -> None:
 # Data parallel
 
 
-def apply_fsdp(train_module: nn.Module, hf: nn.Module, mesh, sharding: str) -> None:
+def offload_policy(offload: str) -> Optional[Any]:
+    """The FSDP2 offload policy of the plan's ``offload``: ``CPUOffloadPolicy(pin_memory=True)``
+    for ``optimizer,params`` (sharded parameters, their gradients and the optimizer step on the
+    host: torch/distributed/fsdp/_fully_shard/_fsdp_api.py), None for ``none``. The other sets
+    are refused by the contract (T-offload-optimizer, T-offload-activations) before this runs."""
+    if offload == "none":
+        return None
+    if offload != "optimizer,params":
+        raise ValueError(f"offload {offload}: the reference trainer runs optimizer,params only (FSDP2 CPUOffloadPolicy)")
+    from torch.distributed.fsdp import CPUOffloadPolicy
+
+    return CPUOffloadPolicy(pin_memory=True)
+
+
+def apply_fsdp(train_module: nn.Module, hf: nn.Module, mesh, sharding: str, offload: str = "none") -> None:
     """FSDP2 per decoder block, then the root (embedding, final norm and LM head stay in the
-    root's group), as the ground truth's fsdp2 recipe (shared/groundtruth/measure.py)."""
+    root's group), as the ground truth's fsdp2 recipe (shared/groundtruth/measure.py). With
+    ``offload`` optimizer,params every unit gets ``offload_policy=CPUOffloadPolicy(pin_memory=True)``
+    (torchtitan's ``training.enable_cpu_offload`` does the same); the caller then materialises the
+    parameters on the CPU (:func:`materialise_device`)."""
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
     mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
     reshard = sharding != "grad-op"
+    kw: Dict[str, Any] = {}
+    policy = offload_policy(offload)
+    if policy is not None:
+        kw["offload_policy"] = policy
     for layer in hf.model.layers:
-        fully_shard(layer, mesh=mesh, mp_policy=mp, reshard_after_forward=reshard)
-    fully_shard(train_module, mesh=mesh, mp_policy=mp, reshard_after_forward=reshard)
+        fully_shard(layer, mesh=mesh, mp_policy=mp, reshard_after_forward=reshard, **kw)
+    fully_shard(train_module, mesh=mesh, mp_policy=mp, reshard_after_forward=reshard, **kw)
+
+
+def materialise_device(offload: str, device: torch.device) -> torch.device:
+    """Where ``to_empty`` puts the parameters: the CPU under FSDP2 CPU offload (the sharded
+    parameters live in host memory and are copied to the GPU before each all-gather, as
+    torchtitan's ``init_device = "cpu"`` when ``enable_cpu_offload``), else the GPU. Buffers
+    (rotary embeddings) are rebuilt on the GPU either way."""
+    return torch.device("cpu") if offload == "optimizer,params" else device
 
 
 def apply_ddp(train_module: nn.Module, mesh, local_rank: int) -> nn.Module:

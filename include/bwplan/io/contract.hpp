@@ -469,6 +469,7 @@ inline std::string expected(const contract_field& f) {
   if (key == "stack") return to_string(c.stack);
   if (key == "compile") return c.compile;
   if (key == "expandable_segments") return c.expandable_segments;
+  if (key == "offload") return offload_to_string(c.offload);
   throw config_error(k.file, "/fields", "plan field '" + std::string(key) + "' of the training contract is unknown to this bwplan");
 }
 
@@ -541,6 +542,7 @@ inline std::optional<condition_value> refusal_value(const plan& p, std::string_v
   if (key == "stack") return name(to_string(c.stack));
   if (key == "compile") return name(c.compile ? "true" : "false");
   if (key == "expandable_segments") return name(c.expandable_segments ? "true" : "false");
+  if (key == "offload") return name(offload_to_string(c.offload));
   if (key == "gpu") return name(p.target.gpu);
   if (key == "model") return name(p.model);
   return std::nullopt;

@@ -49,6 +49,7 @@ namespace bwplan::io {
           {"stack", to_string(c.stack)},
           {"compile", c.compile},
           {"expandable_segments", c.expandable_segments},
+          {"offload", offload_to_string(c.offload)},
           {"lora", c.adapters() ? nlohmann::ordered_json{{"rank", c.lora.rank},
                                                           {"alpha", c.lora.alpha},
                                                           {"targets", lora_targets_to_string(c.lora.targets)},
@@ -127,6 +128,11 @@ namespace bwplan::io {
                              : me.allocator_setting == allocator_setting_verdict::fits_if_expandable ? "fits with expandable_segments"
                                                                                                       : "unaffected";
   if (const std::string note = allocator_setting_note(me); !note.empty()) mem["allocator_note"] = note;
+  if (c.offload != 0) {  // CPU offload: what one rank and one node keep in host memory (terms::host_offload)
+    mem["host"] = {{"per_gpu_bytes", me.host_per_gpu.raw()},
+                   {"per_node_bytes", host_memory_per_node(me, c).raw()},
+                   {"ranks_per_node", std::max(1, std::min(c.gpus_per_node, c.world_size))}};
+  }
   j["memory"] = mem;
   j["fits"] = me.fits;
   j["throughput"] = {{"tokens_per_s", te.tokens_per_s},
@@ -148,6 +154,11 @@ namespace bwplan::io {
                      {"exposed_by_parallelism_s", comm_to_json(te.exposed)},
                      {"pipeline_bubble_s", te.bubble.raw()},
                      {"tokens_per_step", te.tokens_per_step}};
+  if (c.offload != 0) {  // CPU offload's part of the step (terms::offload_times)
+    j["throughput"]["offload_s"] = te.offload.raw();
+    j["throughput"]["offload_cpu_step_s"] = te.offload_cpu_step.raw();
+    j["throughput"]["offload_pcie_s"] = te.offload_pcie.raw();
+  }
   if (c.pp > 1) j["pipeline"] = pipeline_to_json(m, c, me, te);
   return j;
 }

@@ -448,7 +448,7 @@ struct catalog_limits {
 /// GPU fields: `id`, `architecture` (ampere | ada | hopper | blackwell), `hbm_total_mib`, `hbm_bandwidth_tb_per_s`,
 /// `dense_tflop_per_s` (with `bf16`) are required; `interconnect` ("nvlink", the default, with
 /// `nvlink_gb_per_s_per_direction`; or "pcie" with `pcie_gb_per_s_per_direction`), `driver_reserved_mib`
-/// (default 0, below `hbm_total_mib`), `power_limit_w`, `rated_power_w` (the power the FLOP/s are rated at, default `power_limit_w`), `attention_speedup` (default 1), `attention_kernel` ("fused", the default, or "fa2") and `name` are optional. Instance fields: `id` (ml.*),
+/// (default 0, below `hbm_total_mib`), `power_limit_w`, `rated_power_w` (the power the FLOP/s are rated at, default `power_limit_w`), `host_link_gb_per_s_per_direction` (the GPU's link to its host, for CPU offload), `attention_speedup` (default 1), `attention_kernel` ("fused", the default, or "fa2") and `name` are optional. Instance fields: `id` (ml.*),
 /// `gpu`, `gpus_per_node`, `efa_gbit_per_s`, `price_per_hour_usd` are required; `nvlink_domain_gpus` (default:
 /// gpus_per_node for NVLink GPUs, 1 for PCIe GPUs), `host_memory_gib`, `price_note`, `price_kind`
 /// (ec2-on-demand | ec2-capacity-block | other), `price_region`, `sagemaker_price_per_hour_usd` (with
@@ -503,6 +503,8 @@ inline void merge_catalog(hardware_catalog& cat, const nlohmann::json& j, const 
       } else {
         throw config_error(file, ptr + "/interconnect", "expected \"nvlink\" or \"pcie\", got " + x.at("interconnect").dump());
       }
+      s.host_link_per_direction =
+          get_positive(x, file, ptr, "host_link_gb_per_s_per_direction", L::link_gb_per_s, "100000", false, 0) * gb_per_s;
       s.power_limit_w = get_positive(x, file, ptr, "power_limit_w", L::power_w, "100000", false, 0);
       s.rated_power_w = get_positive(x, file, ptr, "rated_power_w", L::power_w, "100000", false, 0);
       s.attention_speedup = get_positive(x, file, ptr, "attention_speedup", 10.0, "10", false, 1.0);

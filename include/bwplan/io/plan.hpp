@@ -87,7 +87,7 @@ namespace io {
       "bf16_layers", "fp8_all_gather", "master_weights", "micro_batch_size", "seq_len", "global_batch_size",
       "grad_accum", "activation_checkpointing", "ac_every", "sharding", "shard_group", "tp", "cp", "ep", "pp",
       "pp_schedule", "vpp", "optimizer", "optimizer_impl", "loss", "finetune", "lora_rank", "lora_alpha", "lora_targets", "lora_dropout",
-      "stack", "compile", "expandable_segments", "headroom", "check"};
+      "stack", "compile", "expandable_segments", "offload", "headroom", "check"};
   return k;
 }
 
@@ -260,6 +260,13 @@ T plan_enum(const nlohmann::json& v, const std::string& file, const std::string&
       if (!v.is_boolean()) throw config_error(file, ptr, std::string("expected true or false, got ") + v.type_name());
       (k == "compile" ? c.compile : c.expandable_segments) = v.get<bool>();
     }
+    else if (k == "offload") {
+      const std::string t = plan_string(v, file, ptr);
+      const auto bits = parse_offload(t);
+      if (!bits) throw config_error(file, ptr, "unknown offload '" + t + "'; allowed: none, or a list of optimizer, params, activations "
+                                               "(e.g. \"optimizer,params\")");
+      c.offload = *bits;
+    }
     else if (k == "headroom") p.headroom = plan_number(v, file, ptr, 0, 1, true, "in [0, 1)");
     else if (k == "check") {
       if (!v.is_object()) throw config_error(file, ptr, std::string("expected an object, got ") + v.type_name());
@@ -337,6 +344,7 @@ T plan_enum(const nlohmann::json& v, const std::string& file, const std::string&
   j["stack"] = to_string(c.stack);
   j["compile"] = c.compile;
   j["expandable_segments"] = c.expandable_segments;
+  if (c.offload != 0) j["offload"] = offload_to_string(c.offload);  // written when set (files of earlier releases stay as they were)
   j["headroom"] = p.headroom;
   const check_settings defaults;
   if (!(p.check == defaults)) {
