@@ -55,10 +55,13 @@ TEST_CASE("precision: NVFP4 25-45% below BF16, MXFP8 not below (Llama-3-8B, FSDP
 }
 
 TEST_CASE("precision: tokens/s ratios NVFP4:FP8 on B200 and FP8:BF16 on H100 (Llama 3 8B, best plan of each)", "[precision]") {
-  // NVIDIA: NVFP4 1.31-1.73x over FP8 (Llama 3 8B/405B, GB200/GB300); torchao float8 1.34-1.43x on H100-class
+  // NVFP4 over FP8 on Llama 3 8B, Blackwell: NVIDIA JAX/MaxText 1.35x (GB200), Megatron-Bridge 26.02 on 70B 1.25x
+  // (GB200); torchtitan's NVFP4 doc 1.07x over MXFP8 (4 GPUs, eager + compile), and FP8 runs no slower than MXFP8
+  // (../shared/reference/hardware.md, NVFP4 rows). The modelled stack is PyTorch/torchao, so the lower bound is the
+  // bottom of that evidence rather than the JAX figure; torchao float8 1.34-1.43x on H100-class
   const double nv = best_tps("Llama-3.1-8B", "ml.p6-b200.48xlarge", "nvfp4");
   const double f8 = best_tps("Llama-3.1-8B", "ml.p6-b200.48xlarge", "fp8");
-  CHECK(nv / f8 >= 1.2);
+  CHECK(nv / f8 >= 1.05);
   CHECK(nv / f8 <= 1.8);
   const double h8 = best_tps("Llama-3.1-8B", "ml.p5.48xlarge", "fp8");
   const double hb = best_tps("Llama-3.1-8B", "ml.p5.48xlarge", "bf16");
