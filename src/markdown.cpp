@@ -117,7 +117,7 @@ std::string estimate_markdown(const model_spec& m, const resolved_target& t, con
 std::string plans_markdown(const model_spec& m, const std::string& where, const plan_request& req, const plan_result& r,
                            const std::string& explanation) {
   std::string s = fmt::format("### {} on {}\n\n", m.name, where);
-  s += fmt::format("{} configurations evaluated, {} fit with {:.0f}% headroom.\n\n", r.evaluated, r.fitting, 100 * req.headroom);
+  s += fmt::format("{} configurations evaluated, {} fit with {:.1f}% headroom.\n\n", r.evaluated, r.fitting, 100 * req.headroom);
   if (r.ranked.empty()) {
     s += "**No configuration fits.**\n";
   } else {
