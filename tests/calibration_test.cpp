@@ -338,3 +338,35 @@ TEST_CASE("calibration: the trainer's probe records (tests/data/probe-records.js
   const calibration_profile p = io::load_profile(prof);
   CHECK(std::find(p.entries.at(0).fitted.begin(), p.entries.at(0).fitted.end(), "gemm_max") != p.entries.at(0).fitted.end());
 }
+
+TEST_CASE("calibration: check_plan fires BWP012 when the band crosses the capacity less the margin", "[calibration]") {
+  std::ostringstream o, e;
+  const cli::context ctx{o, e, {}, {}};
+  const hardware_catalog cat = ctx.catalog();
+  check_input in;
+  in.model = ctx.model("Llama-3.2-1B");
+  in.gpu = cat.gpu("h200");
+  in.p.training.micro_batch = 8;
+  in.p.training.seq_len = 4096;
+  in.p.training.shard = sharding::none;
+  in.p.training.world_size = 1;
+  in.p.training.gpus_per_node = 1;
+  in.p.headroom = 0;
+  auto fired = [](const check_result& r, const char* id) {
+    return std::count_if(r.findings.begin(), r.findings.end(), [&](const finding& f) { return f.rule == id; });
+  };
+  in.band = error_band{"h200", "hf", "single", 22, 0.0072, 0.058};  // the bundled band: 95.9 % at its top, fits
+  const check_result plain = check_plan(in);
+  REQUIRE(plain.memory);
+  CHECK(plain.verdict == fit_verdict::fits);
+  CHECK(fired(plain, "BWP012") == 0);
+  in.band->memory = 0.03;  // a band 3 % wide: the top reaches 98.9 % of capacity
+  const check_result tight = check_plan(in);
+  CHECK(tight.verdict == fit_verdict::tight);
+  REQUIRE(fired(tight, "BWP012") == 1);
+  const auto it = std::find_if(tight.findings.begin(), tight.findings.end(), [](const finding& f) { return f.rule == "BWP012"; });
+  CHECK(it->level == severity::warning);
+  CHECK_THAT(it->message, Catch::Contains("error band") && Catch::Contains("within 3%"));
+  in.band.reset();  // without a band: two states, no BWP012
+  CHECK(fired(check_plan(in), "BWP012") == 0);
+}
