@@ -3,6 +3,7 @@
 #include "input.hpp"
 #include "model_source.hpp"
 
+#include <bwplan/io/calibration.hpp>
 #include <bwplan/io/file.hpp>
 #include <bwplan/io/json.hpp>
 
@@ -75,6 +76,38 @@ std::filesystem::path context::trainer_dir() const {
 }
 
 model_spec context::model(const std::string& arg) const { return find_model(configs(), arg); }
+
+const calibration_profile* context::profile() const {
+  if (calibration_file.empty()) return nullptr;
+  if (!profile_cache) {
+    spdlog::debug("loading the calibration profile {}", calibration_file);
+    profile_cache = std::make_shared<const calibration_profile>(io::load_profile(calibration_file));
+  }
+  return profile_cache.get();
+}
+
+calibration_constants context::constants(const std::string& gpu, training_stack stack) const {
+  const calibration_profile* p = profile();
+  if (p && !p->find(gpu, to_string(stack)))
+    spdlog::debug("calibration profile {}: no entry for {} / {}; the built-in constants apply", calibration_file, gpu, to_string(stack));
+  return constants_for(p, gpu, to_string(stack));
+}
+
+const error_bands* context::bands() const {
+  if (!bands_read) {
+    bands_read = true;
+    const auto path = configs() / "error-bands.json";
+    if (std::filesystem::exists(path)) bands_cache = std::make_shared<const error_bands>(io::load_error_bands(path));
+  }
+  return bands_cache.get();
+}
+
+std::optional<error_band> context::band(const std::string& gpu, const training_config& c) const {
+  if (const calibration_profile* p = profile())
+    if (const profile_entry* e = p->find(gpu, to_string(c.stack)); e && e->band) return e->band;
+  if (const error_bands* b = bands()) return b->lookup(gpu, to_string(c.stack), band_mode(c));
+  return std::nullopt;
+}
 
 resolved_target resolve_target(const hardware_catalog& cat, const target_options& t, const std::string& default_instance) {
   resolved_target r;
@@ -149,6 +182,10 @@ int run_command(const std::vector<std::string>& args, std::ostream& out, std::os
                  "attention kernel the training stack runs: fused (FlashAttention-3 / cuDNN, the catalog default) or fa2 "
                  "(FlashAttention-2, as PyTorch's flash backend and ring attention ran in 2024)")
       ->check(CLI::IsMember({"fused", "fa2"}));
+  app.add_option("--calibration", ctx.calibration_file,
+                 "calibration profile from `bwplan calibrate` (docs/calibration.md): its constants replace the built-in ones "
+                 "for the GPUs and stacks it has entries for")
+      ->check(non_empty());
   app.require_subcommand(0, 1);  // none: the help (no arguments) or "a command is required"
   std::vector<std::pair<CLI::App*, runner>> cmds;
   auto add = [&](const char* name, runner r) { cmds.emplace_back(app.get_subcommand(name), std::move(r)); };
@@ -156,6 +193,7 @@ int run_command(const std::vector<std::string>& args, std::ostream& out, std::os
   add("recommend", register_recommend(app, ctx));
   add("hardware", register_hardware(app, ctx));
   add("validate", register_validate(app, ctx));
+  add("calibrate", register_calibrate(app, ctx));
   add("sagemaker", register_sagemaker(app, ctx));
   add("report", register_report(app, ctx));
   add("sweep", register_sweep(app, ctx));

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <bwplan/bwplan.hpp>
+#include <bwplan/calibration.hpp>
 #include <bwplan/io/estimate.hpp>
 #include <bwplan/io/plan.hpp>
 #include <bwplan/plan.hpp>
@@ -33,6 +34,10 @@ struct context {
   std::vector<std::string> hardware_files;  ///< --hardware FILE, merged over the bundled catalog
   double power_limit_w = 0;                 ///< --power-limit W: every GPU's power limit (0: the catalog's)
   std::string attention_kernel{};           ///< --attention-kernel fused|fa2: every GPU's attention kernel ("": the catalog's)
+  std::string calibration_file{};           ///< --calibration FILE: a profile from `bwplan calibrate` ("": the built-in constants)
+  mutable std::shared_ptr<const calibration_profile> profile_cache{};  ///< the --calibration profile, once read
+  mutable std::shared_ptr<const error_bands> bands_cache{};            ///< <configs>/error-bands.json, once read
+  mutable bool bands_read = false;
 
   /// The directory holding configs/ data.
   [[nodiscard]] std::filesystem::path configs() const;
@@ -46,6 +51,16 @@ struct context {
   /// when installed (share/bwplan/train), else apps/train next to the source tree's configs/. Throws
   /// config_error when neither holds train.py.
   [[nodiscard]] std::filesystem::path trainer_dir() const;
+  /// The --calibration profile, or nullptr without one. Throws config_error naming the file, the member and the problem.
+  [[nodiscard]] const calibration_profile* profile() const;
+  /// The constants for `gpu` and `stack`: the profile's entry for them, else the built-in defaults (the memory
+  /// constants' replay policy as given in `base`).
+  [[nodiscard]] calibration_constants constants(const std::string& gpu, training_stack stack) const;
+  /// The error bands: <configs>/error-bands.json (nullptr when absent). Throws config_error for a malformed file.
+  [[nodiscard]] const error_bands* bands() const;
+  /// The error band of configuration `c` on `gpu` (docs/calibration.md#bands): the profile's own band for the GPU and
+  /// stack when it has one, else the bundled file's group (exact, any mode, or the fallback); nullopt without bands.
+  [[nodiscard]] std::optional<error_band> band(const std::string& gpu, const training_config& c) const;
 };
 
 /// A registered subcommand: what to run once parsing succeeded.
@@ -60,6 +75,7 @@ runner register_report(CLI::App& app, context& ctx);
 runner register_sweep(CLI::App& app, context& ctx);
 runner register_check(CLI::App& app, context& ctx);
 runner register_completion(CLI::App& app, context& ctx);
+runner register_calibrate(CLI::App& app, context& ctx);
 
 /// Options that describe where a job runs (shared by estimate and recommend).
 struct target_options {

@@ -99,6 +99,8 @@ plan_outcome evaluate(const context& ctx, const hardware_catalog& cat, const std
     in.instance = t.instance_ptr();
     in.p = p;
     in.grad_accum_given = doc.has("grad_accum");
+    in.constants = ctx.constants(t.gpu.id, p.training.stack);
+    in.band = ctx.band(t.gpu.id, p.training);
     po.result = check_plan(in);
     for (const auto& f : po.result.findings) {
       located_finding lf{f, "", 1, 1, f.level >= fail_level};
@@ -164,7 +166,10 @@ void write_text(std::ostream& out, const std::vector<plan_outcome>& all) {
       out << fmt::format("{}: {}: {} on {}, {}: peak {} of {} ({}), {:.0f} tokens/s, MFU {:.1f}%{}\n", po.file,
                          status_word(po), po.model, po.instance.empty() ? po.gpu : po.instance, describe(r.config),
                          human(r.memory->device_peak()), human(r.memory->capacity),
-                         r.memory->fits ? fmt::format("{:.1f}% free", 100 * r.memory->headroom()) : std::string("does not fit"),
+                         !r.memory->fits ? std::string("does not fit")
+                         : r.band ? fmt::format("{:.1f}% free; {} with the error band +{:.1f}%", 100 * r.memory->headroom(),
+                                                to_string(r.verdict), 100 * r.band->memory)
+                                  : fmt::format("{:.1f}% free", 100 * r.memory->headroom()),
                          r.throughput->tokens_per_s, 100 * r.throughput->mfu,
                          best_note(r));
     else
@@ -200,7 +205,10 @@ void write_json(std::ostream& out, const std::vector<plan_outcome>& all, const s
                                {"column", lf.column}, {"fails", lf.fails}});
     p["skipped_rules"] = po.result.skipped;
     const auto& r = po.result;
-    if (r.memory && r.throughput) p["estimate"] = io::estimate_to_json(po.spec, r.config, *r.memory, *r.throughput);
+    if (r.memory && r.throughput) {
+      p["estimate"] = io::estimate_to_json(po.spec, r.config, *r.memory, *r.throughput);
+      io::add_band_json(p["estimate"], *r.memory, *r.throughput, r.band);
+    }
     if (r.best) p["best_plan"] = io::estimate_to_json(po.spec, r.best->config, r.best->memory, r.best->throughput);
     if (r.best_same_precision)  // BWP007's yardstick: the best plan in the plan's own precision
       p["best_plan_same_precision"] = io::estimate_to_json(po.spec, r.best_same_precision->config, r.best_same_precision->memory,

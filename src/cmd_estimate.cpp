@@ -41,7 +41,7 @@ std::string hardware_line(const training_config& c, const resolved_target& t, in
 }
 
 void print_table(std::ostream& out, const model_spec& m, const resolved_target& t, const training_config& c, int nodes,
-                 const memory_estimate& me, const throughput_estimate& te, term_style st) {
+                 const memory_estimate& me, const throughput_estimate& te, term_style st, const std::optional<error_band>& band) {
   const parameter_count pc = count_parameters(m);
   out << fmt::format("model      {} ({}), {:.3f} B parameters", m.name, m.family, static_cast<double>(pc.total()) / 1e9);
   if (m.is_moe()) out << fmt::format(" ({:.3f} B active: top-{} of {} experts)", static_cast<double>(pc.active()) / 1e9, m.top_k, m.experts);
@@ -68,6 +68,7 @@ void print_table(std::ostream& out, const model_spec& m, const resolved_target& 
   out << fmt::format("  {:<18} {:>10.2f} GiB of {:.2f} GiB ({:.1f}% headroom) -> {}\n\n", "device peak",
                      me.device_peak().in(gib), me.capacity.in(gib), 100 * me.headroom(), me.fits ? "fits" : "DOES NOT FIT");
   if (const std::string note = allocator_setting_note(me); !note.empty()) out << "  allocator: " << note << "\n\n";
+  if (band) out << "  error band: " << band_line(me, te, *band) << "\n\n";
   out << fmt::format("throughput {:.0f} tokens/s ({:.0f} per GPU), step {:.3f} s, MFU {:.1f}%{}\n", te.tokens_per_s,
                      te.tokens_per_s_per_gpu, te.step.raw(), 100 * te.mfu,
                      c.format == compute_format::bf16 ? std::string("")
@@ -110,8 +111,10 @@ runner register_estimate(CLI::App& app, context& ctx) {
       return success;
     }
     spdlog::debug("model {}: {} layers, hidden {}, {} parameters", m.name, m.layers, m.hidden, count_parameters(m).total());
-    const memory_estimate me = estimate_memory(m, c, t.gpu);
-    const throughput_estimate te = estimate_throughput(m, c, t.gpu, t.instance_ptr());
+    const calibration_constants k = ctx.constants(t.gpu.id, c.stack);
+    const memory_estimate me = estimate_memory(m, c, t.gpu, k.overheads);
+    const throughput_estimate te = estimate_throughput(m, c, t.gpu, t.instance_ptr(), k.throughput);
+    const std::optional<error_band> band = ctx.band(t.gpu.id, c);
     std::optional<training_cost> cost;
     const int nodes = nodes_of(c, t);
     if (!(o->price_per_hour >= 0 && o->price_per_hour <= 1e6) && o->price_per_hour != -1)
@@ -120,15 +123,16 @@ runner register_estimate(CLI::App& app, context& ctx) {
     if (!o->tokens.empty()) cost = cost_to_train(te, parse_token_count(o->tokens, "--tokens"), nodes, price);
     if (o->format == "json") {
       auto j = io::estimate_to_json(m, c, me, te);
+      io::add_band_json(j, me, te, band);
       j["hardware"] = {{"gpu", t.gpu.id}, {"instance", t.instance ? t.instance->id : ""}, {"nodes", nodes}};
       if (cost)
         j["training"] = {{"tokens", cost->tokens}, {"seconds", cost->seconds}, {"hours", cost->seconds / 3600},
                          {"instance_hours", cost->instance_hours}, {"price_per_hour_usd", price}, {"cost_usd", cost->usd}};
       ctx.out << j.dump(2) << "\n";
     } else if (o->format == "markdown") {
-      ctx.out << estimate_markdown(m, t, c, me, te);
+      ctx.out << estimate_markdown(m, t, c, me, te, band);
     } else {
-      print_table(ctx.out, m, t, c, nodes, me, te, style_for(ctx.out, o->ascii));
+      print_table(ctx.out, m, t, c, nodes, me, te, style_for(ctx.out, o->ascii), band);
       if (te.comm.tensor_parallel.raw() > 0 || te.comm.context_parallel.raw() > 0 || te.comm.expert_parallel.raw() > 0)
         ctx.out << fmt::format("  communication by parallelism: data {:.3f} s (exposed {:.3f}), tensor {:.3f} s (exposed), context {:.3f} s "
                                "(exposed {:.3f}), expert {:.3f} s (exposed)\n",

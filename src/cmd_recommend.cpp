@@ -32,6 +32,8 @@ struct recommend_options {
   std::string master;                            ///< --master (empty: fp32)
   std::string precision;                         ///< --precision: one format (= --precisions with one name)
   double headroom = 0.05;
+  std::string headroom_source = "--headroom";  ///< where the headroom came from: --headroom, the error band, or the fixed default
+  calibration_constants k;                     ///< --calibration's constants for the target GPU and stack (defaults without)
   int top = 5;
   std::string format = "table";
   std::string emit;    ///< sagemaker | estimator | modeltrainer: the best plan's SageMaker payload; plan: a plan file
@@ -77,7 +79,7 @@ struct memory_saver {
 /// other memory; 8-bit AdamW states; with bf16 masters; Adafactor; LoRA; QLoRA with `lora`'s rank and targets), whose search
 /// finds a fitting plan. docs/finetune.md#what-recommend-says-when-a-full-fine-tune-does-not-fit
 std::optional<memory_saver> find_memory_saver(const model_spec& m, const resolved_target& t, const plan_request& req,
-                                              const lora_settings& lora) {
+                                              const lora_settings& lora, const calibration_constants& k) {
   struct step {
     const char* label;
     finetune_mode f;
@@ -120,7 +122,7 @@ std::optional<memory_saver> find_memory_saver(const model_spec& m, const resolve
       r.tps = {1};
       r.formats = {compute_format::bf16};
     }
-    plan_result res = search_plans(m, t.gpu, t.instance ? &*t.instance : nullptr, r, 1);
+    plan_result res = search_plans(m, t.gpu, t.instance ? &*t.instance : nullptr, r, 1, false, k.overheads, k.throughput);
     if (res.ranked.empty()) continue;
     memory_saver ms{st.label, res.ranked.front(), {}, {}};
     training_config full = ms.best.config;
@@ -129,8 +131,8 @@ std::optional<memory_saver> find_memory_saver(const model_spec& m, const resolve
     full.optim = optimizer_kind::adamw;
     full.master = req.master;
     full.offload = 0;
-    ms.full_memory = estimate_memory(m, full, t.gpu);
-    ms.full_throughput = estimate_throughput(m, full, t.gpu, t.instance ? &*t.instance : nullptr);
+    ms.full_memory = estimate_memory(m, full, t.gpu, k.overheads);
+    ms.full_throughput = estimate_throughput(m, full, t.gpu, t.instance ? &*t.instance : nullptr, k.throughput);
     return ms;
   }
   return std::nullopt;
@@ -276,7 +278,8 @@ int scale_out(context& ctx, const recommend_options& o, const hardware_catalog& 
   fr.auto_global_batch = o.global_batch_tokens == "auto";
   fr.hints = picked == nullptr;  // the table explains rows whose step is mostly communication (--emit prints the plan only)
   const auto t0 = std::chrono::steady_clock::now();
-  const fleet_result res = search_fleet(m, fr, [&cat](const instance_spec& i) -> const gpu_spec& { return cat.gpu(i.gpu); });
+  const fleet_result res = search_fleet(m, fr, [&cat](const instance_spec& i) -> const gpu_spec& { return cat.gpu(i.gpu); }, o.k.overheads,
+                                        o.k.throughput);
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const auto& rows = res.rows;
   const fleet_row* pick = res.pick ? &rows[*res.pick] : nullptr;
@@ -539,7 +542,9 @@ runner register_recommend(CLI::App& app, context& ctx) {
   sub->add_option("--master", o->master, "master weights: fp32 | bf16 (default fp32)")->check(CLI::IsMember({"fp32", "bf16"}));
   sub->add_option("--precision", o->precision, "pin one format (the same as --precisions with one name)")
       ->option_text("bf16|fp8|fp8-rowwise|mxfp8|nvfp4");
-  sub->add_option("--headroom", o->headroom, "share of GPU memory kept free at the peak (0-1)")->capture_default_str()
+  sub->add_option("--headroom", o->headroom,
+                  "share of GPU memory kept free at the peak (0-1; default: what the error band of the GPU and stack needs for a "
+                  "plain \"fits\", docs/calibration.md#bands, else 0.05)")
       ->check(finite_range(0, max_headroom));
   sub->add_option("--top", o->top, "plans to show")->capture_default_str();
   sub->add_option("--format", o->format, "table | json | markdown")->capture_default_str()->check(CLI::IsMember({"table", "json", "markdown"}));
@@ -728,6 +733,22 @@ runner register_recommend(CLI::App& app, context& ctx) {
       if (req.finetune != finetune_mode::full && req.stack != training_stack::hf && req.stack != training_stack::torchtune)
         throw invalid_request(std::string("--finetune ") + to_string(req.finetune) + ": LoRA / QLoRA are modelled with the hf and torchtune stacks only");
     }
+    // the constants of --calibration, and the headroom: --headroom as given, else what the error band needs for "fits"
+    o->k = ctx.constants(t.gpu.id, req.stack);
+    if (sub->get_option("--headroom")->count() == 0) {
+      double band = -1;
+      const calibration_profile* prof = ctx.profile();
+      if (const profile_entry* e = prof ? prof->find(t.gpu.id, to_string(req.stack)) : nullptr; e && e->band) band = e->band->memory;
+      else if (const error_bands* b = ctx.bands()) band = b->widest_memory(t.gpu.id, to_string(req.stack));
+      if (band >= 0) {
+        o->headroom = band_headroom(band);
+        o->headroom_source = fmt::format("error band {:.1f}% + {:.0f}% margin", 100 * band, 100 * tight_margin);
+      } else {
+        o->headroom_source = "the fixed default: no error band";
+      }
+      req.headroom = o->headroom;
+    }
+    spdlog::debug("headroom {:.4f} ({})", req.headroom, o->headroom_source);
     const bool auto_seq = o->seq == "auto";
     if (auto_seq) {
       req.seq_lens.clear();
@@ -765,7 +786,7 @@ runner register_recommend(CLI::App& app, context& ctx) {
     req.progress = [&bar](std::int64_t done, std::int64_t) { bar.update(done); };
     // at least two kept, so that "why" can compare the winner with the runner-up even with --top 1
     plan_result r = search_plans(m, t.gpu, t.instance ? &*t.instance : nullptr, req,
-                                 static_cast<std::size_t>(std::max(o->top, 2)), auto_seq);
+                                 static_cast<std::size_t>(std::max(o->top, 2)), auto_seq, o->k.overheads, o->k.throughput);
     bar.finish();
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     spdlog::debug("evaluated {} configurations in {:.4f} s ({} fit)", r.evaluated, secs, r.fitting);
@@ -808,19 +829,24 @@ runner register_recommend(CLI::App& app, context& ctx) {
     }
     // a best plan whose step is mostly communication: what a larger global batch would buy (global_batch_hint)
     batch_hint hint;
-    if (!r.ranked.empty() && !auto_seq) hint = global_batch_hint(m, t.gpu, t.instance ? &*t.instance : nullptr, req, r.ranked.front());
+    if (!r.ranked.empty() && !auto_seq) hint = global_batch_hint(m, t.gpu, t.instance ? &*t.instance : nullptr, req, r.ranked.front(), 0.10,
+                                                                        o->k.overheads, o->k.throughput);
     const std::string hint_text = r.ranked.empty() ? std::string() : hint_line(hint, r.ranked.front(), world);
     // a full fine-tune that does not fit: name the cheapest memory saver that does
     std::optional<memory_saver> saver;
-    if (r.ranked.empty() && req.finetune == finetune_mode::full) saver = find_memory_saver(m, t, req, req.lora);
+    if (r.ranked.empty() && req.finetune == finetune_mode::full) saver = find_memory_saver(m, t, req, req.lora, o->k);
     if (o->format == "json") {
       nlohmann::ordered_json j;
       j["model"] = m.name;
       j["hardware"] = {{"gpu", t.gpu.id}, {"instance", t.instance ? t.instance->id : ""}, {"nodes", req.nodes}, {"world_size", world}};
-      j["search"] = {{"evaluated", r.evaluated}, {"fitting", r.fitting}, {"headroom", req.headroom},
+      j["search"] = {{"evaluated", r.evaluated}, {"fitting", r.fitting}, {"headroom", req.headroom}, {"headroom_source", o->headroom_source},
                      {"global_batch_tokens", req.global_batch_tokens}, {"seq_lens", req.seq_lens}, {"seconds", secs}};
       j["plans"] = nlohmann::ordered_json::array();
-      for (const auto& p : r.ranked) j["plans"].push_back(io::estimate_to_json(m, p.config, p.memory, p.throughput));
+      for (const auto& p : r.ranked) {
+        auto x = io::estimate_to_json(m, p.config, p.memory, p.throughput);
+        io::add_band_json(x, p.memory, p.throughput, ctx.band(t.gpu.id, p.config));
+        j["plans"].push_back(x);
+      }
       j["explanation"] = explanation;
       j["precision_explanation"] = precision_line;
       if (hint.needed) {
@@ -845,8 +871,8 @@ runner register_recommend(CLI::App& app, context& ctx) {
     } else if (o->format == "markdown") {
       ctx.out << plans_markdown(m, where, req, r, explanation);
     } else {
-      ctx.out << fmt::format("{} on {}: {} configurations evaluated, {} fit with {:.0f}% headroom; global batch {} tokens asked\n",
-                             m.name, where, r.evaluated, r.fitting, 100 * req.headroom, req.global_batch_tokens);
+      ctx.out << fmt::format("{} on {}: {} configurations evaluated, {} fit with {:.1f}% headroom ({}); global batch {} tokens asked\n",
+                             m.name, where, r.evaluated, r.fitting, 100 * req.headroom, o->headroom_source, req.global_batch_tokens);
       if (!r.ranked.empty() && global_batch_tokens(r.ranked.front().config) != req.global_batch_tokens)
         ctx.out << fmt::format("global batch: plan #1 runs {} tokens per step ({} sequences of {}), {:+.1f}% from the {} asked: the "
                                "accumulation rounds up to whole micro-batches\n",

@@ -45,13 +45,15 @@ runner register_report(CLI::App& app, context& ctx) {
     if (o->sweep_max_mbs < 1 || o->sweep_max_mbs > 65536)
       throw invalid_request("--sweep-max-mbs: must be in 1..65536, got " + std::to_string(o->sweep_max_mbs));
     const hardware_catalog cat = ctx.catalog();
-    report_data d{resolve_plan(ctx, cat, *o), {}, {}, o->headroom, {}, {}, {}, {}};
+    report_data d{resolve_plan(ctx, cat, *o), {}, {}, o->headroom, {}, {}, {}, {}, {}};
     const model_spec& m = d.plan.model;
     const resolved_target& t = d.plan.target;
     const training_config& c = d.plan.config;
-    d.memory = estimate_memory(m, c, t.gpu);
-    d.throughput = estimate_throughput(m, c, t.gpu, t.instance_ptr());
-    d.sweep = checkpointing_sweep(cat, m, d.plan, o->sweep_max_mbs);
+    const calibration_constants k = ctx.constants(t.gpu.id, c.stack);  // --calibration
+    d.memory = estimate_memory(m, c, t.gpu, k.overheads);
+    d.throughput = estimate_throughput(m, c, t.gpu, t.instance_ptr(), k.throughput);
+    d.band = ctx.band(t.gpu.id, c);
+    d.sweep = checkpointing_sweep(cat, m, d.plan, o->sweep_max_mbs, ctx.profile());
 
     // the search recommend runs (every sharding, TP, checkpointing, loss; the --numerics balanced formats)
     d.request = full_search(t.gpu, t.instance ? d.plan.p.target.nodes : c.world_size,
@@ -64,7 +66,7 @@ runner register_report(CLI::App& app, context& ctx) {
     progress_bar bar(ctx.err, "searching plans", plan_search_size(d.request, d.request.nodes * (t.instance ? t.instance->gpus_per_node : 1), detail::ep_candidates(m, d.request.nodes * (t.instance ? t.instance->gpus_per_node : 1)).size()),
                      is_terminal(ctx.err));
     d.request.progress = [&bar](std::int64_t done, std::int64_t) { bar.update(done); };
-    d.plans = search_plans(m, t.gpu, t.instance_ptr(), d.request, static_cast<std::size_t>(o->top));
+    d.plans = search_plans(m, t.gpu, t.instance_ptr(), d.request, static_cast<std::size_t>(o->top), false, k.overheads, k.throughput);
     d.request.progress = nullptr;
     bar.finish();
     d.command_line = report_command_line(d.plan.p, o->headroom, o->top, o->global_batch_tokens, o->sweep_max_mbs, o->output);

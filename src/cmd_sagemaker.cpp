@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <fstream>
 #include <ostream>
 #include <utility>
@@ -18,6 +19,7 @@ struct sagemaker_options : plan_options {
   sagemaker::job_settings job;
   std::string format = "request";
   bool force = false;
+  bool probe = false;
 };
 
 /// The flag a request member comes from, for the error line.
@@ -99,6 +101,54 @@ std::vector<std::string> write_source_dir(const context& ctx, const std::filesys
   return written;
 }
 
+probe_job probe_plans(const plan& base, const model_spec& m, const resolved_target& t, const calibration_constants& k) {
+  probe_job job;
+  auto add = [&](plan p, const std::string& label) {
+    if (job.plans.size() >= 4) return;
+    p.training.grad_accum = 1;
+    p.global_batch.reset();
+    for (const auto& v : plan_violations(m, p))
+      if (!v.message.empty()) return;  // a variant the rules refuse (a sequence the layout cannot split, ...)
+    const memory_estimate me = estimate_memory(m, p.training, t.gpu, k.overheads);
+    if (!me.fits) return;
+    nlohmann::ordered_json j = io::plan_to_json(p);
+    for (const char* drop : {"$schema", "schema_version", "name", "check", "headroom", "instance", "nodes", "global_batch_size"}) j.erase(drop);
+    for (const auto& have : job.plans)
+      if (have == j) return;
+    job.plans.push_back(j);
+    job.labels.push_back(label);
+    job.step_s.push_back(estimate_throughput(m, p.training, t.gpu, t.instance_ptr(), k.throughput).step.raw());
+  };
+  add(base, "the plan");
+  if (base.training.ac.mode != ac_mode::full) {
+    plan p = base;
+    p.training.ac = checkpointing::full(1);
+    add(p, "full activation checkpointing");
+  }
+  {
+    plan p = base;
+    p.training.micro_batch *= 2;
+    const std::size_t before = job.plans.size();
+    add(p, "twice the micro-batch");
+    if (job.plans.size() == before && base.training.micro_batch >= 2) {
+      p.training.micro_batch = base.training.micro_batch / 2;
+      add(p, "half the micro-batch");
+    }
+  }
+  if (base.training.seq_len >= 1024) {
+    plan p = base;
+    p.training.seq_len = base.training.seq_len / 2;
+    add(p, "half the sequence");
+  }
+  return job;
+}
+
+std::int64_t probe_runtime_s(const probe_job& p) {
+  double s = 900;
+  for (double t : p.step_s) s += 180 + 3.0 * p.steps * t;
+  return static_cast<std::int64_t>(std::ceil(s / 300.0)) * 300;
+}
+
 std::filesystem::path sagemaker_shapes_path(const context& ctx) {
   return ctx.configs() / "sagemaker" / "createtrainingjob-shapes.json";
 }
@@ -158,12 +208,39 @@ void add_sagemaker_options(CLI::App* g, const std::shared_ptr<sagemaker::job_set
   g->add_option("--retries", s->retries, "MaximumRetryAttempts (RetryStrategy, 1-30; 0 = none)");
 }
 
-int emit_sagemaker(const context& ctx, const sagemaker::job_settings& s, const std::string& format, const sagemaker::plan_view& plan) {
+int emit_sagemaker(const context& ctx, const sagemaker::job_settings& s, const std::string& format, const sagemaker::plan_view& plan,
+                   const probe_job* probe) {
   sagemaker::job_request r;
   try {
     r = sagemaker::build_request(plan, s);
   } catch (const plan_error& e) {
     throw flag_error(e.violation());  // what the trainer cannot run: the plan field's flag and the reason
+  }
+  if (probe) {  // the trainer's probe mode: `train.py --probe probe.json` (the file in the source dir), small runtime
+    r.hyperparameters["probe"] = "probe.json";
+    r.request["HyperParameters"]["probe"] = sagemaker::sdk_json_encode(nlohmann::ordered_json("probe.json"));
+    if (s.max_runtime.empty()) r.request["StoppingCondition"]["MaxRuntimeInSeconds"] = probe_runtime_s(*probe);
+    double steps_s = 0;
+    for (double t : probe->step_s) steps_s += probe->steps * t;
+    r.estimated_s = steps_s;
+    r.steps = probe->steps * static_cast<std::int64_t>(probe->plans.size());
+    std::string list;
+    for (std::size_t i = 0; i < probe->labels.size(); ++i) list += (i ? "; " : "") + probe->labels[i];
+    r.notes.erase(std::remove_if(r.notes.begin(), r.notes.end(), [](const std::string& n) { return n.rfind("price:", 0) == 0; }),
+                  r.notes.end());
+    const auto runtime = r.request["StoppingCondition"]["MaxRuntimeInSeconds"].get<std::int64_t>();
+    if (r.price_per_hour > 0)
+      r.notes.push_back(fmt::format("price: {:.2f} USD per instance-hour from the catalog ({}): at most {:.0f} USD for the probe at "
+                                    "MaxRuntimeInSeconds {} s",
+                                    r.price_per_hour, r.price_label, static_cast<double>(runtime) / 3600 * r.price_per_hour, runtime));
+    std::string out = r.request["OutputDataConfig"]["S3OutputPath"].get<std::string>();
+    while (!out.empty() && out.back() == '/') out.pop_back();
+    r.notes.push_back(fmt::format("probe: {} plan(s) ({}), {} steps each, on one {}; the records land in "
+                                  "{}/{}/output/output.tar.gz (measurements.jsonl): bwplan calibrate measurements.jsonl -o profile.json",
+                                  probe->plans.size(), list, probe->steps, plan.instance.id, out, r.job_name));
+    if (s.source_dir.empty())
+      r.warnings.push_back("--probe without --source-dir: the job reads probe.json from its source dir; pass --source-dir DIR to write it "
+                           "(with the trainer) and upload DIR as sourcedir.tar.gz");
   }
   const auto path = sagemaker_shapes_path(ctx);
   spdlog::debug("validating the request against {}", path.string());
@@ -178,7 +255,11 @@ int emit_sagemaker(const context& ctx, const sagemaker::job_settings& s, const s
     throw invalid_request(msg);
   }
   if (!s.source_dir.empty()) {
-    const auto written = write_source_dir(ctx, s.source_dir, r, plan.p);
+    auto written = write_source_dir(ctx, s.source_dir, r, plan.p);
+    if (probe) {
+      write_text(std::filesystem::path(s.source_dir) / "probe.json", probe->plans.dump(2) + "\n");
+      written.emplace_back("probe.json");
+    }
     std::string list;
     for (const auto& w : written) list += (list.empty() ? "" : ", ") + w;
     r.warnings.push_back(fmt::format("wrote the source dir {} ({}); upload it before submitting: tar czf sourcedir.tar.gz -C {} . && "
@@ -203,10 +284,17 @@ runner register_sagemaker(CLI::App& app, context& ctx) {
       ->capture_default_str()
       ->check(CLI::IsMember({"request", "estimator", "modeltrainer"}));
   sub->add_flag("--force", o->force, "emit the request even when the plan does not fit in GPU memory");
+  sub->add_flag("--probe", o->probe,
+                "a short calibration job instead of the training run: the reference trainer runs the plan and up to three variants "
+                "(full checkpointing, micro-batch x2 or /2, half the sequence) on one node, 5 steps each, and writes measurement "
+                "records (output.tar.gz: measurements.jsonl) for bwplan calibrate; probe.json goes into --source-dir (docs/calibration.md#probe)");
   add_sagemaker_options(sub->add_option_group("SageMaker"), std::shared_ptr<sagemaker::job_settings>(o, &o->job));
 
   return [o, &ctx]() -> int {
     const hardware_catalog cat = ctx.catalog();
+    if (o->probe && o->target.nodes != 1)
+      throw invalid_request(fmt::format("--nodes {}: a probe runs on one node (it measures the constants of one GPU and its node); drop "
+                                        "--nodes or give --nodes 1", o->target.nodes));
     const resolved_plan rp = resolve_plan(ctx, cat, *o);
     if (!rp.target.instance)
       throw invalid_request("sagemaker: a job runs on instances; give --instance (e.g. ml.p6-b200.48xlarge) instead of a bare --gpu");
@@ -214,7 +302,8 @@ runner register_sagemaker(CLI::App& app, context& ctx) {
     if (rp.config.world_size != o->target.nodes * per_node)
       throw invalid_request(fmt::format("--gpus {}: a SageMaker job uses every GPU of its {} instance(s), {} x {} = {}", rp.config.world_size,
                                         o->target.nodes, o->target.nodes, per_node, o->target.nodes * per_node));
-    const memory_estimate me = estimate_memory(rp.model, rp.config, rp.target.gpu);
+    const calibration_constants k = ctx.constants(rp.target.gpu.id, rp.config.stack);  // --calibration
+    const memory_estimate me = estimate_memory(rp.model, rp.config, rp.target.gpu, k.overheads);
     if (!me.fits && !o->force) {
       ctx.err << fmt::format("bwplan: {} ({}) does not fit on {}: device peak {} of {}; run `bwplan recommend` or pass --force\n",
                              rp.model.name, describe(rp.config), rp.target.instance->id, human(me.device_peak()), human(me.capacity));
@@ -229,8 +318,17 @@ runner register_sagemaker(CLI::App& app, context& ctx) {
                              human(rp.target.instance->host_memory));
       return failure;
     }
-    const throughput_estimate te = estimate_throughput(rp.model, rp.config, rp.target.gpu, rp.target.instance_ptr());
+    const throughput_estimate te = estimate_throughput(rp.model, rp.config, rp.target.gpu, rp.target.instance_ptr(), k.throughput);
     const io::training_contract contract = ctx.contract();
+    if (o->probe) {
+      const probe_job pj = probe_plans(rp.p, rp.model, rp.target, k);
+      if (pj.plans.empty()) throw invalid_request("--probe: no variant of the plan fits on one " + rp.target.instance->id);
+      sagemaker::job_settings js = o->job;
+      if (js.job_name.empty() && js.base_job_name.empty())
+        js.base_job_name = sagemaker::name_stem("probe-" + rp.model.name + "-" + rp.target.instance->id.substr(rp.target.instance->id.rfind("ml.", 0) == 0 ? 3 : 0), 39);
+      if (js.max_steps == 0 && js.train_tokens == 0) js.max_steps = pj.steps;
+      return emit_sagemaker(ctx, js, o->format, {rp.p, rp.model, rp.target.gpu, *rp.target.instance, te, contract}, &pj);
+    }
     return emit_sagemaker(ctx, o->job, o->format, {rp.p, rp.model, rp.target.gpu, *rp.target.instance, te, contract});
   };
 }

@@ -31,6 +31,24 @@ std::vector<std::string> write_source_dir(const context& ctx, const std::filesys
 /// and the plan field's flag and the reason when the reference trainer cannot run the plan. With
 /// `s.source_dir`, writes the source dir (write_source_dir) and says how to upload it.
 int emit_sagemaker(const context& ctx, const sagemaker::job_settings& s, const std::string& format,
-                   const sagemaker::plan_view& plan);
+                   const sagemaker::plan_view& plan, const struct probe_job* probe = nullptr);
+
+/// A probe job (`bwplan sagemaker --probe`, docs/calibration.md#probe): the plans the reference trainer runs for
+/// `steps` steps each (train.py --probe probe.json) and their estimated step times (for MaxRuntimeInSeconds).
+struct probe_job {
+  nlohmann::ordered_json plans = nlohmann::ordered_json::array();  ///< plan-file objects, as probe.json holds them
+  std::vector<std::string> labels;                                 ///< what each plan varies
+  std::vector<double> step_s;                                      ///< estimated seconds per step of each plan
+  int steps = 5;                                                   ///< measure_warmup 2 + measure_steps 3
+};
+
+/// The probe plans of `base` (one node): the plan itself, with full activation checkpointing, with twice (or half)
+/// the micro-batch and with half the sequence, each only where it fits (estimate with `k`), at most four.
+[[nodiscard]] probe_job probe_plans(const plan& base, const model_spec& m, const resolved_target& t, const calibration_constants& k);
+
+/// MaxRuntimeInSeconds of a probe: 15 minutes for the container, the pip install and the first model build, then
+/// per plan 3 minutes (build, initialisation, compilation) plus its steps at 3× the estimated step time; rounded up
+/// to whole 5 minutes.
+[[nodiscard]] std::int64_t probe_runtime_s(const probe_job& p);
 
 }  // namespace bwplan::cli

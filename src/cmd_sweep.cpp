@@ -37,7 +37,7 @@ runner register_sweep(CLI::App& app, context& ctx) {
     const resolved_plan rp = resolve_plan(ctx, cat, *o);
     progress_bar bar(ctx.err, "sweep", sweep_size(axes), is_terminal(ctx.err));
     const auto points = run_sweep(cat, rp.model, rp, axes,
-                                  [&bar](std::int64_t done, std::int64_t) { bar.update(done); });
+                                  [&bar](std::int64_t done, std::int64_t) { bar.update(done); }, ctx.profile());
     bar.finish();
     spdlog::debug("sweep: {} points", points.size());
     if (o->format == "json") {

@@ -2,6 +2,7 @@
 // `bwplan validate RUNS.jsonl`: estimates against measured runs (the ground-truth format of
 // shared/groundtruth/measure.py), per row and in summary. Generates docs/validation.md.
 #include "cli.hpp"
+#include "runs.hpp"
 
 #include <bwplan/io/file.hpp>
 #include <bwplan/io/json.hpp>
@@ -21,51 +22,6 @@ struct validate_options {
   std::string runs;
   std::string models;
   std::string format = "markdown";
-};
-
-/// Typed members of one run line (`where` is "FILE:LINE"): a missing or mistyped field is a config_error
-/// naming the file, line and field, not a JSON library exception.
-struct run_line {
-  const nlohmann::json& r;
-  const std::string& where;
-
-  const nlohmann::json& field(const char* k) const {
-    auto it = r.find(k);
-    if (it == r.end() || it->is_null()) throw config_error(where, std::string("/") + k, "missing required field");
-    return *it;
-  }
-  std::int64_t integer(const char* k) const {
-    const auto& v = field(k);
-    if (!v.is_number_integer() || v.get<std::int64_t>() < 1 || v.get<std::int64_t>() > (std::int64_t{1} << 24))
-      throw config_error(where, std::string("/") + k, "expected an integer between 1 and 16777216, got " + dump(v));
-    return v.get<std::int64_t>();
-  }
-  double number(const char* k) const {
-    const auto& v = field(k);
-    if (!v.is_number() || !(v.get<double>() > 0) || !std::isfinite(v.get<double>()))
-      throw config_error(where, std::string("/") + k, "expected a positive number, got " + dump(v));
-    return v.get<double>();
-  }
-  std::string text(const char* k) const {
-    const auto& v = field(k);
-    if (!v.is_string()) throw config_error(where, std::string("/") + k, std::string("expected a string, got ") + v.type_name());
-    return v.get<std::string>();
-  }
-  std::string text_or(const char* k, const std::string& fallback) const {
-    auto it = r.find(k);
-    if (it == r.end() || it->is_null()) return fallback;
-    return text(k);
-  }
-  bool boolean_or(const char* k, bool fallback) const {
-    auto it = r.find(k);
-    if (it == r.end() || it->is_null()) return fallback;
-    if (!it->is_boolean()) throw config_error(where, std::string("/") + k, std::string("expected true or false, got ") + it->type_name());
-    return it->get<bool>();
-  }
-  static std::string dump(const nlohmann::json& v) {
-    std::string d = v.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-    return d.size() > 40 ? d.substr(0, 40) + "..." : d;
-  }
 };
 
 double median(std::vector<double> v) {
@@ -107,22 +63,15 @@ runner register_validate(CLI::App& app, context& ctx) {
         if (rl.text_or("gpu", "").find("H100") != std::string::npos) gpu_name = "h100";
         continue;
       }
-      training_config c;
-      c.micro_batch = rl.integer("mbs");
-      c.seq_len = rl.integer("seq");
+      const training_config c = ground_truth_config(rl);
       const std::string recipe = rl.text("recipe");
       const std::string ac = rl.text("ac");
-      if (recipe == "amp") { c.shard = sharding::none; c.master = master_weights::fp32; }
-      else if (recipe == "fsdp2") { c.shard = sharding::full; c.master = master_weights::fp32; }
-      else if (recipe == "bf16") { c.shard = sharding::none; c.master = master_weights::bf16; }
-      else throw config_error(where, "/recipe", "unknown recipe '" + recipe + "'");
-      c.ac = ac == "none" ? checkpointing::none() : checkpointing::full(ac == "half" ? 2 : 1);
-      if (rl.text_or("optim", "fused") == "foreach") c.optimizer = optimizer_impl::foreach;
       const std::string model_name = rl.text("model");
       const model_spec m = io::load_model(models / (model_name + ".json"), model_name);
       const gpu_spec& gpu = cat.gpu(gpu_name);
-      const memory_estimate me = estimate_memory(m, c, gpu);
-      const throughput_estimate te = estimate_throughput(m, c, gpu);
+      const calibration_constants k = ctx.constants(gpu.id, c.stack);  // --calibration
+      const memory_estimate me = estimate_memory(m, c, gpu, k.overheads);
+      const throughput_estimate te = estimate_throughput(m, c, gpu, nullptr, k.throughput);
       const bool ok = rl.boolean_or("ok", false);
       const std::string impl = rl.text_or("impl", "");
       const std::string tag = fmt::format("{} {} mbs={} seq={} ac={}{}{}", model_name, recipe, c.micro_batch, c.seq_len, ac,

@@ -77,7 +77,7 @@ std::string grouped(double v) {
 }  // namespace
 
 std::string estimate_markdown(const model_spec& m, const resolved_target& t, const training_config& c,
-                              const memory_estimate& me, const throughput_estimate& te) {
+                              const memory_estimate& me, const throughput_estimate& te, const std::optional<error_band>& band) {
   const parameter_count pc = count_parameters(m);
   std::string s = fmt::format("### {} on {} × {}{}\n\n", m.name, c.world_size, t.gpu.id,
                               t.instance ? fmt::format(" ({} × {})", c.world_size / std::max(1, c.gpus_per_node), t.instance->id) : "");
@@ -88,6 +88,7 @@ std::string estimate_markdown(const model_spec& m, const resolved_target& t, con
                            : fmt::format("{:.2f} GiB over", (me.device_peak() - me.capacity).in(gib)),
                    to_string(me.peak_phase));
   if (const std::string note = allocator_setting_note(me); !note.empty()) s += "Allocator: " + note + ".\n\n";
+  if (band) s += "Error band: " + band_line(me, te, *band) + ".\n\n";
   const auto& b = me.at_peak;
   const std::pair<const char*, bytes> parts[] = {
       {"parameters", b.parameters},           {"optimizer states", b.optimizer_states}, {"gradients", b.gradients},
@@ -116,7 +117,7 @@ std::string estimate_markdown(const model_spec& m, const resolved_target& t, con
 std::string plans_markdown(const model_spec& m, const std::string& where, const plan_request& req, const plan_result& r,
                            const std::string& explanation) {
   std::string s = fmt::format("### {} on {}\n\n", m.name, where);
-  s += fmt::format("{} configurations evaluated, {} fit with {:.0f}% headroom.\n\n", r.evaluated, r.fitting, 100 * req.headroom);
+  s += fmt::format("{} configurations evaluated, {} fit with {:.1f}% headroom.\n\n", r.evaluated, r.fitting, 100 * req.headroom);
   if (r.ranked.empty()) {
     s += "**No configuration fits.**\n";
   } else {
@@ -149,6 +150,17 @@ std::string plans_markdown(const model_spec& m, const std::string& where, const 
   }
   s += fmt::format("\n<sub>bwplan {}</sub>\n", version_string);
   return s;
+}
+
+std::string band_line(const memory_estimate& me, const throughput_estimate& te, const error_band& band) {
+  const fit_verdict v = verdict_of(me, band.memory);
+  const std::string group = band.gpu == "*" ? std::string("all measured runs (none of this GPU and stack)")
+                                            : fmt::format("{}/{}/{}", band.gpu, band.stack, band.mode);
+  return fmt::format("{}: with the error band of {} ({} runs, 90 %: peak reserved +{:.1f}%, tokens/s ±{:.1f}%) the device "
+                     "peak may reach {:.2f} GiB of {:.2f} GiB (\"tight\" above {:.0f}% of it); tokens/s {} – {}",
+                     to_string(v), group, band.rows, 100 * band.memory, 100 * band.tokens_per_s,
+                     band_top(me, band.memory).in(gib), me.capacity.in(gib), 100 * (1 - tight_margin),
+                     grouped(te.tokens_per_s * std::max(0.0, 1 - band.tokens_per_s)), grouped(te.tokens_per_s * (1 + band.tokens_per_s)));
 }
 
 }  // namespace bwplan::cli

@@ -4,6 +4,7 @@
 
 #include "cli.hpp"
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -31,7 +32,13 @@ struct md_column {
 /// `estimate --format markdown`: a heading, a one-line verdict, the memory breakdown at the peak and the
 /// throughput, as Markdown tables.
 [[nodiscard]] std::string estimate_markdown(const model_spec& m, const resolved_target& t, const training_config& c,
-                                            const memory_estimate& me, const throughput_estimate& te);
+                                            const memory_estimate& me, const throughput_estimate& te,
+                                            const std::optional<error_band>& band = std::nullopt);
+
+/// One line on the error band of an estimate and its three-state verdict (docs/calibration.md#bands), e.g.
+/// "tight: with the error band of h200/hf/single (22 measured runs, 90 %: peak reserved +1.4 %, tokens/s ±6.2 %) the
+/// device peak may reach 137.10 GiB of 139.80 GiB; tokens/s 45,100 – 51,100". Shared by every output.
+[[nodiscard]] std::string band_line(const memory_estimate& me, const throughput_estimate& te, const error_band& band);
 
 /// `recommend --format markdown`: a heading naming `where`, the search summary, the ranked plans as a
 /// table and `explanation` (why the first plan won).

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // The HTML report: inline SVG charts, tables, no scripts, no external resources.
 #include "report.hpp"
+#include "markdown.hpp"
 
 #include "term.hpp"
 
@@ -169,7 +170,7 @@ std::string report_command_line(const plan& p, double headroom, int top, std::in
 }
 
 std::vector<sweep_series> checkpointing_sweep(const hardware_catalog& cat, const model_spec& m, const resolved_plan& base,
-                                              std::int64_t max_mbs) {
+                                              std::int64_t max_mbs, const calibration_profile* profile) {
   std::vector<sweep_series> out;
   sweep_axis mbs{"mbs", {}};
   for (std::int64_t b = 1; b <= std::max<std::int64_t>(1, max_mbs); b *= 2) mbs.values.push_back(std::to_string(b));
@@ -177,7 +178,7 @@ std::vector<sweep_series> checkpointing_sweep(const hardware_catalog& cat, const
   const std::string own = to_string(base.config.ac);  // the plan's own mode is always a series
   if (std::find(modes.begin(), modes.end(), own) == modes.end()) modes.push_back(own);
   for (const auto& ac : modes) {
-    const auto pts = run_sweep(cat, m, base, {{"ac", {ac}}, mbs});
+    const auto pts = run_sweep(cat, m, base, {{"ac", {ac}}, mbs}, {}, profile);
     out.push_back({"AC " + to_string(pts.front().config.ac), pts});
   }
   return out;
@@ -420,6 +421,7 @@ footer { margin-top: 32px; color: #555; font-size: 0.88em; border-top: 1px solid
                                                    group_digits(te.tokens_per_s_per_gpu)));
   h += fmt::format("<div class=\"card\"><b>{:.1f}%</b><span>MFU, step {:.3f} s</span></div>\n", 100 * te.mfu, te.step.raw());
   h += "</div>\n";
+  if (d.band) h += "<p class=\"band\">Error band: " + esc(band_line(me, te, *d.band)) + ".</p>\n";
 
   // Memory by phase.
   h += "<h2>Memory per GPU by phase</h2>\n<figure>\n" + phase_chart_svg(me, d.headroom);

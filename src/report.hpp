@@ -26,13 +26,15 @@ struct report_data {
   plan_result plans;                ///< its result
   std::vector<sweep_series> sweep;  ///< one series per checkpointing mode
   std::string command_line;         ///< how to reproduce the report
+  std::optional<error_band> band;   ///< the estimate's error band (the verdict line), if known
 };
 
 /// Checkpointing modes of the sweep chart: none, every block, every 2nd and every 4th block, per-op selective
 /// (and the plan's own mode when it is another), each over micro-batch sizes 1, 2, 4, … `max_mbs`, every other
 /// setting as `base`.
 [[nodiscard]] std::vector<sweep_series> checkpointing_sweep(const hardware_catalog& cat, const model_spec& m,
-                                                            const resolved_plan& base, std::int64_t max_mbs);
+                                                            const resolved_plan& base, std::int64_t max_mbs,
+                                                            const calibration_profile* profile = nullptr);
 
 /// The largest moment of each phase as stacked memory bars (SVG): one bar per phase (forward,
 /// backward, optimizer step) against the capacity line and the headroom line, with a legend.

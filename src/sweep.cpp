@@ -215,7 +215,7 @@ std::int64_t sweep_size(const std::vector<sweep_axis>& axes) {
 
 std::vector<sweep_point> run_sweep(const hardware_catalog& cat, const model_spec& m, const resolved_plan& base,
                                    const std::vector<sweep_axis>& axes,
-                                   const std::function<void(std::int64_t, std::int64_t)>& on_point) {
+                                   const std::function<void(std::int64_t, std::int64_t)>& on_point, const calibration_profile* profile) {
   std::set<std::string> seen;
   for (const auto& a : axes) {
     if (!seen.insert(a.key).second) throw invalid_request("--vary " + a.key + ": given twice; list all values in one --vary");
@@ -262,8 +262,9 @@ std::vector<sweep_point> run_sweep(const hardware_catalog& cat, const model_spec
       for (const auto& v : apply_global_batch(pt.p)) throw bad(flag_error(v).what());
     for (const auto& v : plan_violations(m, pt.p)) throw bad(flag_error(v).what());
     pt.config = pt.p.training;
-    pt.memory = estimate_memory(m, pt.config, pt.target.gpu);
-    pt.throughput = estimate_throughput(m, pt.config, pt.target.gpu, pt.target.instance_ptr());
+    const calibration_constants k = constants_for(profile, pt.target.gpu.id, to_string(pt.config.stack));  // --calibration
+    pt.memory = estimate_memory(m, pt.config, pt.target.gpu, k.overheads);
+    pt.throughput = estimate_throughput(m, pt.config, pt.target.gpu, pt.target.instance_ptr(), k.throughput);
     points.push_back(std::move(pt));
     if (on_point) on_point(done + 1, total);
     for (std::size_t i = axes.size(); i-- > 0;) {  // odometer: the last axis fastest

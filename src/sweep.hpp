@@ -47,7 +47,8 @@ struct sweep_point {
 /// is invalid (naming the point).
 [[nodiscard]] std::vector<sweep_point> run_sweep(const hardware_catalog& cat, const model_spec& m, const resolved_plan& base,
                                                  const std::vector<sweep_axis>& axes,
-                                                 const std::function<void(std::int64_t, std::int64_t)>& on_point = {});
+                                                 const std::function<void(std::int64_t, std::int64_t)>& on_point = {},
+                                                 const calibration_profile* profile = nullptr);
 
 /// Column names of sweep_csv and of each point in sweep_json.
 [[nodiscard]] const std::vector<std::string>& sweep_columns();

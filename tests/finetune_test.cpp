@@ -343,3 +343,26 @@ TEST_CASE("finetune: published LoRA, QLoRA and optimizer peak memory within 10 p
     else CHECK(std::abs(100 * (predicted / measured - 1) - c["reported_error_pct"].get<double>()) < 1.0);
   }
 }
+
+TEST_CASE("bug: recommend --finetune lora / qlora returned no plan once pipeline candidates entered the search (issue 14 must-show 3)",
+          "[finetune][recommend]") {
+  // Before the fix both commands exited 2 ("--pp: pipeline parallelism with LoRA/QLoRA adapters is not modelled"): the
+  // search handed adapter plans pp > 1 and distributed-optimizer candidates that the plan rules refuse.
+  for (const std::vector<std::string>& a :
+       {std::vector<std::string>{"recommend", "Llama-3.1-70B", "--instance", "ml.p5en.48xlarge", "--finetune", "lora"},
+        std::vector<std::string>{"recommend", "Llama-3.1-405B", "--instance", "ml.p6-b200.48xlarge", "--finetune", "qlora"}}) {
+    auto args = a;
+    args.insert(args.end(), {"--format", "json", "--top", "3"});
+    const auto r = run_cli(args);
+    INFO(a[1] << " " << a[5] << ": " << r.err);
+    REQUIRE(r.code == 0);
+    const auto j = nlohmann::json::parse(r.out);
+    REQUIRE(!j["plans"].empty());
+    for (const auto& p : j["plans"]) {
+      CHECK(p["fits"] == true);
+      CHECK(p["config"]["finetune"] == a[5]);
+      CHECK(p["config"]["pp"] == 1);
+      CHECK(p["config"]["sharding"] != "optimizer");
+    }
+  }
+}

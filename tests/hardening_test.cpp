@@ -339,7 +339,7 @@ TEST_CASE("hardening: bwplan completion prints bash, zsh and fish scripts from t
   const auto bash = run_cli({"completion", "bash"});
   REQUIRE(bash.code == 0);
   CHECK_THAT(bash.out, Catch::Contains("complete -o filenames -F _bwplan bwplan"));
-  for (const char* s : {"estimate|recommend|hardware|validate|sagemaker|report|sweep|check|completion", "--bf16-layers",
+  for (const char* s : {"estimate|recommend|hardware|validate|calibrate|sagemaker|report|sweep|check|completion", "--bf16-layers",
                         "--emit", "--role-arn", "values='fp32 bf16'", "llama-3.1-8b"})
     CHECK_THAT(bash.out, Catch::Contains(s));
   const auto zsh = run_cli({"completion", "zsh"});

@@ -58,11 +58,33 @@ def read_plan(a, rest, contract):
     return C.parse_hyperparameters(hps, contract, rc)
 
 
+def probe_source(value: str):
+    """The probe plans ``--probe`` names: a JSON list given inline, or a file; a relative file is
+    looked up in the working directory, then next to train.py (the job's source dir, where
+    ``bwplan sagemaker --probe --source-dir`` writes probe.json). SageMaker passes the SDK's
+    JSON-encoded hyperparameter value, so one pair of surrounding double quotes is removed."""
+    v = value.strip()
+    if len(v) >= 2 and v[0] == v[-1] == '"':
+        v = json.loads(v)
+    if v.lstrip().startswith(("[", "{")):
+        try:
+            return json.loads(v)
+        except json.JSONDecodeError as e:
+            raise C.ContractError(f"--probe: the inline plans are not JSON ({e})") from None
+    path = v if os.path.isabs(v) or os.path.isfile(v) else os.path.join(HERE, v)
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except FileNotFoundError:
+        raise C.ContractError(f"--probe {v}: no such file (looked in the working directory and {HERE})") from None
+    except json.JSONDecodeError as e:
+        raise C.ContractError(f"--probe {v}: not JSON ({e})") from None
+
+
 def read_probe(path: str, contract):
     """Probe plans: plan-file style dicts; gpus defaults to WORLD_SIZE, data to synthetic,
     checkpointing off, max_steps to the measured window."""
-    with open(path, encoding="utf-8") as f:
-        raw = json.load(f)
+    raw = probe_source(path)
     items = raw.get("plans", raw) if isinstance(raw, dict) else raw
     plans = []
     for i, d in enumerate(items):

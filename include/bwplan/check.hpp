@@ -4,6 +4,7 @@
 
 // The rules of `bwplan check`: each has a stable ID, a severity and a message that says how to fix it.
 
+#include <bwplan/calibration.hpp>
 #include <bwplan/hardware.hpp>
 #include <bwplan/memory.hpp>
 #include <bwplan/model.hpp>
@@ -57,6 +58,8 @@ struct rule_info {
       {"BWP011", "host-memory", severity::error,
        "CPU offload needs more host memory on a node than the instance has (offloaded states, gradients, checkpoints and pinned "
        "buffers of every rank of the node)"},
+      {"BWP012", "tight", severity::warning,
+       "the plan fits, but the top of its memory error band comes within 3 % of the capacity (docs/calibration.md#bands)"},
   };
   return r;
 }
@@ -85,6 +88,8 @@ struct check_input {
   const instance_spec* instance = nullptr;  ///< null for a bare GPU
   plan p;                                   ///< world size resolved (resolve_world); grad_accum: the plan's, or 1
   bool grad_accum_given = false;            ///< the plan set grad_accum explicitly (else it follows from the global batch)
+  calibration_constants constants;          ///< the constants for this GPU and stack (--calibration; the defaults without)
+  std::optional<error_band> band;           ///< the estimate's error band (BWP012); none: no band known
 };
 
 /// What check_plan found and the numbers it used.
@@ -93,6 +98,8 @@ struct check_result {
   training_config config;                      ///< as evaluated (gradient accumulation derived)
   std::optional<memory_estimate> memory;       ///< absent when the plan could not be evaluated (BWP009, BWP005, BWP006)
   std::optional<throughput_estimate> throughput;
+  std::optional<error_band> band;              ///< the band the verdict used (check_input::band)
+  fit_verdict verdict = fit_verdict::does_not_fit;  ///< fits / tight / does not fit (with the band; two states without one)
   std::optional<plan_candidate> best;          ///< best plan of the full search (every precision) for the same model, hardware, sequence and batch
   std::optional<plan_candidate> best_same_precision;  ///< best plan of that search in the plan's own precision (BWP007's yardstick)
   std::vector<std::string> skipped;            ///< rule IDs not applied (plan not evaluable or disabled)
@@ -276,16 +283,18 @@ inline std::string_view rule_for(const plan_violation& v) {
 
   res.config = c;
   if (!evaluable || (m.positions > 0 && c.seq_len > m.positions)) {
-    for (const char* id : {"BWP001", "BWP002", "BWP007", "BWP008", "BWP011"})
+    for (const char* id : {"BWP001", "BWP002", "BWP007", "BWP008", "BWP011", "BWP012"})
       if (!disabled(id)) res.skipped.emplace_back(id);
     return res;
   }
 
   // ---- evaluation
-  const memory_estimate me = estimate_memory(m, c, in.gpu);
-  const throughput_estimate te = estimate_throughput(m, c, in.gpu, in.instance);
+  const memory_estimate me = estimate_memory(m, c, in.gpu, in.constants.overheads);
+  const throughput_estimate te = estimate_throughput(m, c, in.gpu, in.instance, in.constants.throughput);
   res.memory = me;
   res.throughput = te;
+  res.band = in.band;
+  res.verdict = verdict_of(me, in.band ? in.band->memory : 0.0);
   plan_request req = full_search(in.gpu, in.instance ? p.target.nodes : c.world_size, {},  // a bare GPU: one per "node"
                                  in.instance ? in.instance->nvlink_domain_gpus : 0);
   req.seq_lens = {c.seq_len};
@@ -305,7 +314,7 @@ inline std::string_view rule_for(const plan_violation& v) {
   req.offloads = {c.offload};  // the same CPU offload
   if (c.stack == training_stack::megatron) { req.shardings = {sharding::none, sharding::optimizer}; req.losses = {loss_impl::standard}; }
   if (c.adapters()) { req.tps = {1}; req.formats = {compute_format::bf16}; }
-  const plan_result best = search_plans(m, in.gpu, in.instance, req, 1);
+  const plan_result best = search_plans(m, in.gpu, in.instance, req, 1, false, in.constants.overheads, in.constants.throughput);
   if (!best.ranked.empty()) res.best = best.ranked.front();
   for (const auto& b : best.best_per_format)
     if (b.config.format == c.format) res.best_same_precision = b;
@@ -356,6 +365,17 @@ inline std::string_view rule_for(const plan_violation& v) {
     } else if (!in.instance && !disabled("BWP011")) {
       res.skipped.emplace_back("BWP011");  // no host memory to compare with
     }
+  }
+  // ---- BWP012: tight (the band crosses the capacity less the margin)
+  if (in.band && res.verdict == fit_verdict::tight) {
+    const bytes top = band_top(me, in.band->memory);
+    fire("BWP012",
+         "fits, but with its error band (peak reserved +" + fmt_double("%.1f%%", 100 * in.band->memory) + ", " + in.band->gpu + "/" +
+             in.band->stack + "/" + in.band->mode + " from " + std::to_string(in.band->rows) + " measured runs) the device peak may reach " +
+             gib_str(top) + ", within " + fmt_double("%.0f%%", 100 * tight_margin) + " of the " + gib_str(cap) + " CUDA can use",
+         "free " + gib_str(top - (1 - tight_margin) * cap) +
+             " (smaller micro_batch_size, activation checkpointing, chunked loss), or measure it first: bwplan sagemaker --probe" + best_hint,
+         {"/micro_batch_size", "/activation_checkpointing"});
   }
 
   // ---- BWP007: MFU against the best plan in the plan's own precision (a precision is a numerics choice: a

@@ -174,8 +174,10 @@ def main():
         mod, k = contract
         rc = {"current_instance_type": req["ResourceConfig"]["InstanceType"],
               "hosts": [f"algo-{i + 1}" for i in range(req["ResourceConfig"]["InstanceCount"])]}
+        # `probe` is a trainer option (train.py --probe FILE, taken by its argparse before the contract sees the rest)
+        hps = {key: v for key, v in req["HyperParameters"].items() if key != "probe"}
         try:
-            plan = mod.parse_hyperparameters(req["HyperParameters"], k, rc)
+            plan = mod.parse_hyperparameters(hps, k, rc)
         except mod.ContractError as e:
             failures.append(f"{label}: the trainer's contract parser rejects the hyperparameters: {e}")
             return
@@ -285,6 +287,36 @@ def main():
         mt = run(cmd + ["--format", "modeltrainer"])
         if mt is not None:
             modeltrainer_agrees(req, mt, label)
+
+    # 2b. the probe (issue 16): a short one-node job of the trainer's probe mode; probe.json in the source dir is
+    # read by the trainer's own probe reader, and the job is sized to cost little
+    import tempfile
+    with tempfile.TemporaryDirectory() as src:
+        for model, inst in (("Llama-3.2-1B", "ml.p5.48xlarge"), ("Llama-3.1-8B", "ml.p6-b200.48xlarge")):
+            cmd = [args.bwplan, "sagemaker", model, "--instance", inst, "--probe", "--source-dir", src, "--role-arn", ROLE,
+                   "--output-s3", "s3://amzn-s3-demo-bucket/bwplan/output/", "--job-name", "bwplan-test-probe"]
+            label = f"probe: {model} on {inst}"
+            req = run(cmd)
+            if req is None:
+                continue
+            validate(req, label)
+            if req["HyperParameters"].get("probe") != '"probe.json"':
+                failures.append(f"{label}: HyperParameters.probe is {req['HyperParameters'].get('probe')!r}")
+            if req["ResourceConfig"]["InstanceCount"] != 1 or req["StoppingCondition"]["MaxRuntimeInSeconds"] > 3600:
+                failures.append(f"{label}: not a small one-node job: {req['ResourceConfig']} {req['StoppingCondition']}")
+            if contract is not None:
+                import train as train_mod  # noqa: E402 - train.py imports no torch at module level
+                try:
+                    plans = train_mod.read_probe(f"{src}/probe.json",
+                                                 contract[1])
+                except Exception as e:  # noqa: BLE001
+                    failures.append(f"{label}: the trainer cannot read probe.json: {e}")
+                    continue
+                if not 1 <= len(plans) <= 4 or any(p["max_steps"] != 5 or p["model"] != model for p in plans):
+                    failures.append(f"{label}: probe plans {[(p['model'], p['max_steps']) for p in plans]}")
+            est = run(cmd + ["--format", "estimator"])
+            if est is not None:
+                estimator_agrees(req, est, label)
 
     # 3. the README's commands, run as written (with the built binary)
     with open(args.readme) as f:

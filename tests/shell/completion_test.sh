@@ -26,6 +26,10 @@ check "none full hybrid grad-op optimizer" sagemaker --sharding ''
 check "bash zsh fish" completion ''
 check "--emit" recommend --emi
 check "llama-3.1-8b" estimate llama-3.1-8
+check calibrate calib
+check "--bands-only" calibrate --bands
+check "--probe" sagemaker --prob
+check "text json" calibrate --format ''
 for sh in zsh fish; do
   if command -v "$sh" >/dev/null; then
     "$bwplan" completion "$sh" > "${TMPDIR:-/tmp}/bwplan-completion.$sh"

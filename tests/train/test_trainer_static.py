@@ -144,6 +144,72 @@ class TorchFreeTest(unittest.TestCase):
             self.assertEqual(plans[0]["plan"]["model_init"], "random")
 
 
+SHARED = os.environ.get("BWPLAN_SHARED_DIR") or os.path.join(ROOT, "..", "shared")
+FIXTURE = os.path.join(ROOT, "tests", "data", "probe-records.jsonl")
+MEASURED = ["params", "params_nonembed", "bytes_params", "step_s", "tokens_per_s", "loss", "peak_allocated", "peak_reserved",
+            "num_alloc_retries", "device_used", "steps_reserved", "steps_peak", "fwd_peak", "fwd_reserved", "after_fwd", "before_fwd",
+            "bwd_peak", "bwd_reserved", "after_bwd", "opt_peak", "opt_reserved", "after_step", "peak_phase", "ok", "oom", "error"]
+
+
+def probe_records_from_ground_truth():
+    """The records the trainer's probe mode writes for the ground truth's llama3.2-1b rows (the harness's decoder
+    is Llama-3.2-1B's architecture): the probe plans run through `train.py --dry-run --probe` (the probe's
+    defaults and the contract parser), each record's head from bwtrain.records.record_head as engine.run_plan
+    builds it, the measured fields from the H200 row. The env line is the ground truth's."""
+    from bwtrain import records
+    rows = [json.loads(x) for x in read(os.path.join(SHARED, "groundtruth", "h200-calibration.jsonl")).splitlines() if x.strip()]
+    env = rows[0]
+    chosen = [r for r in rows[1:] if r["model"] == "llama3.2-1b" and "impl" not in r]
+    plans = []
+    for r in chosen:
+        ac = {"none": "none", "full": "full", "half": "every-2"}[r["ac"]]
+        plans.append({"model": "Llama-3.2-1B", "gpus": 1, "micro_batch_size": r["mbs"], "seq_len": r["seq"],
+                      "activation_checkpointing": ac, "sharding": "full" if r["recipe"] == "fsdp2" else "none",
+                      "master_weights": "bf16" if r["recipe"] == "bf16" else "fp32", "optimizer_impl": r.get("optim", "fused"),
+                      "loss": "standard"})
+    with tempfile.TemporaryDirectory() as d:
+        p = os.path.join(d, "probe.json")
+        with open(p, "w") as f:
+            json.dump(plans, f)
+        r = run_trainer(["--dry-run", "--probe", p])
+        assert r.returncode == 0, r.stderr
+        parsed = [json.loads(x)["plan"] for x in r.stdout.replace("}\n{", "}\x00{").split("\x00")]
+    lines = [json.dumps(env)]
+    for plan, row in zip(parsed, chosen):
+        rec = records.record_head(plan, env["gpu"], 1, True, {"torch": env["torch"]}, {})
+        rec.update({k: row[k] for k in MEASURED if k in row})
+        lines.append(json.dumps(rec))
+    return "\n".join(lines) + "\n"
+
+
+class ProbeRecordsTest(unittest.TestCase):
+    """The probe's records are in the format `bwplan calibrate` reads (tests/calibration_test.cpp fits on the fixture)."""
+
+    def test_fixture_is_what_the_probe_writes(self):
+        if not os.path.isfile(os.path.join(SHARED, "groundtruth", "h200-calibration.jsonl")):
+            self.skipTest("../shared/groundtruth is absent")
+        text = probe_records_from_ground_truth()
+        if os.environ.get("BWPLAN_UPDATE_FIXTURE"):
+            with open(FIXTURE, "w", encoding="utf-8") as f:
+                f.write(text)
+        self.assertEqual(read(FIXTURE), text, "regenerate with BWPLAN_UPDATE_FIXTURE=1 python3 -m unittest tests/train/test_trainer_static.py")
+        recs = [json.loads(x) for x in text.splitlines()]
+        self.assertEqual(recs[0]["kind"], "env")
+        self.assertTrue(all(r["kind"] == "probe" and r["plan"]["max_steps"] == 5 for r in recs[1:]))
+        self.assertEqual(len(recs), 16)  # the env line and the 15 llama3.2-1b rows (12 amp, 3 fsdp2)
+
+    def test_probe_file_forms(self):
+        """--probe takes a file next to train.py (the job's source dir), the SDK's quoted form, or inline JSON."""
+        plans = [{"model": "Llama-3.2-1B", "micro_batch_size": 2, "seq_len": 2048}]
+        r = run_trainer(["--dry-run", "--probe", json.dumps(json.dumps(plans))])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(json.loads(r.stdout)["plan"]["micro_batch_size"], 2)
+        r = run_trainer(["--dry-run", "--probe", "no-such-probe.json"])
+        self.assertEqual(r.returncode, 2)
+        self.assertEqual(len(r.stderr.strip().splitlines()), 1, r.stderr)
+        self.assertIn("no-such-probe.json", r.stderr)
+
+
 class RuntimeTest(unittest.TestCase):
     def test_capacity_deadline(self):
         key = "SAGEMAKER_CURRENT_CAPACITY_BLOCK_EXPIRATION_TIMESTAMP"

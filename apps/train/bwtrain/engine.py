@@ -24,7 +24,7 @@ from . import checkpoint as ckpt
 from . import data as data_mod
 from . import measure as meas
 from . import model as model_mod
-from . import parallel, precision, runtime
+from . import parallel, precision, records, runtime
 from .model import Refusal
 
 
@@ -98,12 +98,7 @@ def _check_process(plan: Dict[str, Any], contract: Dict[str, Any], s: Session) -
 def run_plan(plan: Dict[str, Any], contract: Dict[str, Any], s: Session, probe: bool = False) -> Dict[str, Any]:
     """Train ``plan``; return its measurement record (also written by rank 0)."""
     t_wall = time.time()
-    rec: Dict[str, Any] = {"model": plan["model"], "recipe": meas.recipe_label(plan), "mbs": plan["micro_batch_size"],
-                           "seq": plan["seq_len"], "ac": meas.ac_label(plan["activation_checkpointing"]),
-                           "optim": plan["optimizer_impl"], "kind": "probe" if probe else "train",
-                           "contract_version": plan["contract_version"], "plan": plan, "grad_accum": plan["grad_accum"],
-                           "gpu": s.device_name, "gpu_count": plan["gpus"], "world_size": s.world,
-                           "versions": runtime.versions(), "env": runtime.sagemaker_env()}
+    rec: Dict[str, Any] = records.record_head(plan, s.device_name, s.world, probe, runtime.versions(), runtime.sagemaker_env())
     objs: Dict[str, Any] = {}
     restore_attention = None
     try:

@@ -20,25 +20,11 @@ from typing import Any, Dict, Optional
 import torch
 import torch.distributed as dist
 
+from .records import ac_label, recipe_label  # noqa: F401 - the labels live in the torch-free module
+
 BYTE_FIELDS = ["bytes_params", "peak_allocated", "peak_reserved", "device_used", "steps_reserved", "steps_peak",
                "fwd_peak", "fwd_reserved", "after_fwd", "before_fwd", "bwd_peak", "bwd_reserved", "after_bwd",
                "opt_peak", "opt_reserved", "after_step"]
-
-
-def ac_label(ac: str) -> str:
-    """The ground truth's ``ac`` names where they mean the same thing (half = every other block)."""
-    return {"every-2": "half"}.get(ac, ac)
-
-
-def recipe_label(plan: Dict[str, Any]) -> str:
-    """The ground truth's ``recipe`` where it applies: amp (fp32 masters + autocast, no wrapper or
-    DDP), fsdp2 (FSDP2, fp32 masters, bf16 compute), bf16 (everything bf16, no wrapper); else
-    fsdp2-bf16 or ddp-amp / ddp-bf16."""
-    fsdp = plan["sharding"] != "none"
-    ddp = not fsdp and plan["gpus"] // (plan["tp"] * plan["cp"]) > 1
-    if plan["master_weights"] == "fp32":
-        return "fsdp2" if fsdp else ("ddp-amp" if ddp else "amp")
-    return "fsdp2-bf16" if fsdp else ("ddp-bf16" if ddp else "bf16")
 
 
 class Meter:

@@ -5,6 +5,7 @@
 // The estimate JSON: one writer for the document `bwplan estimate --format json` prints and every command
 // that reports a plan with its numbers embeds (recommend, sweep points, check, the report). Shape in docs/cli.md.
 
+#include <bwplan/calibration.hpp>
 #include <bwplan/memory.hpp>
 #include <bwplan/model.hpp>
 #include <bwplan/plan.hpp>
@@ -161,6 +162,24 @@ namespace bwplan::io {
   }
   if (c.pp > 1) j["pipeline"] = pipeline_to_json(m, c, me, te);
   return j;
+}
+
+/// The error band and the three-state verdict of an estimate as JSON members of `j` (docs/calibration.md#bands):
+/// `band` (its group, rows, relative half-widths, the peak-reserved and tokens/s intervals, the device bytes at the
+/// band's top) and `verdict` ("fits", "tight", "does not fit"). Nothing without a band.
+inline void add_band_json(nlohmann::ordered_json& j, const memory_estimate& me, const throughput_estimate& te,
+                          const std::optional<error_band>& band) {
+  if (!band) return;
+  const double r = me.peak_reserved.raw(), t = te.tokens_per_s;
+  j["band"] = {{"group", band->gpu + "/" + band->stack + "/" + band->mode},
+               {"rows", band->rows},
+               {"memory", band->memory},
+               {"tokens_per_s", band->tokens_per_s},
+               {"peak_reserved_bytes", {r * (1 - band->memory), r * (1 + band->memory)}},
+               {"device_peak_top_bytes", band_top(me, band->memory).raw()},
+               {"tokens_per_s_range", {t * std::max(0.0, 1 - band->tokens_per_s), t * (1 + band->tokens_per_s)}},
+               {"tight_margin", tight_margin}};
+  j["verdict"] = to_string(verdict_of(me, band->memory));
 }
 
 }  // namespace bwplan::io

@@ -1,0 +1,166 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "runs.hpp"
+
+#include <bwplan/io/calibration.hpp>
+#include <bwplan/io/file.hpp>
+#include <bwplan/io/json.hpp>
+#include <bwplan/io/plan.hpp>
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <filesystem>
+#include <sstream>
+
+namespace bwplan::cli {
+
+const nlohmann::json& run_line::field(const char* k) const {
+  auto it = r.find(k);
+  if (it == r.end() || it->is_null()) throw config_error(where, std::string("/") + k, "missing required field");
+  return *it;
+}
+std::int64_t run_line::integer(const char* k) const {
+  const auto& v = field(k);
+  if (!v.is_number_integer() || v.get<std::int64_t>() < 1 || v.get<std::int64_t>() > (std::int64_t{1} << 24))
+    throw config_error(where, std::string("/") + k, "expected an integer between 1 and 16777216, got " + dump(v));
+  return v.get<std::int64_t>();
+}
+double run_line::number(const char* k) const {
+  const auto& v = field(k);
+  if (!v.is_number() || !(v.get<double>() > 0) || !std::isfinite(v.get<double>()))
+    throw config_error(where, std::string("/") + k, "expected a positive number, got " + dump(v));
+  return v.get<double>();
+}
+std::string run_line::text(const char* k) const {
+  const auto& v = field(k);
+  if (!v.is_string()) throw config_error(where, std::string("/") + k, std::string("expected a string, got ") + v.type_name());
+  return v.get<std::string>();
+}
+std::string run_line::text_or(const char* k, const std::string& fallback) const {
+  auto it = r.find(k);
+  if (it == r.end() || it->is_null()) return fallback;
+  return text(k);
+}
+bool run_line::boolean_or(const char* k, bool fallback) const {
+  auto it = r.find(k);
+  if (it == r.end() || it->is_null()) return fallback;
+  if (!it->is_boolean()) throw config_error(where, std::string("/") + k, std::string("expected true or false, got ") + it->type_name());
+  return it->get<bool>();
+}
+std::string run_line::dump(const nlohmann::json& v) {
+  std::string d = v.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  return d.size() > 40 ? d.substr(0, 40) + "..." : d;
+}
+
+training_config ground_truth_config(const run_line& rl) {
+  training_config c;
+  c.micro_batch = rl.integer("mbs");
+  c.seq_len = rl.integer("seq");
+  const std::string recipe = rl.text("recipe");
+  const std::string ac = rl.text("ac");
+  if (recipe == "amp") { c.shard = sharding::none; c.master = master_weights::fp32; }
+  else if (recipe == "fsdp2") { c.shard = sharding::full; c.master = master_weights::fp32; }
+  else if (recipe == "bf16") { c.shard = sharding::none; c.master = master_weights::bf16; }
+  else throw config_error(rl.where, "/recipe", "unknown recipe '" + recipe + "'");
+  if (ac != "none" && ac != "full" && ac != "half") throw config_error(rl.where, "/ac", "unknown ac '" + ac + "' (none, full, half)");
+  c.ac = ac == "none" ? checkpointing::none() : checkpointing::full(ac == "half" ? 2 : 1);
+  if (rl.text_or("optim", "fused") == "foreach") c.optimizer = optimizer_impl::foreach;
+  if (const std::string st = rl.text_or("stack", "hf"); auto s = parse_stack(st)) c.stack = *s;
+  else throw config_error(rl.where, "/stack", "unknown stack '" + st + "' (hf, torchtitan, torchtune, megatron)");
+  return c;
+}
+
+std::string gpu_id_from_device(const hardware_catalog& cat, const std::string& device) {
+  std::string d = device;
+  std::transform(d.begin(), d.end(), d.begin(), [](unsigned char ch) { return static_cast<char>(std::tolower(ch)); });
+  std::string best;
+  for (const auto& g : cat.gpus())
+    if (d.find(g.id) != std::string::npos && g.id.size() > best.size()) best = g.id;
+  return best;
+}
+
+run_file read_runs(const context& ctx, const hardware_catalog& cat, const std::string& path, const std::string& models_dir) {
+  namespace fs = std::filesystem;
+  run_file f;
+  f.path = path;
+  f.shown = io::display_path(path);
+  const std::string text = io::read_text_file(path);
+  f.sha256 = io::sha256_hex(text);
+  const fs::path models = models_dir.empty() ? fs::path(path).parent_path() / "models" : fs::path(models_dir);
+  std::istringstream in(text);
+  std::string line, gpu = "h200";
+  double context_used = 0, context_dist = 0;
+  std::size_t lineno = 0;
+  while (std::getline(in, line)) {
+    ++lineno;
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    const std::string where = fmt::format("{}:{}", f.shown, lineno);
+    const auto r = io::parse_json(line, where);
+    if (!r.is_object()) throw config_error(where, "", std::string("expected a JSON object (one run per line), got ") + r.type_name());
+    const run_line rl{r, where};
+    if (rl.text_or("kind", "") == "env") {
+      ++f.env_lines;
+      const std::string name = rl.text_or("gpu", "");
+      if (!name.empty()) {
+        gpu = gpu_id_from_device(cat, name);
+        if (gpu.empty()) throw config_error(where, "/gpu", "no GPU of the catalog matches '" + name.substr(0, 60) + "' (bwplan hardware lists them)");
+      }
+      if (auto it = r.find("context_used"); it != r.end() && it->is_number()) context_used = it->get<double>();
+      if (auto it = r.find("context_used_after_dist"); it != r.end() && it->is_number()) context_dist = it->get<double>();
+      if (auto it = r.find("torch"); it != r.end() && it->is_string()) f.software = "torch " + it->get<std::string>();
+      continue;
+    }
+    measured_run m;
+    m.source = where;
+    m.gpu = gpu;
+    m.ok = rl.boolean_or("ok", false);
+    auto pl = r.find("plan");
+    if (pl != r.end() && pl->is_object()) {  // a trainer record: the plan it ran
+      nlohmann::json pj = nlohmann::json::object();
+      for (const auto& k : io::plan_keys())
+        if (auto it = pl->find(k); it != pl->end() && !it->is_null() && k != "check" && k != "headroom") pj[k] = *it;
+      const plan_document d = io::plan_from_json(pj, where + " /plan");
+      m.config = d.value.training;
+      if (!d.has("sharding")) m.config.shard = sharding::full;
+      const int gpus = pl->contains("gpus") && (*pl)["gpus"].is_number_integer() ? (*pl)["gpus"].get<int>() : 1;
+      m.config.world_size = std::max(1, gpus);
+      m.config.gpus_per_node = std::min(m.config.world_size, 8);
+      if (auto it = r.find("grad_accum"); it != r.end() && it->is_number_integer()) m.config.grad_accum = std::max<std::int64_t>(1, it->get<std::int64_t>());
+      if (auto it = r.find("gpu"); it != r.end() && it->is_string()) {
+        const std::string id = gpu_id_from_device(cat, it->get<std::string>());
+        if (!id.empty()) m.gpu = id;
+      }
+      const std::string model = d.value.model;
+      const fs::path local = models / (model + ".json");
+      m.model = fs::exists(local) ? io::load_model(local, model) : ctx.model(model);
+      m.label = fmt::format("{} {} mbs={} seq={} ac={} gpus={}", model, rl.text_or("recipe", "?"), m.config.micro_batch, m.config.seq_len,
+                            to_string(m.config.ac), m.config.world_size);
+    } else {
+      m.config = ground_truth_config(rl);
+      const std::string model = rl.text("model");
+      m.model = io::load_model(models / (model + ".json"), model);
+      m.variant = rl.text_or("impl", "");
+      m.label = fmt::format("{} {} mbs={} seq={} ac={}{}{}", model, rl.text("recipe"), m.config.micro_batch, m.config.seq_len,
+                            rl.text("ac"), rl.text_or("optim", "") == "foreach" ? " foreach" : "",
+                            m.variant.empty() ? "" : " impl=" + m.variant);
+    }
+    if (m.ok) {
+      m.tokens_per_s = rl.number("tokens_per_s");
+      m.peak_allocated = rl.number("peak_allocated");
+      m.peak_reserved = rl.number("peak_reserved");
+    }
+    const bool dist = m.config.world_size > 1 || m.config.sharded();
+    m.non_pytorch = dist && context_dist > 0 ? context_dist : context_used;
+    m.cuda_context = context_used;
+    m.nccl = context_dist > context_used ? context_dist - context_used : 0;
+    f.runs.push_back(std::move(m));
+  }
+  if (f.runs.empty())
+    throw config_error(f.shown, "", "no runs in the file (expected JSON lines with model, recipe, mbs, seq and ac, as "
+                                    "../shared/groundtruth/measure.py writes them, or the trainer's records with plan)");
+  return f;
+}
+
+}  // namespace bwplan::cli

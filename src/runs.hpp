@@ -1,0 +1,57 @@
+// bwplan CLI internals: the reader of measured runs (the ground-truth JSON-lines of shared/groundtruth/measure.py and
+// the reference trainer's measurement records, docs/calibration.md#records), shared by validate and calibrate.
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+
+#include "cli.hpp"
+
+#include <bwplan/calibration.hpp>
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace bwplan::cli {
+
+/// Typed members of one run line (`where` is "FILE:LINE"): a missing or mistyped field is a config_error
+/// naming the file, line and field, not a JSON library exception.
+struct run_line {
+  const nlohmann::json& r;
+  const std::string& where;
+
+  const nlohmann::json& field(const char* k) const;
+  std::int64_t integer(const char* k) const;
+  double number(const char* k) const;
+  std::string text(const char* k) const;
+  std::string text_or(const char* k, const std::string& fallback) const;
+  bool boolean_or(const char* k, bool fallback) const;
+  static std::string dump(const nlohmann::json& v);
+};
+
+/// The configuration of a ground-truth row (recipe amp | fsdp2 | bf16, ac none | full | half, optim): one GPU.
+/// Throws config_error naming the line and field.
+[[nodiscard]] training_config ground_truth_config(const run_line& rl);
+
+/// One file of measured runs, read.
+struct run_file {
+  std::string path;    ///< as given
+  std::string shown;   ///< display form
+  std::string sha256;  ///< of the bytes read
+  std::string software;  ///< "torch X" from the env line, "" when none
+  std::vector<measured_run> runs;
+  int env_lines = 0;
+};
+
+/// Reads `path`: JSON lines, each an env line (`"kind": "env"`: GPU name, context bytes, software), a ground-truth
+/// row (model, recipe, mbs, seq, ac) or a trainer record (with `plan`: the plan the trainer ran). Models of
+/// ground-truth rows come from `models_dir/<model>.json` (default: the file's folder/models), those of trainer records
+/// from their plan's `model` (a preset or a config path) or `models_dir`. A row's GPU is the catalog GPU its env line
+/// (or record `gpu`) names. Throws config_error naming FILE:LINE and the field.
+[[nodiscard]] run_file read_runs(const context& ctx, const hardware_catalog& cat, const std::string& path, const std::string& models_dir);
+
+/// The catalog GPU id whose name a device name contains ("NVIDIA H200" → "h200"; the longest id that matches), or "".
+[[nodiscard]] std::string gpu_id_from_device(const hardware_catalog& cat, const std::string& device);
+
+}  // namespace bwplan::cli
