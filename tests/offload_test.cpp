@@ -337,7 +337,8 @@ TEST_CASE("offload: BWP011 fires when the node's RAM cannot hold what its ranks 
                "optimizer,params", "--emit", "plan", "-o", ok.string()});
   REQUIRE(e.code == 0);
   r = run_cli({"check", "--format", "json", ok.string()});
-  for (const auto& f : nlohmann::json::parse(r.out)["plans"][0]["findings"]) CHECK(f["rule"] != "BWP011");
+  const auto findings = nlohmann::json::parse(r.out)["plans"][0]["findings"];  // a copy: ranging over a member of the
+  for (const auto& f : findings) CHECK(f["rule"] != "BWP011");                  // parsed temporary reads freed memory
   REQUIRE(find_rule("BWP011") != nullptr);
   CHECK(find_rule("BWP011")->level == severity::error);
 }
