@@ -17,26 +17,12 @@
 
 using namespace bwplan;
 using test::run_cli;
+using test::estimate_json;
+using test::llama_1b;
 namespace fs = std::filesystem;
 
 namespace {
 
-// Llama-3.2-1B (as tests/terms_test.cpp): h 2048, L 16, a 32, g 8, d 64, F 8192, V 128256, tied embeddings.
-model_spec llama_1b() {
-  model_spec m;
-  m.name = "llama-1b";
-  m.family = "llama";
-  m.hidden = 2048;
-  m.layers = 16;
-  m.heads = 32;
-  m.kv_heads = 8;
-  m.head_dim = 64;
-  m.intermediate = 8192;
-  m.vocab = 128256;
-  m.max_context = 131072;
-  m.tied_embeddings = true;
-  return m;
-}
 constexpr double P = 1'235'814'400;
 constexpr double lin = 60'817'408;
 constexpr double h = 2048, F = 8192, L = 16;
@@ -63,14 +49,6 @@ training_config lora_config(finetune_mode f = finetune_mode::lora) {
   return c;
 }
 
-nlohmann::json estimate_json(std::vector<std::string> args) {
-  args.insert(args.begin(), "estimate");
-  args.insert(args.end(), {"--format", "json"});
-  const auto r = run_cli(args);
-  INFO(r.err);
-  REQUIRE(r.code == 0);
-  return nlohmann::json::parse(r.out);
-}
 
 }  // namespace
 

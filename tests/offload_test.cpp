@@ -17,6 +17,7 @@
 
 using namespace bwplan;
 using test::run_cli;
+using test::estimate_json;
 namespace fs = std::filesystem;
 
 namespace {
@@ -74,14 +75,6 @@ training_config fsdp8(unsigned offload) {
   return c;
 }
 
-nlohmann::json estimate_json(std::vector<std::string> args) {
-  args.insert(args.begin(), "estimate");
-  args.insert(args.end(), {"--format", "json"});
-  const auto r = run_cli(args);
-  INFO(r.err);
-  REQUIRE(r.code == 0);
-  return nlohmann::json::parse(r.out);
-}
 
 using namespace offload_target;
 

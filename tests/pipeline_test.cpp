@@ -13,26 +13,10 @@
 
 using namespace bwplan;
 using test::run_cli;
+using test::llama_1b;
 
 namespace {
 
-// Llama-3.2-1B (as in terms_test.cpp): h 2048, L 16, a 32, g 8, d 64, F 8192, V 128256, tied embeddings.
-// Block 60,821,504 parameters; embedding 262,668,288; final norm 2048; total 1,235,814,400.
-model_spec llama_1b() {
-  model_spec m;
-  m.name = "llama-1b";
-  m.family = "llama";
-  m.hidden = 2048;
-  m.layers = 16;
-  m.heads = 32;
-  m.kv_heads = 8;
-  m.head_dim = 64;
-  m.intermediate = 8192;
-  m.vocab = 128256;
-  m.max_context = 131072;
-  m.tied_embeddings = true;
-  return m;
-}
 constexpr double P = 1'235'814'400;
 constexpr double Pb = 60'821'504;
 constexpr double emb = 262'668'288;

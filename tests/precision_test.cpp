@@ -7,16 +7,9 @@
 
 using namespace bwplan;
 using test::run_cli;
+using test::estimate_json;
 
 namespace {
-nlohmann::json estimate(std::vector<std::string> args) {
-  args.insert(args.begin(), "estimate");
-  args.insert(args.end(), {"--format", "json"});
-  const auto r = run_cli(args);
-  INFO(r.err);
-  REQUIRE(r.code == 0);
-  return nlohmann::json::parse(r.out);
-}
 double reserved_gib(const nlohmann::json& j) { return j["memory"]["peak_reserved_bytes"].get<double>() / 1073741824.0; }
 double best_tps(const std::string& model, const std::string& inst, const std::string& precision) {
   const auto r = run_cli({"recommend", model, "--instance", inst, "--precisions", precision, "--format", "json"});
@@ -31,9 +24,9 @@ TEST_CASE("precision: FP8 and MXFP8 peak within 5% of BF16 (Llama-3-8B, FSDP 8 x
   std::vector<std::string> base{"Llama-3.1-8B", "--instance", "ml.p6-b200.48xlarge", "--mbs", "1", "--seq", "8192",
                                 "--ac", "selective-op"};
   auto with = [&](const char* p) { auto a = base; a.insert(a.end(), {"--precision", p}); return a; };
-  const double bf16 = reserved_gib(estimate(with("bf16")));
-  const double fp8 = reserved_gib(estimate(with("fp8")));
-  const double mx = reserved_gib(estimate(with("mxfp8")));
+  const double bf16 = reserved_gib(estimate_json(with("bf16")));
+  const double fp8 = reserved_gib(estimate_json(with("fp8")));
+  const double mx = reserved_gib(estimate_json(with("mxfp8")));
   CHECK(std::abs(fp8 / bf16 - 1) <= 0.05);
   CHECK(std::abs(mx / bf16 - 1) <= 0.05);
 }
@@ -44,9 +37,9 @@ TEST_CASE("precision: NVFP4 25-45% below BF16, MXFP8 not below (Llama-3-8B, FSDP
   std::vector<std::string> base{"Llama-3.1-8B", "--gpu", "gb200", "--gpus", "4", "--mbs", "32", "--seq", "2048",
                                 "--ac", "selective-op"};
   auto with = [&](const char* p) { auto a = base; a.insert(a.end(), {"--precision", p}); return a; };
-  const double bf16 = reserved_gib(estimate(with("bf16")));
-  const double mx = reserved_gib(estimate(with("mxfp8")));
-  const auto nvj = estimate(with("nvfp4"));
+  const double bf16 = reserved_gib(estimate_json(with("bf16")));
+  const double mx = reserved_gib(estimate_json(with("mxfp8")));
+  const auto nvj = estimate_json(with("nvfp4"));
   const double nv = reserved_gib(nvj);
   CHECK(nvj["config"]["quantized_blocks"] == 27);  // layers 0-26 NVFP4, 27-31 bf16 (torchtitan's 8B recipe)
   CHECK(nv / bf16 - 1 <= -0.25);
@@ -103,7 +96,7 @@ TEST_CASE("precision: fp8 rowwise gains less than tensorwise (torchao float8 / M
   auto tps = [&](const char* gpu, const char* p) {
     std::vector<std::string> a{"Llama-3.1-8B", "--gpu", gpu, "--gpus", "8", "--mbs", "1", "--seq", "8192", "--ac", "selective-op"};
     if (std::string(p) != "bf16") a.insert(a.end(), {"--precision", p});
-    return estimate(a)["throughput"]["tokens_per_s_per_gpu"].get<double>();
+    return estimate_json(a)["throughput"]["tokens_per_s_per_gpu"].get<double>();
   };
   for (const char* gpu : {"h100", "b200"}) {
     INFO(gpu);

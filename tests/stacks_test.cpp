@@ -19,26 +19,11 @@
 
 using namespace bwplan;
 using test::run_cli;
+using test::llama_1b;
 namespace fs = std::filesystem;
 
 namespace {
 
-// Llama-3.2-1B (as tests/terms_test.cpp): h 2048, L 16, a 32, g 8, d 64 (q 2048, kv 512), F 8192, V 128256, tied.
-model_spec llama_1b() {
-  model_spec m;
-  m.name = "llama-1b";
-  m.family = "llama";
-  m.hidden = 2048;
-  m.layers = 16;
-  m.heads = 32;
-  m.kv_heads = 8;
-  m.head_dim = 64;
-  m.intermediate = 8192;
-  m.vocab = 128256;
-  m.max_context = 131072;
-  m.tied_embeddings = true;
-  return m;
-}
 constexpr double P = 1'235'814'400;
 constexpr double h = 2048, q = 2048, kv = 512, F = 8192, V = 128256;
 

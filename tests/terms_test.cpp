@@ -1,5 +1,7 @@
 // The terms of the memory and throughput models (bwplan::terms) against hand-derived values for Llama-3.2-1B,
 // and the terms composing to the estimates' totals.
+#include "test_util.hpp"
+
 #include <bwplan/bwplan.hpp>
 
 #include <catch2/catch.hpp>
@@ -7,28 +9,14 @@
 #include <vector>
 
 using namespace bwplan;
+using test::llama_1b;
 
 namespace {
 
-// Llama-3.2-1B: h 2048, L 16, a 32, g 8, d 64, F 8192, V 128256, tied embeddings.
+// test::llama_1b (Llama-3.2-1B): h 2048, L 16, a 32, g 8, d 64, F 8192, V 128256, tied embeddings.
 // Per block: Q, O 2·2048·2048 = 8,388,608; K, V 2·2048·512 = 2,097,152; MLP 3·2048·8192 = 50,331,648 → linear
 // 60,817,408; norms 2·2048 → block 60,821,504. Embedding 128256·2048 = 262,668,288; final norm 2048.
 // Total 16·60,821,504 + 262,668,288 + 2048 = 1,235,814,400.
-model_spec llama_1b() {
-  model_spec m;
-  m.name = "llama-1b";
-  m.family = "llama";
-  m.hidden = 2048;
-  m.layers = 16;
-  m.heads = 32;
-  m.kv_heads = 8;
-  m.head_dim = 64;
-  m.intermediate = 8192;
-  m.vocab = 128256;
-  m.max_context = 131072;
-  m.tied_embeddings = true;
-  return m;
-}
 constexpr double P = 1'235'814'400;
 constexpr double Pb = 60'821'504;
 constexpr double lin = 60'817'408;

@@ -3,7 +3,10 @@
 
 #include "cli.hpp"
 
+#include <bwplan/model.hpp>
+
 #include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
 
 #include <cstdlib>
 #include <filesystem>
@@ -41,6 +44,34 @@ inline cli_result run_cli(const std::vector<std::string>& args) {
   std::ostringstream out, err;
   const int code = cli::run(args, out, err);
   return {code, out.str(), err.str()};
+}
+
+/// Llama-3.2-1B built by hand (the hand-derived terms in tests/terms_test.cpp use its shapes): h 2048, L 16, a 32,
+/// g 8, d 64, F 8192, V 128256, tied embeddings.
+inline model_spec llama_1b() {
+  model_spec m;
+  m.name = "llama-1b";
+  m.family = "llama";
+  m.hidden = 2048;
+  m.layers = 16;
+  m.heads = 32;
+  m.kv_heads = 8;
+  m.head_dim = 64;
+  m.intermediate = 8192;
+  m.vocab = 128256;
+  m.max_context = 131072;
+  m.tied_embeddings = true;
+  return m;
+}
+
+/// `bwplan estimate ARGS… --format json`, parsed; the test fails (with the CLI's stderr) unless it exits 0.
+inline nlohmann::json estimate_json(std::vector<std::string> args) {
+  args.insert(args.begin(), "estimate");
+  args.insert(args.end(), {"--format", "json"});
+  const auto r = run_cli(args);
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  return nlohmann::json::parse(r.out);
 }
 
 }  // namespace bwplan::test
