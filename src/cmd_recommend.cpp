@@ -869,7 +869,9 @@ runner register_recommend(CLI::App& app, context& ctx) {
       }
       ctx.out << j.dump(2) << "\n";
     } else if (o->format == "markdown") {
-      ctx.out << plans_markdown(m, where, req, r, explanation);
+      std::vector<std::optional<error_band>> bands;
+      for (const auto& p : r.ranked) bands.push_back(ctx.band(t.gpu.id, p.config));
+      ctx.out << plans_markdown(m, where, req, r, explanation, bands);
     } else {
       ctx.out << fmt::format("{} on {}: {} configurations evaluated, {} fit with {:.1f}% headroom ({}); global batch {} tokens asked\n",
                              m.name, where, r.evaluated, r.fitting, 100 * req.headroom, o->headroom_source, req.global_batch_tokens);
@@ -895,22 +897,35 @@ runner register_recommend(CLI::App& app, context& ctx) {
           width[k] = proto[k].header.size();
           for (const auto& c : cfgs) width[k] = std::max(width[k], setting_columns(c)[k].value.size());
         }
+        // each plan's error band (docs/calibration.md#bands): the device peak at its top and the three-state verdict
+        std::vector<std::optional<error_band>> bands;
+        for (const auto& p : r.ranked) bands.push_back(ctx.band(t.gpu.id, p.config));
+        const bool any_band = std::any_of(bands.begin(), bands.end(), [](const auto& b) { return b.has_value(); });
         std::string head = fmt::format("{:>3} ", "#");
         for (std::size_t k = 0; k < proto.size(); ++k)
           if (show[k]) head += fmt::format(" {:>{}}", proto[k].header, width[k]);
-        ctx.out << head << fmt::format(" {:>9} {:>11} {:>9} {:>9} {:>9}  {}\n", "peak GiB", "tokens/s", "MFU(fmt)", "MFU(bf16)", "step s",
+        head += fmt::format(" {:>9}", "peak GiB");
+        if (any_band) head += fmt::format(" {:>9}", "band GiB");
+        ctx.out << head << fmt::format(" {:>7} {:>11} {:>9} {:>9} {:>9}  {}\n", "verdict", "tokens/s", "MFU(fmt)", "MFU(bf16)", "step s",
                                        "memory per GPU");
-        int i = 1;
-        for (const auto& p : r.ranked) {
-          std::string line = fmt::format("{:>3} ", i++);
+        for (std::size_t i = 0; i < r.ranked.size(); ++i) {
+          const plan_candidate& p = r.ranked[i];
+          std::string line = fmt::format("{:>3} ", i + 1);
           const auto vals = setting_columns(p.config);
           for (std::size_t k = 0; k < vals.size(); ++k)
             if (show[k]) line += fmt::format(" {:>{}}", vals[k].value, width[k]);
+          line += fmt::format(" {:>9.2f}", p.memory.device_peak().in(gib));
+          if (any_band) line += bands[i] ? fmt::format(" {:>9.2f}", band_top(p.memory, bands[i]->memory).in(gib)) : fmt::format(" {:>9}", "-");
+          const fit_verdict v = bands[i] ? verdict_of(p.memory, bands[i]->memory) : fit_verdict::fits;
           ctx.out << line
-                  << fmt::format(" {:>9.2f} {:>11.0f} {:>8.1f}% {:>8.1f}% {:>9.3f}  {}\n", p.memory.device_peak().in(gib),
-                                 p.throughput.tokens_per_s, 100 * p.throughput.mfu_format, 100 * p.throughput.mfu, p.throughput.step.raw(),
+                  << fmt::format(" {:>7} {:>11.0f} {:>8.1f}% {:>8.1f}% {:>9.3f}  {}\n", to_string(v), p.throughput.tokens_per_s,
+                                 100 * p.throughput.mfu_format, 100 * p.throughput.mfu, p.throughput.step.raw(),
                                  memory_bar(peak_segments(p.memory), p.memory.capacity, req.headroom, 24, st));
         }
+        if (any_band)
+          ctx.out << fmt::format("\nband GiB: the device peak at the top of the plan's 90 % error band; verdict \"tight\" when that top "
+                                 "passes {:.0f}% of the GPU's memory (docs/calibration.md#bands)",
+                                 100 * (1 - tight_margin));
         ctx.out << "\nMFU(fmt): model FLOPs against the dense peak of the plan's precision; MFU(bf16): against the bf16 peak "
                    "(bf16-equivalent, above 100% possible for fp8/nvfp4 plans)";
         ctx.out << fmt::format("\nmemory bars: share of the {:.2f} GiB per GPU, '{}' = headroom limit; plan #1 holds\n",

@@ -36,9 +36,10 @@ runner register_sweep(CLI::App& app, context& ctx) {
     const hardware_catalog cat = ctx.catalog();
     const resolved_plan rp = resolve_plan(ctx, cat, *o);
     progress_bar bar(ctx.err, "sweep", sweep_size(axes), is_terminal(ctx.err));
-    const auto points = run_sweep(cat, rp.model, rp, axes,
+    auto points = run_sweep(cat, rp.model, rp, axes,
                                   [&bar](std::int64_t done, std::int64_t) { bar.update(done); }, ctx.profile());
     bar.finish();
+    for (auto& p : points) p.band = ctx.band(p.target.gpu.id, p.config);
     spdlog::debug("sweep: {} points", points.size());
     if (o->format == "json") {
       ctx.out << sweep_json(rp.model, rp.target, axes, points).dump(2) << "\n";

@@ -115,7 +115,7 @@ std::string estimate_markdown(const model_spec& m, const resolved_target& t, con
 }
 
 std::string plans_markdown(const model_spec& m, const std::string& where, const plan_request& req, const plan_result& r,
-                           const std::string& explanation) {
+                           const std::string& explanation, const std::vector<std::optional<error_band>>& bands) {
   std::string s = fmt::format("### {} on {}\n\n", m.name, where);
   s += fmt::format("{} configurations evaluated, {} fit with {:.1f}% headroom.\n\n", r.evaluated, r.fitting, 100 * req.headroom);
   if (r.ranked.empty()) {
@@ -130,15 +130,23 @@ std::string plans_markdown(const model_spec& m, const std::string& where, const 
     const auto proto = setting_columns(cfgs.front());
     for (std::size_t k = 0; k < proto.size(); ++k)
       if (show[k]) cols.push_back({std::string(proto[k].header), R});
-    for (const char* h : {"peak GiB", "tokens/s", "MFU(fmt)", "MFU(bf16)", "step s"}) cols.push_back({h, R});
+    const auto band_of = [&](std::size_t i) { return i < bands.size() ? bands[i] : std::optional<error_band>{}; };
+    bool any_band = false;
+    for (std::size_t i = 0; i < r.ranked.size(); ++i) any_band = any_band || band_of(i).has_value();
+    cols.push_back({"peak GiB", R});
+    if (any_band) cols.push_back({"band GiB", R});
+    for (const char* h : {"verdict", "tokens/s", "MFU(fmt)", "MFU(bf16)", "step s"}) cols.push_back({h, R});
     std::vector<std::vector<std::string>> rows;
-    int i = 1;
-    for (const auto& p : r.ranked) {
-      std::vector<std::string> row{std::to_string(i++)};
+    for (std::size_t i = 0; i < r.ranked.size(); ++i) {
+      const plan_candidate& p = r.ranked[i];
+      const std::optional<error_band> b = band_of(i);
+      std::vector<std::string> row{std::to_string(i + 1)};
       const auto vals = setting_columns(p.config);
       for (std::size_t k = 0; k < vals.size(); ++k)
         if (show[k]) row.push_back(vals[k].value);
       row.push_back(fmt::format("{:.2f}", p.memory.device_peak().in(gib)));
+      if (any_band) row.push_back(b ? fmt::format("{:.2f}", band_top(p.memory, b->memory).in(gib)) : std::string("-"));
+      row.push_back(to_string(b ? verdict_of(p.memory, b->memory) : fit_verdict::fits));
       row.push_back(grouped(p.throughput.tokens_per_s));
       row.push_back(fmt::format("{:.1f}%", 100 * p.throughput.mfu_format));
       row.push_back(fmt::format("{:.1f}%", 100 * p.throughput.mfu));

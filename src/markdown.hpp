@@ -41,8 +41,10 @@ struct md_column {
 [[nodiscard]] std::string band_line(const memory_estimate& me, const throughput_estimate& te, const error_band& band);
 
 /// `recommend --format markdown`: a heading naming `where`, the search summary, the ranked plans as a
-/// table and `explanation` (why the first plan won).
+/// table and `explanation` (why the first plan won). `bands[i]` is plan i's error band (context::band; nullopt or a
+/// shorter vector: none): with any band the table gains "band GiB" (band_top); every row has its verdict (verdict_of).
 [[nodiscard]] std::string plans_markdown(const model_spec& m, const std::string& where, const plan_request& req,
-                                         const plan_result& r, const std::string& explanation);
+                                         const plan_result& r, const std::string& explanation,
+                                         const std::vector<std::optional<error_band>>& bands = {});
 
 }  // namespace bwplan::cli

@@ -2,6 +2,8 @@
 // Parameter sweeps: --vary parsing, evaluation, CSV and JSON.
 #include "sweep.hpp"
 
+#include <bwplan/io/estimate.hpp>
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -283,7 +285,8 @@ const std::vector<std::string>& sweep_columns() {
       "loss",        "peak_phase",   "peak_allocated_gib", "peak_reserved_gib", "device_peak_gib", "capacity_gib",
       "headroom",    "fits",         "tokens_per_s", "tokens_per_s_per_gpu", "step_s",      "mfu",
       "finetune",    "optim",        "lora_rank",  "lora_targets", "stack",     "compile",          "expandable_segments",
-      "pp",          "pp_schedule",  "vpp",        "offload"};
+      "pp",          "pp_schedule",  "vpp",        "offload",
+      "verdict",     "band_device_peak_gib", "tokens_per_s_low", "tokens_per_s_high"};
   return cols;
 }
 
@@ -331,7 +334,11 @@ std::vector<std::string> sweep_row(const model_spec& m, const sweep_point& p) {
           std::to_string(c.pp),
           to_string(c.schedule),
           std::to_string(c.vpp),
-          offload_to_string(c.offload)};
+          offload_to_string(c.offload),
+          to_string(p.band ? verdict_of(me, p.band->memory) : me.fits ? fit_verdict::fits : fit_verdict::does_not_fit),
+          p.band ? fmt::format("{:.4f}", band_top(me, p.band->memory).in(gib)) : std::string(),
+          p.band ? fmt::format("{:.1f}", te.tokens_per_s * std::max(0.0, 1 - p.band->tokens_per_s)) : std::string(),
+          p.band ? fmt::format("{:.1f}", te.tokens_per_s * (1 + p.band->tokens_per_s)) : std::string()};
 }
 
 std::string sweep_csv(const model_spec& m, const std::vector<sweep_point>& points) {
@@ -402,6 +409,8 @@ nlohmann::ordered_json sweep_json(const model_spec& m, const resolved_target& t,
       j["points"].back()["lora_rank"] = c.lora.rank;
       j["points"].back()["lora_targets"] = lora_targets_to_string(c.lora.targets);
     }
+    if (p.band) io::add_band_json(j["points"].back(), me, te, p.band);
+    else j["points"].back()["verdict"] = to_string(me.fits ? fit_verdict::fits : fit_verdict::does_not_fit);
   }
   return j;
 }

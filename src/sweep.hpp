@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -35,6 +36,9 @@ struct sweep_point {
   training_config config;   ///< = p.training
   memory_estimate memory;
   throughput_estimate throughput;
+  /// The error band of this point (context::band: the profile's, else configs/error-bands.json's group of its GPU,
+  /// stack and mode); nullopt without bands. Filled by the caller: run_sweep leaves it empty.
+  std::optional<error_band> band;
 };
 
 /// Number of points the cartesian product of `axes` holds (stops counting past the sweep limit).
@@ -52,12 +56,16 @@ struct sweep_point {
 
 /// Column names of sweep_csv and of each point in sweep_json.
 [[nodiscard]] const std::vector<std::string>& sweep_columns();
-/// The cells of one point, as written to CSV (fixed decimals: GiB 4, headroom 4, tokens/s 1, step 6, MFU 4).
+/// The cells of one point, as written to CSV (fixed decimals: GiB 4, headroom 4, tokens/s 1, step 6, MFU 4). The last
+/// four are the band's: the verdict (fits | tight | does not fit: verdict_of; without a band the estimate's own fits |
+/// does not fit), the device peak at the band's top (GiB, band_top) and the 90 % range of tokens/s; the last three are
+/// empty without a band.
 [[nodiscard]] std::vector<std::string> sweep_row(const model_spec& m, const sweep_point& p);
 /// CSV (RFC 4180, header row first) of `points`.
 [[nodiscard]] std::string sweep_csv(const model_spec& m, const std::vector<sweep_point>& points);
 /// JSON document: model, hardware, the axes and one flat object per point (the keys of sweep_columns()
-/// after model; numbers unrounded).
+/// after model; numbers unrounded). A point with a band carries `verdict` and `band` as in estimate's JSON
+/// (io::add_band_json); one without carries `verdict` only.
 [[nodiscard]] nlohmann::ordered_json sweep_json(const model_spec& m, const resolved_target& t,
                                                 const std::vector<sweep_axis>& axes,
                                                 const std::vector<sweep_point>& points);

@@ -8,6 +8,7 @@
 #include <bwplan/io/calibration.hpp>
 
 #include <catch2/catch.hpp>
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -369,4 +370,77 @@ TEST_CASE("calibration: check_plan fires BWP012 when the band crosses the capaci
   CHECK_THAT(it->message, Catch::Contains("error band") && Catch::Contains("within 3%"));
   in.band.reset();  // without a band: two states, no BWP012
   CHECK(fired(check_plan(in), "BWP012") == 0);
+}
+
+TEST_CASE("calibration: recommend's table and Markdown give each plan its band top and verdict", "[calibration]") {
+  // 0.5 % headroom on one H200: plans near the capacity are searched, and the 1.4 % H200 band makes some of them tight
+  const std::vector<std::string> args{"recommend", "Llama-3.1-8B", "--gpu", "h200", "--headroom", "0.005", "--top", "6"};
+  auto ja = args;
+  ja.insert(ja.end(), {"--format", "json"});
+  const auto j = test::run_cli(ja);
+  REQUIRE(j.code == 0);
+  const auto doc = nlohmann::json::parse(j.out);
+  const auto& plans = doc["plans"];
+  REQUIRE(plans.size() == 6);
+  const auto text = test::run_cli(args);
+  REQUIRE(text.code == 0);
+  auto md = args;
+  md.insert(md.end(), {"--format", "markdown"});
+  const auto mdr = test::run_cli(md);
+  REQUIRE(mdr.code == 0);
+  std::string md_cells;  // the Markdown with the cells' padding squeezed out
+  for (char ch : mdr.out)
+    if (!(ch == ' ' && !md_cells.empty() && md_cells.back() == ' ')) md_cells += ch;
+  std::istringstream in(text.out);
+  std::string line;
+  std::vector<std::string> rows;
+  bool in_table = false;
+  while (std::getline(in, line)) {
+    if (line.find("band GiB") != std::string::npos && line.find("verdict") != std::string::npos) { in_table = true; continue; }
+    if (in_table && line.empty()) break;
+    if (in_table) rows.push_back(line);
+  }
+  REQUIRE(rows.size() == plans.size());
+  int tight = 0, fits = 0;
+  for (std::size_t i = 0; i < plans.size(); ++i) {
+    const std::string v = plans[i]["verdict"].get<std::string>();
+    const double top = plans[i]["band"]["device_peak_top_bytes"].get<double>() / std::pow(2.0, 30);
+    INFO(rows[i]);
+    CHECK(rows[i].find(" " + v + " ") != std::string::npos);
+    CHECK(rows[i].find(fmt::format(" {:.2f} ", top)) != std::string::npos);
+    CHECK(md_cells.find(fmt::format("| {:.2f} | {} |", top, v)) != std::string::npos);
+    // the verdict is the band's: tight exactly when the band's top passes 97 % of the capacity
+    const double cap = plans[i]["memory"]["capacity_bytes"].get<double>() / std::pow(2.0, 30);
+    CHECK((v == "tight") == (top > 0.97 * cap));
+    (v == "tight" ? tight : fits)++;
+  }
+  CHECK(tight >= 1);
+  CHECK(fits >= 1);
+}
+
+TEST_CASE("calibration: sweep gives every point its verdict, band top and tokens/s range", "[calibration]") {
+  const auto csv = test::run_cli({"sweep", "Llama-3.2-1B", "--gpu", "h200", "--vary", "mbs=1,64"});
+  REQUIRE(csv.code == 0);
+  const auto js = test::run_cli({"sweep", "Llama-3.2-1B", "--gpu", "h200", "--vary", "mbs=1,64", "--format", "json"});
+  REQUIRE(js.code == 0);
+  const auto pts = nlohmann::json::parse(js.out)["points"];
+  REQUIRE(pts.size() == 2);
+  std::istringstream in(csv.out);
+  std::string header, row;
+  std::getline(in, header);
+  CHECK(header.find(",verdict,band_device_peak_gib,tokens_per_s_low,tokens_per_s_high") != std::string::npos);
+  CHECK(pts[0]["verdict"] == "fits");
+  CHECK(pts[1]["verdict"] == "does not fit");  // 64 × 4096 tokens without checkpointing on one H200
+  for (const auto& p : pts) {
+    std::getline(in, row);
+    const double band = p["band"]["memory"].get<double>(), tps_band = p["band"]["tokens_per_s"].get<double>();
+    CHECK(band > 0);
+    const double reserved = p["peak_reserved_gib"].get<double>();
+    const double top = p["band"]["device_peak_top_bytes"].get<double>() / std::pow(2.0, 30);
+    CHECK(top == Approx(p["device_peak_gib"].get<double>() + band * reserved).epsilon(1e-9));
+    const double tps = p["tokens_per_s"].get<double>();
+    INFO(row);
+    CHECK(row.find(fmt::format(",{},{:.4f},{:.1f},{:.1f}", p["verdict"].get<std::string>(), top, tps * (1 - tps_band),
+                               tps * (1 + tps_band))) != std::string::npos);
+  }
 }

@@ -1,9 +1,12 @@
 // libFuzzer target for the JSON readers: the model-config reader (io::model_from_json, gemma3's text_config
 // included), the hardware-catalog reader (io::merge_catalog, then the estimators on every GPU and instance it
-// accepts), the plan reader (io::plan_from_json) and the locator used for line numbers. Built and run by
+// accepts), the plan reader (io::plan_from_json), the calibration-profile and error-band readers
+// (io::profile_from_json, io::error_bands_from_json, then an estimate with each accepted profile's constants and
+// the verdict with each accepted band) and the locator used for line numbers. Built and run by
 // tests/fuzz/run.sh with clang++ -fsanitize=fuzzer,address,undefined. Any exception other than bwplan::error
 // is a finding.
 #include <bwplan/bwplan.hpp>
+#include <bwplan/io/calibration.hpp>
 #include <bwplan/io/json.hpp>
 #include <bwplan/io/locate.hpp>
 #include <bwplan/io/plan.hpp>
@@ -71,6 +74,54 @@ void catalog_reader(const nlohmann::json& j, const std::string& text) {
   }
 }
 
+bwplan::model_spec small_model() {
+  bwplan::model_spec m;
+  m.name = "fuzz";
+  m.family = "llama";
+  m.hidden = 256;
+  m.layers = 2;
+  m.heads = 4;
+  m.kv_heads = 4;
+  m.head_dim = 64;
+  m.intermediate = 512;
+  m.vocab = 1000;
+  m.max_context = 2048;
+  return m;
+}
+
+/// A calibration profile (docs/calibration.md#profile): every constant it accepts must give a finite estimate, and
+/// its band a verdict (an accepted profile is usable without UB: no NaN efficiency, no negative overhead).
+void profile_reader(const nlohmann::json& j, const std::string& text) {
+  try {
+    const bwplan::calibration_profile p = bwplan::io::profile_from_json(j, "fuzz-profile.json");
+    const bwplan::model_spec m = small_model();
+    for (const auto& e : p.entries) {
+      bwplan::training_config c;
+      c.seq_len = 256;
+      const auto me = bwplan::estimate_memory(m, c, fuzz_gpu(), e.constants.overheads);
+      const auto te = bwplan::estimate_throughput(m, c, fuzz_gpu(), nullptr, e.constants.throughput);
+      if (e.band) (void)bwplan::verdict_of(me, e.band->memory);
+      (void)te.mfu;
+    }
+  } catch (const bwplan::config_error& e) {
+    (void)bwplan::io::with_location(e, text);
+  }
+}
+
+/// An error-band file (configs/error-bands.json): each accepted band is looked up and gives a verdict.
+void bands_reader(const nlohmann::json& j, const std::string& text) {
+  try {
+    const bwplan::error_bands b = bwplan::io::error_bands_from_json(j, "fuzz-bands.json");
+    bwplan::training_config c;
+    c.seq_len = 256;
+    const auto me = bwplan::estimate_memory(small_model(), c, fuzz_gpu());
+    for (const auto& g : b.groups) (void)bwplan::verdict_of(me, b.lookup(g.gpu, g.stack, g.mode).memory);
+    (void)bwplan::verdict_of(me, b.widest_memory("fuzz", "hf"));
+  } catch (const bwplan::config_error& e) {
+    (void)bwplan::io::with_location(e, text);
+  }
+}
+
 void plan_reader(const std::string& text) {
   try {
     const bwplan::plan_document p = bwplan::io::parse_plan(text, "fuzz-plan.json");
@@ -88,6 +139,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     const nlohmann::json j = bwplan::io::parse_json(text, "fuzz.json");
     model_reader(j, text);
     catalog_reader(j, text);
+    profile_reader(j, text);
+    bands_reader(j, text);
   } catch (const bwplan::config_error&) {
   }
   plan_reader(text);

@@ -2,7 +2,8 @@
 # Builds the libFuzzer target for the JSON readers and runs it for a bounded time.
 #   tests/fuzz/run.sh [SECONDS] [WORK_DIR]      (defaults: 30, build/fuzz)
 # Seeds: the published config.json files in ../shared/models (BWPLAN_SHARED_DIR overrides), the bundled
-# presets, the example plans, the hardware catalog and tests/fuzz/seeds (gemma3 text_config, hostile catalog).
+# presets, the example plans, the hardware catalog, the bundled error bands and tests/fuzz/seeds (gemma3 text_config,
+# hostile catalog, an H200 calibration profile).
 # Exit status: 0 no finding, non-zero a crash, sanitizer report or timeout (the reproducer is left in WORK_DIR
 # as crash-*/leak-*/timeout-*).
 set -euo pipefail
@@ -26,6 +27,7 @@ for d in "$shared/models" "$shared/models/more" "$root/configs/models" "$root/co
   [ -d "$d" ] || continue
   for f in "$d"/*.json; do [ -f "$f" ] && cp "$f" "$work/seeds/$(basename "$d")-$(basename "$f")"; done
 done
+cp "$root/configs/error-bands.json" "$work/seeds/configs-error-bands.json"  # the error-band reader's seed
 echo "run.sh: $(ls "$work/seeds" | wc -l) seed files, $(ls "$work/corpus" | wc -l) corpus files, ${secs}s" >&2
 cd "$work"
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
