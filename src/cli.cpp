@@ -96,8 +96,12 @@ calibration_constants context::constants(const std::string& gpu, training_stack 
 const error_bands* context::bands() const {
   if (!bands_read) {
     bands_read = true;
-    const auto path = configs() / "error-bands.json";
-    if (std::filesystem::exists(path)) bands_cache = std::make_shared<const error_bands>(io::load_error_bands(path));
+    // the harness's bands (bwplan calibrate --bands-only), then the public evidence's (tools/public_bands.py)
+    const auto path = configs() / "error-bands.json", pub = configs() / "public-error-bands.json";
+    std::optional<error_bands> b;
+    if (std::filesystem::exists(path)) b = io::load_error_bands(path);
+    if (std::filesystem::exists(pub)) b = b ? merge_error_bands(*b, io::load_error_bands(pub)) : io::load_error_bands(pub);
+    if (b) bands_cache = std::make_shared<const error_bands>(std::move(*b));
   }
   return bands_cache.get();
 }

@@ -56,7 +56,8 @@ struct context {
   /// The constants for `gpu` and `stack`: the profile's entry for them, else the built-in defaults (the memory
   /// constants' replay policy as given in `base`).
   [[nodiscard]] calibration_constants constants(const std::string& gpu, training_stack stack) const;
-  /// The error bands: <configs>/error-bands.json (nullptr when absent). Throws config_error for a malformed file.
+  /// The error bands: <configs>/error-bands.json (the H200 harness) merged with <configs>/public-error-bands.json (the
+  /// public evidence; merge_error_bands), nullptr when both are absent. Throws config_error for a malformed file.
   [[nodiscard]] const error_bands* bands() const;
   /// The error band of configuration `c` on `gpu` (docs/calibration.md#bands): the profile's own band for the GPU and
   /// stack when it has one, else the bundled file's group (exact, any mode, or the fallback); nullopt without bands.

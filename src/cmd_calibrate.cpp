@@ -193,7 +193,7 @@ runner register_calibrate(CLI::App& app, context& ctx) {
       e.reserved_before = fit.reserved_before;
       e.reserved_after = fit.reserved_after;
       const error_bands after = compute_error_bands(g.rows, gpu_of, fit.constants, o->quantile);
-      if (after.fallback.rows >= 5) e.band = error_band{g.gpu, g.stack, "*", after.fallback.rows, after.fallback.memory, after.fallback.tokens_per_s};
+      if (after.fallback.rows >= 5) e.band = error_band{g.gpu, g.stack, "*", after.fallback.rows, after.fallback.memory, after.fallback.tokens_per_s, -1, -1, {}, {}};
       text += fmt::format("{} / {}: {} rows ({} with tokens/s, {} with peak memory)\n", g.gpu, g.stack, g.rows.size(), fit.throughput_rows,
                           fit.memory_rows);
       nlohmann::ordered_json ej{{"gpu", g.gpu}, {"stack", g.stack}, {"rows", g.rows.size()}};

@@ -162,8 +162,16 @@ std::string plans_markdown(const model_spec& m, const std::string& where, const 
 
 std::string band_line(const memory_estimate& me, const throughput_estimate& te, const error_band& band) {
   const fit_verdict v = verdict_of(me, band.memory);
-  const std::string group = band.gpu == "*" ? std::string("all measured runs (none of this GPU and stack)")
-                                            : fmt::format("{}/{}/{}", band.gpu, band.stack, band.mode);
+  const auto name = [](const std::string& from) {
+    return from == "*/*/*" ? std::string("all measured runs (none of this GPU and stack)") : from;
+  };
+  std::string group;
+  if (band.memory_from.empty() && band.tokens_per_s_from.empty())  // a stored group or a profile's band
+    group = band.gpu == "*" ? name("*/*/*") : band.label();
+  else if (band.memory_from == band.tokens_per_s_from)
+    group = name(band.memory_from);
+  else
+    group = fmt::format("{} (peak reserved) and {} (tokens/s)", name(band.memory_from), name(band.tokens_per_s_from));
   return fmt::format("{}: with the error band of {} ({} runs, 90 %: peak reserved +{:.1f}%, tokens/s ±{:.1f}%) the device "
                      "peak may reach {:.2f} GiB of {:.2f} GiB (\"tight\" above {:.0f}% of it); tokens/s {} – {}",
                      to_string(v), group, band.rows, 100 * band.memory, 100 * band.tokens_per_s,

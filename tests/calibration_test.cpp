@@ -356,7 +356,7 @@ TEST_CASE("calibration: check_plan fires BWP012 when the band crosses the capaci
   auto fired = [](const check_result& r, const char* id) {
     return std::count_if(r.findings.begin(), r.findings.end(), [&](const finding& f) { return f.rule == id; });
   };
-  in.band = error_band{"h200", "hf", "single", 22, 0.0072, 0.058};  // the bundled band: 95.9 % at its top, fits
+  in.band = error_band{"h200", "hf", "single", 22, 0.0072, 0.058, -1, -1, {}, {}};  // the bundled band: 95.9 % at its top, fits
   const check_result plain = check_plan(in);
   REQUIRE(plain.memory);
   CHECK(plain.verdict == fit_verdict::fits);
@@ -443,4 +443,107 @@ TEST_CASE("calibration: sweep gives every point its verdict, band top and tokens
     CHECK(row.find(fmt::format(",{},{:.4f},{:.1f},{:.1f}", p["verdict"].get<std::string>(), top, tps * (1 - tps_band),
                                tps * (1 + tps_band))) != std::string::npos);
   }
+}
+
+TEST_CASE("calibration: lookup takes each quantity from the nearest group that measured it; merge keeps the harness first",
+          "[calibration]") {
+  error_bands harness;
+  harness.groups = {{"h200", "hf", "single", 22, 0.007, 0.058, -1, -1, {}, {}}, {"h200", "hf", "fsdp", 3, 0.014, 0.027, -1, -1, {}, {}}};
+  harness.fallback = {"*", "*", "*", 25, 0.014, 0.092, -1, -1, {}, {}};
+  error_bands pub;
+  pub.groups = {{"b200", "megatron", "multi", 2, 0.10, 0.036, 0, 2, {}, {}},        // tokens/s only
+                {"b200", "torchtitan", "fsdp", 4, 0.11, 0.15, 4, 0, {}, {}},        // memory only
+                {"h200", "hf", "fsdp", 9, 0.5, 0.5, 9, 9, {}, {}}};                 // the harness has this group: dropped
+  pub.fallback = {"*", "*", "*", 34, 0.10, 0.15, 17, 17, {}, {}};
+  const error_bands m = merge_error_bands(harness, pub);
+  REQUIRE(m.groups.size() == 4);
+  CHECK(m.fallback.memory == 0.10);
+  CHECK(m.fallback.tokens_per_s == 0.15);
+  CHECK(m.fallback.rows == 59);
+  CHECK(m.fallback.memory_rows == 42);
+  bool exact = true;
+  // the harness group itself
+  error_band b = m.lookup("h200", "hf", "fsdp", &exact);
+  CHECK(exact);
+  CHECK(b.memory == 0.014);
+  CHECK(b.tokens_per_s == 0.027);
+  CHECK(b.rows == 3);
+  // a B200 hf plan: memory from the hf stack's H200 rows of the same mode, tokens/s from the fallback
+  b = m.lookup("b200", "hf", "fsdp", &exact);
+  CHECK_FALSE(exact);
+  CHECK(b.memory == 0.014);
+  CHECK(b.memory_from == "h200/hf/fsdp");
+  CHECK(b.tokens_per_s == 0.15);
+  CHECK(b.tokens_per_s_from == "*/*/*");
+  CHECK(b.rows == 3 + 17);
+  // a mode the stack has no rows of on any GPU: the stack's widest over its modes
+  b = m.lookup("b200", "hf", "multi");
+  CHECK(b.memory == 0.014);
+  CHECK(b.memory_from == "h200/hf/fsdp");
+  // Megatron on B200: tokens/s measured, memory not (nowhere for megatron): the fallback's
+  b = m.lookup("b200", "megatron", "multi", &exact);
+  CHECK_FALSE(exact);
+  CHECK(b.tokens_per_s == 0.036);
+  CHECK(b.tokens_per_s_from == "b200/megatron/multi");
+  CHECK(b.memory == 0.10);
+  CHECK(b.memory_from == "*/*/*");
+  // torchtitan on B200: memory measured there; tokens/s nowhere for (b200, torchtitan)
+  b = m.lookup("b200", "torchtitan", "fsdp");
+  CHECK(b.memory == 0.11);
+  CHECK(b.tokens_per_s == 0.15);
+  // nothing at all: the fallback, named as such
+  b = m.lookup("gb300", "torchtune", "single");
+  CHECK(b.gpu == "*");
+  CHECK(b.memory == 0.10);
+  // recommend's headroom: the widest lookup over the modes
+  CHECK(m.widest_memory("b200", "hf") == 0.014);
+  CHECK(m.widest_memory("b200", "megatron") == 0.10);
+  // a file whose per-quantity rows exceed the group's is refused, naming the member
+  nlohmann::json j = io::error_bands_to_json(pub, {}, "test");
+  j["groups"][0]["tokens_per_s_rows"] = 3;
+  try {
+    (void)io::error_bands_from_json(j, "pub.json");
+    FAIL("accepted tokens_per_s_rows > rows");
+  } catch (const config_error& e) {
+    CHECK(std::string(e.what()).find("/groups/0/tokens_per_s_rows") != std::string::npos);
+  }
+  // and the round trip keeps them
+  const error_bands back = io::error_bands_from_json(io::error_bands_to_json(pub, {}, "test"), "pub.json");
+  CHECK(back.groups[0].memory_rows == 0);
+  CHECK(back.groups[0].tokens_per_s_rows == 2);
+  CHECK(back.fallback.memory_rows == 17);
+}
+
+TEST_CASE("calibration: estimates off the H200 carry the public evidence's bands (configs/public-error-bands.json)", "[calibration]") {
+  const error_bands pub = io::load_error_bands(fs::path(BWPLAN_SOURCE_DIR) / "configs" / "public-error-bands.json");
+  const error_bands h200 = io::load_error_bands(fs::path(BWPLAN_SOURCE_DIR) / "configs" / "error-bands.json");
+  const auto group = [](const error_bands& b, const std::string& label) {
+    for (const auto& g : b.groups)
+      if (g.label() == label) return g;
+    FAIL("no group " << label);
+    return error_band{};
+  };
+  // the public fallback is wider than the harness's: the model carries less well to other GPUs and stacks
+  CHECK(pub.fallback.tokens_per_s > h200.fallback.tokens_per_s);
+  CHECK(pub.fallback.memory > h200.fallback.memory);
+  // an hf plan on 8 B200s: memory from the hf stack's H200 FSDP rows, tokens/s from the wider public fallback
+  auto j = test::estimate_json({"Llama-3.1-8B", "--gpu", "b200", "--gpus", "8"});
+  CHECK(j["band"]["memory_from"] == "h200/hf/fsdp");
+  CHECK(j["band"]["memory"].get<double>() == Approx(group(h200, "h200/hf/fsdp").memory));
+  CHECK(j["band"]["tokens_per_s_from"] == "*/*/*");
+  CHECK(j["band"]["tokens_per_s"].get<double>() == Approx(pub.fallback.tokens_per_s));
+  // Megatron's distributed optimizer on B200: the Megatron-Bridge rows' tokens/s band
+  j = test::estimate_json({"Llama-3.1-8B", "--gpu", "b200", "--gpus", "8", "--stack", "megatron", "--sharding", "optimizer",
+                           "--mbs", "2", "--seq", "8192"});
+  CHECK(j["band"]["tokens_per_s_from"] == "b200/megatron/multi");
+  CHECK(j["band"]["tokens_per_s"].get<double>() == Approx(group(pub, "b200/megatron/multi").tokens_per_s));
+  // torchtitan on H100 96 GB: its published max_memory_reserved rows
+  j = test::estimate_json({"Llama-3.1-8B", "--gpu", "h100-96gb", "--gpus", "8", "--stack", "torchtitan", "--seq", "8192"});
+  CHECK(j["band"]["memory_from"] == "h100-96gb/torchtitan/fsdp");
+  CHECK(j["band"]["memory"].get<double>() == Approx(group(pub, "h100-96gb/torchtitan/fsdp").memory));
+  // the H200 harness groups are untouched
+  j = test::estimate_json({"Llama-3.2-1B", "--gpu", "h200"});
+  CHECK(j["band"]["group"] == "h200/hf/single");
+  CHECK(j["band"]["memory_from"] == "h200/hf/single");
+  CHECK(j["band"]["memory"].get<double>() == Approx(group(h200, "h200/hf/single").memory));
 }

@@ -87,6 +87,7 @@ class caching_allocator {
     if (it != fs.end()) {
       b = std::get<2>(*it);
       fs.erase(it);
+      leave_pool(b);
       remap(b);
     } else if (s_.expandable_segments && !small) {
       b = expand(size, stream);
@@ -135,6 +136,7 @@ class caching_allocator {
       block& n = blocks_[static_cast<std::size_t>(nb)];
       if (n.allocated) continue;
       pool(n.small, n.stream).erase({n.size, n.addr, nb});
+      leave_pool(nb);
       block& me = blocks_[static_cast<std::size_t>(h)];
       if (nb == me.prev) {
         me.addr = n.addr;
@@ -179,19 +181,24 @@ class caching_allocator {
   void insert(int h) {
     const block& b = blocks_[static_cast<std::size_t>(h)];
     pool(b.small, b.stream).insert({b.size, b.addr, h});
+    if (b.prev < 0 && b.next < 0 && !(s_.expandable_segments && !b.small)) whole_free_.insert(h);
+    if (s_.expandable_segments && !b.small) unmap_pending_.insert(h);
   }
-  // release_cached_blocks: cudaFree every free block with no neighbour (a whole segment), every stream
+  // a block leaves the pools (handed out, merged into a neighbour, grown as a segment's tail)
+  void leave_pool(int h) {
+    whole_free_.erase(h);
+    unmap_pending_.erase(h);
+  }
+  // release_cached_blocks: cudaFree every free block with no neighbour (a whole segment), every stream. Those
+  // blocks are kept in whole_free_ as they enter the pools, so that a replay past the budget, which releases before
+  // every new segment, does not walk every free block each time (quadratic in the blocks of a deep model).
   void release_cached() {
-    for (auto& [k, fs] : pools_)
-      for (auto it = fs.begin(); it != fs.end();) {
-        const block& b = blocks_[static_cast<std::size_t>(std::get<2>(*it))];
-        if (b.prev < 0 && b.next < 0 && !(s_.expandable_segments && !b.small)) {
-          reserved_ -= b.size;
-          it = fs.erase(it);
-        } else {
-          ++it;
-        }
-      }
+    for (const int h : whole_free_) {
+      const block& b = blocks_[static_cast<std::size_t>(h)];
+      reserved_ -= b.size;
+      pool(b.small, b.stream).erase({b.size, b.addr, h});
+    }
+    whole_free_.clear();
   }
   // expandable segments: a free block handed out again has its unmapped pages mapped again (A:2297-2328); over the
   // budget, the pages of other free blocks are unmapped first, as on an out of memory
@@ -210,19 +217,20 @@ class caching_allocator {
   }
   // release_cached_blocks on expandable segments: unmap the whole pages of every free block of the large pools,
   // [ceil(ptr), floor(ptr + size)) in pages of the segment (A:454-461, A:2850-2915)
+  // Only the large free blocks that entered the pools since the last pass (unmap_pending_) can have pages left to
+  // unmap: a block's address and size do not change while it is in a pool, so one pass settles it.
   void unmap_free_pages() {
     if (!s_.expandable_segments) return;
-    for (auto& [k, fs] : pools_)
-      for (const auto& entry : fs) {
-        block& b = blocks_[static_cast<std::size_t>(std::get<2>(entry))];
-        if (b.small) continue;
-        const std::uint64_t lo = (b.addr + kLargeBuffer - 1) / kLargeBuffer, hi = (b.addr + b.size) / kLargeBuffer;
-        const std::uint64_t pages = hi > lo ? (hi - lo) * kLargeBuffer : 0;
-        if (pages > b.unmapped) {
-          reserved_ -= pages - b.unmapped;
-          b.unmapped = pages;
-        }
+    for (const int h : unmap_pending_) {
+      block& b = blocks_[static_cast<std::size_t>(h)];
+      const std::uint64_t lo = (b.addr + kLargeBuffer - 1) / kLargeBuffer, hi = (b.addr + b.size) / kLargeBuffer;
+      const std::uint64_t pages = hi > lo ? (hi - lo) * kLargeBuffer : 0;
+      if (pages > b.unmapped) {
+        reserved_ -= pages - b.unmapped;
+        b.unmapped = pages;
       }
+    }
+    unmap_pending_.clear();
   }
   // expandable segment of `stream`: map whole pages after its free tail (A:2297-2328)
   int expand(std::uint64_t size, int stream) {
@@ -249,6 +257,7 @@ class caching_allocator {
     if (free_tail) {
       block& t = blocks_[static_cast<std::size_t>(tail)];
       pool(false, stream).erase({t.size, t.addr, tail});
+      leave_pool(tail);
       t.size += add;
       b = tail;
     } else {
@@ -272,6 +281,8 @@ class caching_allocator {
   std::vector<block> blocks_;
   std::map<int, std::set<key>> pools_;
   std::map<int, int> tails_;
+  std::set<int> whole_free_;  ///< free blocks that are a whole segment (what release_cached frees), in the pools
+  std::set<int> unmap_pending_;  ///< expandable segments: large free blocks not yet seen by unmap_free_pages
   std::uint64_t next_addr_ = 0, allocated_ = 0, reserved_ = 0, peak_allocated_ = 0, peak_reserved_ = 0;
   std::uint64_t oom_request_ = 0;
   bool oom_ = false;

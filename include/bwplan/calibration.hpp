@@ -162,40 +162,95 @@ struct error_band {
   int rows = 0;                  ///< measured rows behind it
   double memory = 0;             ///< relative half-width of the peak-reserved band
   double tokens_per_s = 0;       ///< relative half-width of the tokens/s band
+  /// Rows with a measured peak reserved / tokens/s behind `memory` / `tokens_per_s` (-1: all `rows`, as in a group of
+  /// the harness, where every row measured both). A group of the public evidence may have one without the other
+  /// (configs/public-error-bands.json); its band of the other quantity is then the pooled one.
+  int memory_rows = -1;
+  int tokens_per_s_rows = -1;
+  /// What error_bands::lookup took each quantity from ("gpu/stack/mode"; "*/*/*" the fallback); "" in a stored group.
+  std::string memory_from = {};
+  std::string tokens_per_s_from = {};
+  [[nodiscard]] bool has_memory() const noexcept { return memory_rows < 0 ? rows > 0 : memory_rows > 0; }
+  [[nodiscard]] bool has_tokens_per_s() const noexcept { return tokens_per_s_rows < 0 ? rows > 0 : tokens_per_s_rows > 0; }
+  [[nodiscard]] std::string label() const { return gpu + "/" + stack + "/" + mode; }
 };
 
 /// The bands of a set of runs: one per (GPU, stack, mode) group and one fallback pooled over all rows.
 struct error_bands {
   double quantile = 0.9;
   std::vector<error_band> groups;
-  error_band fallback{"*", "*", "*", 0, 0, 0};
-  /// The band of (gpu, stack, mode): the exact group, else the (gpu, stack) rows of any mode (the largest of their
-  /// bands), else the fallback. `exact` tells which.
+  error_band fallback{"*", "*", "*", 0, 0, 0, -1, -1, {}, {}};
+  /// The band of (gpu, stack, mode), each quantity from the nearest group that measured it:
+  /// - peak reserved: the exact group; else the (gpu, stack) groups of any mode (the widest); else the (stack, mode)
+  ///   groups of any GPU, else the stack's groups of any GPU and mode (the widest: what a stack allocates is the
+  ///   same bytes on every GPU, so the hf stack's H200 rows speak for a B200 hf plan's memory); else the fallback;
+  /// - tokens/s: the exact group; else the (gpu, stack) groups of any mode (the widest); else the fallback (speed
+  ///   does depend on the GPU).
+  /// The result names the request's group; `memory_from` / `tokens_per_s_from` say where each quantity came from and
+  /// `rows` counts the rows behind both. `exact` is true when both came from the exact group.
   [[nodiscard]] error_band lookup(std::string_view gpu, std::string_view stack, std::string_view mode, bool* exact = nullptr) const {
-    for (const auto& g : groups)
-      if (g.gpu == gpu && g.stack == stack && g.mode == mode) {
-        if (exact) *exact = true;
-        return g;
+    struct pick { double v = 0; int rows = 0; std::string from; };
+    const auto widest = [&](auto&& match, bool memory) {
+      pick p;
+      for (const auto& g : groups) {
+        if (!match(g) || !(memory ? g.has_memory() : g.has_tokens_per_s())) continue;
+        const double v = memory ? g.memory : g.tokens_per_s;
+        const int n = memory ? (g.memory_rows < 0 ? g.rows : g.memory_rows) : (g.tokens_per_s_rows < 0 ? g.rows : g.tokens_per_s_rows);
+        if (p.from.empty() || v > p.v) { p.v = v; p.from = g.label(); }
+        p.rows += n;
       }
-    if (exact) *exact = false;
-    error_band any{std::string(gpu), std::string(stack), "*", 0, 0, 0};
-    for (const auto& g : groups)
-      if (g.gpu == gpu && g.stack == stack) {
-        any.rows += g.rows;
-        any.memory = std::max(any.memory, g.memory);
-        any.tokens_per_s = std::max(any.tokens_per_s, g.tokens_per_s);
-      }
-    return any.rows > 0 ? any : fallback;
+      return p;
+    };
+    const auto is_exact = [&](const error_band& g) { return g.gpu == gpu && g.stack == stack && g.mode == mode; };
+    const auto same_gpu_stack = [&](const error_band& g) { return g.gpu == gpu && g.stack == stack; };
+    const auto same_stack_mode = [&](const error_band& g) { return g.stack == stack && g.mode == mode; };
+    const auto same_stack = [&](const error_band& g) { return g.stack == stack; };
+    const pick fb_mem{fallback.memory, fallback.memory_rows < 0 ? fallback.rows : fallback.memory_rows, fallback.label()};
+    const pick fb_tps{fallback.tokens_per_s, fallback.tokens_per_s_rows < 0 ? fallback.rows : fallback.tokens_per_s_rows, fallback.label()};
+    pick mem = widest(is_exact, true);
+    const bool mem_exact = !mem.from.empty();
+    if (mem.from.empty()) mem = widest(same_gpu_stack, true);
+    if (mem.from.empty()) mem = widest(same_stack_mode, true);
+    if (mem.from.empty()) mem = widest(same_stack, true);
+    if (mem.from.empty()) mem = fb_mem;
+    pick tps = widest(is_exact, false);
+    const bool tps_exact = !tps.from.empty();
+    if (tps.from.empty()) tps = widest(same_gpu_stack, false);
+    if (tps.from.empty()) tps = fb_tps;
+    if (exact) *exact = mem_exact && tps_exact;
+    error_band b{std::string(gpu), std::string(stack), std::string(mode), 0, mem.v, tps.v, mem.rows, tps.rows, mem.from, tps.from};
+    // rows behind the band: both counts when they come from different groups, else the group's own
+    b.rows = mem.from == tps.from ? std::max(mem.rows, tps.rows) : mem.rows + tps.rows;
+    if (mem.from == fallback.label() && tps.from == fallback.label()) b.gpu = b.stack = b.mode = "*";
+    return b;
   }
-  /// The largest memory band any plan on (gpu, stack) can get (recommend's headroom over a search of every mode).
+  /// The largest memory band any plan on (gpu, stack) can get (recommend's headroom over a search of every mode): the
+  /// widest lookup over the modes single, fsdp and multi.
   [[nodiscard]] double widest_memory(std::string_view gpu, std::string_view stack) const {
     double w = 0;
-    bool any = false;
-    for (const auto& g : groups)
-      if (g.gpu == gpu && g.stack == stack) { w = std::max(w, g.memory); any = true; }
-    return any ? w : fallback.memory;
+    for (const char* m : {"single", "fsdp", "multi"}) w = std::max(w, lookup(gpu, stack, m).memory);
+    return w;
   }
 };
+
+/// The bands of two sources as one (context::bands: the harness's configs/error-bands.json, then the public
+/// evidence's configs/public-error-bands.json): the groups of `a`, then those of `b` whose group `a` lacks; the
+/// fallback the wider of the two per quantity, over the rows of both. The quantile is `a`'s (both files use 0.9).
+[[nodiscard]] inline error_bands merge_error_bands(const error_bands& a, const error_bands& b) {
+  error_bands m = a;
+  for (const auto& g : b.groups) {
+    const bool have = std::any_of(a.groups.begin(), a.groups.end(), [&](const error_band& x) { return x.label() == g.label(); });
+    if (!have) m.groups.push_back(g);
+  }
+  const auto n_mem = [](const error_band& f) { return f.memory_rows < 0 ? f.rows : f.memory_rows; };
+  const auto n_tps = [](const error_band& f) { return f.tokens_per_s_rows < 0 ? f.rows : f.tokens_per_s_rows; };
+  m.fallback.rows = a.fallback.rows + b.fallback.rows;
+  m.fallback.memory = std::max(a.fallback.memory, b.fallback.memory);
+  m.fallback.tokens_per_s = std::max(a.fallback.tokens_per_s, b.fallback.tokens_per_s);
+  m.fallback.memory_rows = n_mem(a.fallback) + n_mem(b.fallback);
+  m.fallback.tokens_per_s_rows = n_tps(a.fallback) + n_tps(b.fallback);
+  return m;
+}
 
 /// Residuals (estimate / measured − 1) of one run under constants `k`; 0 where not measured. Throws
 /// invalid_request for a configuration the estimators refuse.
@@ -251,7 +306,7 @@ template <class GpuOf>
   }
   for (const auto& g : groups)
     b.groups.push_back({g.key[0], g.key[1], g.key[2], static_cast<int>(g.mem.size()), nearest_rank_quantile(g.mem, quantile),
-                        nearest_rank_quantile(g.tps, quantile)});
+                        nearest_rank_quantile(g.tps, quantile), -1, -1, {}, {}});
   b.fallback.rows = static_cast<int>(all_mem.size());
   b.fallback.memory = nearest_rank_quantile(all_mem, quantile);
   b.fallback.tokens_per_s = nearest_rank_quantile(all_tps, quantile);

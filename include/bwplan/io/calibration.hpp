@@ -80,7 +80,10 @@ inline constexpr int error_bands_version = 1;
 namespace detail {
 
 inline nlohmann::ordered_json band_to_json(const error_band& b) {
-  return {{"gpu", b.gpu}, {"stack", b.stack}, {"mode", b.mode}, {"rows", b.rows}, {"memory", b.memory}, {"tokens_per_s", b.tokens_per_s}};
+  nlohmann::ordered_json j{{"gpu", b.gpu}, {"stack", b.stack}, {"mode", b.mode}, {"rows", b.rows}, {"memory", b.memory}, {"tokens_per_s", b.tokens_per_s}};
+  if (b.memory_rows >= 0) j["memory_rows"] = b.memory_rows;
+  if (b.tokens_per_s_rows >= 0) j["tokens_per_s_rows"] = b.tokens_per_s_rows;
+  return j;
 }
 
 inline std::string format_number(double v) {
@@ -121,6 +124,13 @@ inline error_band band_from_json(const nlohmann::json& j, const std::string& fil
   b.rows = count(j, file, ptr, "rows");
   b.memory = number_in(member(j, file, ptr, "memory"), file, ptr + "/memory", 0, 10);
   b.tokens_per_s = number_in(member(j, file, ptr, "tokens_per_s"), file, ptr + "/tokens_per_s", 0, 10);
+  // optional: the rows behind each quantity (a public group may have measured one without the other)
+  for (const char* k : {"memory_rows", "tokens_per_s_rows"})
+    if (j.contains(k)) {
+      const int n = count(j, file, ptr, k);
+      if (n > b.rows) throw config_error(file, ptr + "/" + k, "more than the group's rows (" + std::to_string(b.rows) + ")");
+      (std::string_view(k) == "memory_rows" ? b.memory_rows : b.tokens_per_s_rows) = n;
+    }
   return b;
 }
 
@@ -247,7 +257,7 @@ inline error_band band_from_json(const nlohmann::json& j, const std::string& fil
     for (const auto& fn : e.fitted)
       if (c.find(fn) == c.end()) throw config_error(file, ptr + "/constants/" + fn, "missing: the entry says it was fitted");
     if (auto it = x.find("band"); it != x.end()) {
-      error_band b{e.gpu, e.stack, "*", count(*it, file, ptr + "/band", "rows"), 0, 0};
+      error_band b{e.gpu, e.stack, "*", count(*it, file, ptr + "/band", "rows"), 0, 0, -1, -1, {}, {}};
       b.memory = number_in(member(*it, file, ptr + "/band", "memory"), file, ptr + "/band/memory", 0, 10);
       b.tokens_per_s = number_in(member(*it, file, ptr + "/band", "tokens_per_s"), file, ptr + "/band/tokens_per_s", 0, 10);
       e.band = b;

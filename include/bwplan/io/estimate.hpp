@@ -171,7 +171,9 @@ inline void add_band_json(nlohmann::ordered_json& j, const memory_estimate& me, 
                           const std::optional<error_band>& band) {
   if (!band) return;
   const double r = me.peak_reserved.raw(), t = te.tokens_per_s;
-  j["band"] = {{"group", band->gpu + "/" + band->stack + "/" + band->mode},
+  j["band"] = {{"group", band->label()},
+               {"memory_from", band->memory_from.empty() ? band->label() : band->memory_from},
+               {"tokens_per_s_from", band->tokens_per_s_from.empty() ? band->label() : band->tokens_per_s_from},
                {"rows", band->rows},
                {"memory", band->memory},
                {"tokens_per_s", band->tokens_per_s},
