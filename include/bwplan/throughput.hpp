@@ -780,7 +780,8 @@ struct block_elementwise_bytes {
 /// per element of q and k (6 with the q/k norm, which reads its saved input); SwiGLU's backward reads the output
 /// gradient, gate and up and writes two gradients (10 B per element of F; eager 18). What stays as in eager: the
 /// GQA dK/dV sums inside the flash backward, the repeated K/V copies a stack makes before SDPA, the MoE
-/// permutations (extern index kernels), and the loss, casts and ring-attention merges of memory_bound_time.
+/// permutations (extern index kernels), and the loss and casts of memory_bound_time (whose ring-attention merges have
+/// their own compiled count there).
 [[nodiscard]] constexpr block_elementwise_bytes block_elementwise(const throughput_shape& s, double moe_copies) noexcept {
   const double h = s.h, f = s.f, q = s.q, kv = s.kv, norms = s.norms;
   const double rs = s.amp ? 4 : 2, no = s.amp ? 4 : 2;
@@ -828,9 +829,17 @@ struct block_elementwise_bytes {
 ///   only the second chunk updates: 32 B on average) before the final cast (6 B); the backward accumulates fp32 dQ
 ///   (11 B per step and element of q), FlashAttention's own per-call dq accumulator and dot(dO, O) (14 B), and the
 ///   dK/dV it receives, updates, concatenates and sends on in fp32 (56 B per element of k and v).
+///   Compiled blocks (throughput_shape::compiled; torchtitan compiles each block with `fullgraph=True`, so the ring
+///   runs inside the block's graph: a graph break would be an error) fuse the merge's element-wise chain: per later
+///   step one kernel reads the running fp32 output (4 B) and the step's bf16 partial output (2 B) and writes the fp32
+///   result (4 B), 10 B per element of q (the half-row update and its `torch.cat` fuse into the same output; the first
+///   step's fp32 cast and the final bf16 cast into their neighbours); in backward the dK/dV update fuses into the
+///   `torch.cat` that builds the fp32 send buffer (reads 4 + 2 B, writes 4 B for each of K and V: 36 B per element of
+///   k and v with the transfer's own read and write instead of 56), while the dQ accumulation (one add per step
+///   between two flash calls) and FlashAttention's own per-call passes stay as in eager.
 /// Sources: kernel byte counts of the PyTorch eager ops (ATen `rms_norm_symint`, `log_softmax`, the autocast casts;
 /// FlashAttention `mha_bwd`; torch/distributed/tensor/experimental/_attention.py `_templated_ring_attention(_backward)`,
-/// `_SDPAMerger`, `_partial_update`); docs/precision.md#speed for the quantization; the constant `memory` fitted on
+/// `_SDPAMerger`, `_partial_update`; pytorch/pytorch @ 0123248a), torchtitan 9dec370 `apply_compile`; docs/precision.md#speed for the quantization; the constant `memory` fitted on
 /// `h200-calibration.jsonl`.
 [[nodiscard]] inline memory_bound_terms memory_bound_time(const throughput_shape& s, const training_config& c) noexcept {
   const double T = s.T, h = s.h, q = s.q, V = s.V;
@@ -864,7 +873,9 @@ struct block_elementwise_bytes {
   if (s.cp > 1) {
     const double fwd_passes = s.L + s.nck + (c.ac.mode == ac_mode::selective_attn ? s.L : 0);
     const double kva = s.kv_attention;
-    ring = fwd_passes * T * q * (32 * (s.cp - 1) + 12) + s.L * T * ((s.cp - 1) * (25 * q + 56 * kva) + 11 * q + 20 * kva);
+    const double merge = s.compiled ? 10 * (s.cp - 1) : 32 * (s.cp - 1) + 12;  // B per element of q and forward pass
+    const double dkv = s.compiled ? 36 : 56;                                    // B per element of k and v and step
+    ring = fwd_passes * T * q * merge + s.L * T * ((s.cp - 1) * (25 * q + dkv * kva) + 11 * q + 20 * kva);
   }
   memory_bound_terms r;
   r.elementwise = bytes::base(elementwise);
@@ -1146,6 +1157,15 @@ struct cp_collectives {
 /// kernel and the last one after the loop (exposed whole). Sources: torch/distributed/tensor/experimental/_attention.py
 /// (`_templated_ring_attention`, `_templated_ring_attention_backward`, `_AllGatherRotater`, `_AllToAllRotater`);
 /// torchtitan `create_context_parallel_ctx` @ 9dec370.
+///
+/// Compiled blocks (throughput_shape::compiled) expose all of it: torchtitan compiles each block with
+/// `torch.compile(block, fullgraph=True)` (torchtitan 9dec370, torchtitan/parallelisms/parallelize_llama.py
+/// `apply_compile`), so the ring and its collectives are traced into the block's graph; a functional collective traced
+/// by the compiler is waited for where it is issued (pytorch/pytorch torch/distributed/_functional_collectives.py
+/// `_maybe_wrap_tensor`: "wait_tensor() op is immediately called", the deferred wait being the eager
+/// AsyncCollectiveTensor's), and Inductor moves a wait away from its collective only with
+/// `reorder_for_compute_comm_overlap`, off by default (torch/_inductor/config.py @ a112bb81). Every all-gather and every
+/// dK/dV transfer of the ring then sits on the compute stream's critical path.
 [[nodiscard]] inline cp_collectives context_parallel_communication(const throughput_shape& s, const training_config& c, const gpu_spec& gpu,
                                                                    const instance_spec* inst, const throughput_calibration& k) noexcept {
   cp_collectives r;
@@ -1163,8 +1183,9 @@ struct cp_collectives {
   const double step_f = at.layer_forward.raw() / cp, step_b = at.layer_backward.raw() / cp;
   const double fwd_passes = s.L + s.nck + (c.ac.mode == ac_mode::selective_attn ? s.L : 0);
   const double total = fwd_passes * ag + s.L * (ag + cp * p2p);
-  const double exposed = fwd_passes * std::max(0.0, ag - step_f) +
-                         s.L * (std::max(0.0, ag - step_b) + (cp - 1) * std::max(0.0, p2p - step_b) + p2p);
+  const double exposed = s.compiled ? total
+                                    : fwd_passes * std::max(0.0, ag - step_f) +
+                                          s.L * (std::max(0.0, ag - step_b) + (cp - 1) * std::max(0.0, p2p - step_b) + p2p);
   r.total = seconds::base(s.ga * total);
   r.exposed = seconds::base(s.ga * exposed);
   return r;
