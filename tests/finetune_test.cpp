@@ -117,6 +117,28 @@ TEST_CASE("finetune: model states of LoRA and QLoRA on a 1B model (hand-derived)
     CHECK(ms.parameters.raw() == Approx((2 * P + 4 * Pa) / 8));
     CHECK(ms.gradients.raw() == Approx(4 * Pa / 8));
   }
+  SECTION("QLoRA under FSDP over 8: bitsandbytes shards the codes only, torchao (torchtune) codes and constants") {
+    // bitsandbytes keeps absmax and its second-level scales in QuantState on the module, outside the parameter FSDP
+    // shards (bitsandbytes/nn/modules.py L381-395, L487-501 @95f9af30): (1/64 + 4/16384)·L·lin whole on each GPU
+    training_config c = lora_config(finetune_mode::qlora);
+    c.world_size = 8;
+    c.shard = sharding::full;
+    c.master = master_weights::bf16;
+    const double consts = (1.0 / 64 + 4.0 / 16384) * L * lin;
+    const auto s = terms::memory_shape_of(m, c, g);
+    CHECK(s.nf4_replicated == Approx(consts));
+    CHECK(terms::model_state_bytes(s).parameters.raw() == Approx((0.5 * L * lin + 2 * (P - L * lin) + 2 * Pa) / 8 + consts));
+    CHECK(s.gathered_block == Approx(0.5 * lin + 2 * (s.Pb - lin)));  // one block's codes and its bf16 norms
+    // CPU offload of the parameters moves the codes' shard; the constants stay on the GPU
+    c.offload = offload_target::optimizer | offload_target::params;
+    CHECK(terms::model_state_bytes(terms::memory_shape_of(m, c, g)).parameters.raw() == Approx(consts));
+    c.offload = 0;
+    c.stack = training_stack::torchtune;
+    const auto t = terms::memory_shape_of(m, c, g);
+    CHECK(t.nf4_replicated == 0);
+    CHECK(terms::model_state_bytes(t).parameters.raw() == Approx((nf4_bytes_per_param * L * lin + 2 * (P - L * lin) + 2 * Pa) / 8));
+    CHECK(t.gathered_block == Approx(nf4_bytes_per_param * lin + 2 * (t.Pb - lin)));
+  }
   SECTION("full fine-tune, bf16: 8-bit AdamW, SGD, Lion, Adafactor states") {
     training_config c;
     c.master = master_weights::bf16;

@@ -24,6 +24,28 @@ namespace bwplan {
 /// constants). The per-tensor offset and the 256-entry code map are O(1) and left out.
 inline constexpr double nf4_bytes_per_param = 0.5 + 1.0 / 64 + 4.0 / (64.0 * 256.0);
 
+/// The NF4 bytes per parameter split by where they live: the 4-bit codes `0.5` (two per byte, packed into the
+/// weight parameter's storage) and the quantization constants `1/64 + 4/(64·256)` (the uint8 absmax codes and
+/// their fp32 second-level scales). Sources as nf4_bytes_per_param.
+inline constexpr double nf4_code_bytes_per_param = 0.5;
+inline constexpr double nf4_constant_bytes_per_param = nf4_bytes_per_param - nf4_code_bytes_per_param;
+
+/// Whether FSDP shards, gathers and offloads a QLoRA base's NF4 constants together with its codes.
+///
+/// torchtune (`--stack torchtune`): yes. Its base is torchao's `NF4Tensor`, a tensor subclass whose FSDP2
+/// extension shards the codes and both levels of scalers (torchao/dtypes/nf4tensor.py
+/// `_INNER_TENSOR_NAMES_FOR_SHARDING = ["quantized_scalers", "quantization_factor", "quantized_data"]`).
+///
+/// bitsandbytes (the hf stack: transformers + PEFT): no. `Params4bit` keeps the codes in the parameter (in the
+/// `bnb_4bit_quant_storage` dtype, which is what lets FSDP flatten and shard it) and the constants in a
+/// `QuantState` object that `_quantize` also stores on the module (`self.module.quant_state = quant_state`,
+/// bitsandbytes/nn/modules.py L381-395 @95f9af30); after FSDP replaces the parameter by a view of its flat or
+/// DTensor shard, `fix_4bit_weight_quant_state_from_module` (L487-501: "the quant state got lost when the parameter
+/// got converted. This happens for example for fsdp") reattaches the module's state. FSDP1 flattens and FSDP2
+/// shards only registered parameters, so every rank holds the whole QuantState on its GPU: the constants are
+/// neither divided by the shard count, nor all-gathered with the block, nor moved by CPU offload of the parameters.
+[[nodiscard]] constexpr bool nf4_constants_sharded(training_stack s) noexcept { return s == training_stack::torchtune; }
+
 /// Bytes of state per parameter of a bitsandbytes 8-bit optimizer state pair (AdamW8bit, PagedAdamW8bit):
 /// two uint8 states `2` + one fp32 absmax per 256-element block for each `2·4/256` = 2.03125 B. Sources:
 /// bitsandbytes `bitsandbytes/optim/optimizer.py` (`Optimizer2State.init_state`, block size 256) and

@@ -181,6 +181,9 @@ struct memory_shape {
   double factored = 0;     ///< Adafactor factored-state elements of the trained parameters per GPU
   double gathered_block = 0;  ///< bytes of one block as FSDP2 gathers it (bf16 2·Pb, fp8 Pb, QLoRA packed NF4 linears)
   double dequant = 0;      ///< QLoRA: bytes of the largest dequantized bf16 weight alive during one linear (0 otherwise)
+  /// QLoRA on bitsandbytes under FSDP: the NF4 constants of every block linear, bytes per GPU, held whole on each
+  /// rank (not sharded, gathered or offloaded: nf4_constants_sharded); 0 otherwise (they are then part of `frozen`)
+  double nf4_replicated = 0;
   double adapter_bytes = 2;  ///< bytes per element of the adapters' weights and inputs: 4 for PEFT's fp32 adapters, 2 under FSDP2 bf16 compute or bf16 master
   double lora_rank = 0;    ///< r
   double lora_dropout = 0; ///< p
@@ -285,8 +288,13 @@ struct memory_shape {
     s.adapter_bytes = (c.master == master_weights::fp32 && !s.fsdp) ? 4 : 2;
     const double block_lin_all = static_cast<double>(pc_full.block_linear * L + pc_full.layer_adjust) / tpd;  // every block linear
     if (c.finetune == finetune_mode::qlora) {
-      s.frozen = nf4_bytes_per_param * block_lin_all + 2 * (s.P - block_lin_all);
-      s.gathered_block = nf4_bytes_per_param * s.lin + 2 * (s.Pb - s.lin);
+      // under FSDP bitsandbytes' constants stay whole on every rank; torchao's are sharded with the codes
+      // (nf4_constants_sharded, finetune.hpp). Without sharding both layouts hold the same bytes.
+      const bool replicated = s.fsdp && !nf4_constants_sharded(c.stack);
+      const double sharded_nf4 = replicated ? nf4_code_bytes_per_param : nf4_bytes_per_param;
+      s.frozen = sharded_nf4 * block_lin_all + 2 * (s.P - block_lin_all);
+      s.nf4_replicated = replicated ? nf4_constant_bytes_per_param * block_lin_all : 0;
+      s.gathered_block = sharded_nf4 * s.lin + 2 * (s.Pb - s.lin);
       s.dequant = 2 * largest_block_linear(m);
     } else {
       s.frozen = 2 * s.P;
@@ -354,7 +362,11 @@ struct model_states {
 /// `_mark_only_adapters_as_trainable` sets `requires_grad=False`, `src/peft/tuners/tuners_utils.py`); parameters are
 /// the frozen base (bf16, or NF4 block linears for QLoRA) plus the adapters in the master dtype, `(frozen +
 /// w·Pt)/N`; gradients and optimizer states cover the adapters `Pt` only; the LM head is frozen (no head
-/// gradient). Other optimizers than AdamW keep optimizer_state_bytes (8-bit, Adafactor, SGD, Lion).
+/// gradient). Other optimizers than AdamW keep optimizer_state_bytes (8-bit, Adafactor, SGD, Lion). QLoRA on
+/// bitsandbytes under FSDP: only the 4-bit codes `0.5·P_lin` are sharded (and offloaded); the constants
+/// `(1/64 + 4/(64·256))·P_lin` are held whole on every GPU (memory_shape::nf4_replicated, bytes per GPU:
+/// bitsandbytes/nn/modules.py L381-395, L487-501 @95f9af30; see nf4_constants_sharded); torchtune's torchao NF4
+/// shards both.
 ///
 /// Megatron-LM (stack megatron, `--bf16`, sharding none): the optimizer's fp32 main parameters `4·P`
 /// (`Float16OptimizerWithFloat16Params`, megatron/core/optimizer/optimizer.py) and AdamW states `8·P`; the gradients
@@ -389,7 +401,7 @@ struct model_states {
   model_states r;
   if (s.off_opt && !s.megatron && !s.zero1) {  // (violations: no offload with Megatron or the distributed optimizer)
     const double working = s.adapters ? s.frozen + 2 * s.Pt : 2 * P;
-    r.parameters = bytes::base(s.off_params ? 0.0 : working / n);
+    r.parameters = bytes::base((s.off_params ? 0.0 : working / n) + s.nf4_replicated);  // (bitsandbytes' constants stay)
     r.head_gradient = bytes::base(s.adapters ? 0.0 : 2 * s.head_w);  // bf16 until it is reduced and copied to the host
     return r;
   }
@@ -401,7 +413,7 @@ struct model_states {
     return r;
   }
   if (s.adapters) {
-    r.parameters = bytes::base((s.frozen + w * s.Pt) / n);
+    r.parameters = bytes::base((s.frozen + w * s.Pt) / n + s.nf4_replicated);
     r.optimizer_states = bytes::base(optimizer_state_bytes(s.optim, w, s.Pt, s.factored) / n);
     r.gradients = bytes::base(g * s.Pt / n);
     if (s.accum) r.accumulated_gradients = r.gradients;

@@ -508,7 +508,11 @@ struct throughput_shape {
     r.Pt = r.L * r.adapter.params;
     r.Ptc = r.Pt;
     const double lin_all = static_cast<double>(pc.block_linear * m.layers + pc.layer_adjust) / c.tp;
-    if (r.qlora) r.gather = nf4_bytes_per_param * lin_all + 2 * (r.Pc - lin_all);
+    // bitsandbytes under FSDP gathers the 4-bit codes only (its constants are on every rank already; torchao's
+    // NF4Tensor gathers codes and scalers): nf4_constants_sharded, finetune.hpp
+    if (r.qlora)
+      r.gather = (nf4_constants_sharded(c.stack) || !c.sharded() ? nf4_bytes_per_param : nf4_code_bytes_per_param) * lin_all +
+                 2 * (r.Pc - lin_all);
     r.state = optimizer_state_bytes(c.optim, r.w, r.Pt, r.L * r.adapter.factored);
   } else {
     r.Pt = r.P;
