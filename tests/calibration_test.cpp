@@ -475,7 +475,7 @@ TEST_CASE("calibration: lookup takes each quantity from the nearest group that m
   CHECK(b.memory_from == "h200/hf/fsdp");
   CHECK(b.tokens_per_s == 0.15);
   CHECK(b.tokens_per_s_from == "*/*/*");
-  CHECK(b.rows == 3 + 17);
+  CHECK(b.rows == 3 + 42);  // the fsdp group's 3 memory rows and the merged fallback's 25 + 17 tokens/s rows
   // a mode the stack has no rows of on any GPU: the stack's widest over its modes
   b = m.lookup("b200", "hf", "multi");
   CHECK(b.memory == 0.014);
