@@ -67,6 +67,7 @@ runner register_report(CLI::App& app, context& ctx) {
                      is_terminal(ctx.err));
     d.request.progress = [&bar](std::int64_t done, std::int64_t) { bar.update(done); };
     d.plans = search_plans(m, t.gpu, t.instance_ptr(), d.request, static_cast<std::size_t>(o->top), false, k.overheads, k.throughput);
+    for (const auto& p : d.plans.ranked) d.plan_bands.push_back(ctx.band(t.gpu.id, p.config));
     d.request.progress = nullptr;
     bar.finish();
     d.command_line = report_command_line(d.plan.p, o->headroom, o->top, o->global_batch_tokens, o->sweep_max_mbs, o->output);

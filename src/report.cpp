@@ -502,17 +502,21 @@ footer { margin-top: 32px; color: #555; font-size: 0.88em; border-top: 1px solid
     const auto proto = setting_columns(cfgs.front());
     for (std::size_t k = 0; k < proto.size(); ++k)
       if (show[k]) h += "<th>" + esc(std::string(proto[k].header)) + "</th>";
-    h += "<th class=\"n\">device peak GiB</th><th class=\"n\">free</th><th class=\"n\">tokens/s</th><th class=\"n\">MFU</th>"
-         "<th class=\"n\">step s</th></tr>\n";
-    int i = 1;
-    for (const auto& p : d.plans.ranked) {
-      h += fmt::format("<tr><td class=\"n\">{}</td>", i++);
+    h += "<th class=\"n\">device peak GiB</th><th class=\"n\">free</th><th class=\"n\">band top GiB</th><th>verdict</th>"
+         "<th class=\"n\">tokens/s</th><th class=\"n\">MFU</th><th class=\"n\">step s</th></tr>\n";
+    for (std::size_t i = 0; i < d.plans.ranked.size(); ++i) {
+      const plan_candidate& p = d.plans.ranked[i];
+      // the plan's error band (docs/calibration.md#bands): the device peak at its top and the three-state verdict
+      const std::optional<error_band> b = i < d.plan_bands.size() ? d.plan_bands[i] : std::nullopt;
+      h += fmt::format("<tr><td class=\"n\">{}</td>", i + 1);
       const auto cols = setting_columns(p.config);
       for (std::size_t k = 0; k < cols.size(); ++k)
         if (show[k]) h += "<td>" + esc(cols[k].value) + "</td>";
-      h += fmt::format("<td class=\"n\">{:.1f}</td><td class=\"n\">{:.1f}%</td><td class=\"n\">{}</td><td class=\"n\">{:.1f}%</td>"
-                       "<td class=\"n\">{:.3f}</td></tr>\n",
-                       p.memory.device_peak().in(gib), 100 * p.memory.headroom(), group_digits(p.throughput.tokens_per_s),
+      h += fmt::format("<td class=\"n\">{:.1f}</td><td class=\"n\">{:.1f}%</td><td class=\"n\">{}</td><td>{}</td><td class=\"n\">{}</td>"
+                       "<td class=\"n\">{:.1f}%</td><td class=\"n\">{:.3f}</td></tr>\n",
+                       p.memory.device_peak().in(gib), 100 * p.memory.headroom(),
+                       b ? fmt::format("{:.1f}", band_top(p.memory, b->memory).in(gib)) : std::string("—"),
+                       to_string(b ? verdict_of(p.memory, b->memory) : fit_verdict::fits), group_digits(p.throughput.tokens_per_s),
                        100 * p.throughput.mfu, p.throughput.step.raw());
     }
     h += "</table>\n";

@@ -27,6 +27,9 @@ struct report_data {
   std::vector<sweep_series> sweep;  ///< one series per checkpointing mode
   std::string command_line;         ///< how to reproduce the report
   std::optional<error_band> band;   ///< the estimate's error band (the verdict line), if known
+  /// plan_bands[i]: the error band of plans.ranked[i] (context::band), for the top plans' verdict column; a shorter
+  /// vector or nullopt: no band, the verdict is the estimate's own fit.
+  std::vector<std::optional<error_band>> plan_bands{};
 };
 
 /// Checkpointing modes of the sweep chart: none, every block, every 2nd and every 4th block, per-op selective

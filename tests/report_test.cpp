@@ -123,6 +123,11 @@ TEST_CASE("report: one self-contained HTML file with the charts, the plans, the 
   std::string grouped = std::to_string(std::llround(best_tps));
   for (int i = static_cast<int>(grouped.size()) - 3; i > 0; i -= 3) grouped.insert(static_cast<std::size_t>(i), ",");
   CHECK_THAT(html, Catch::Contains("<td class=\"n\">" + grouped + "</td>"));
+  // each top plan carries its error band's top and its verdict (docs/calibration.md#bands), as recommend's table does
+  CHECK_THAT(html, Catch::Contains("<th class=\"n\">band top GiB</th><th>verdict</th>"));
+  const double top = rj["plans"][0]["band"]["device_peak_top_bytes"].get<double>() / 1073741824.0;
+  CHECK_THAT(html, Catch::Contains(fmt::format("<td class=\"n\">{:.1f}</td><td>{}</td><td class=\"n\">{}</td>", top,
+                                               rj["plans"][0]["verdict"].get<std::string>(), grouped)));
 }
 
 TEST_CASE("report: bad options exit 2 with one line", "[report]") {
