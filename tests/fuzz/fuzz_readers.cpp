@@ -45,35 +45,7 @@ void model_reader(const nlohmann::json& j, const std::string& text) {
   }
 }
 
-/// A catalog document merged over an empty catalog; every GPU it accepts is then evaluated with a small model
-/// (an accepted catalog must be usable without UB: no division by a zero bandwidth, no NaN capacity).
-void catalog_reader(const nlohmann::json& j, const std::string& text) {
-  try {
-    bwplan::hardware_catalog cat;
-    bwplan::io::merge_catalog(cat, j, "fuzz-catalog.json");
-    bwplan::model_spec m;
-    m.name = "fuzz";
-    m.family = "llama";
-    m.hidden = 256;
-    m.layers = 2;
-    m.heads = 4;
-    m.kv_heads = 4;
-    m.head_dim = 64;
-    m.intermediate = 512;
-    m.vocab = 1000;
-    m.max_context = 2048;
-    for (const auto& g : cat.gpus()) {
-      bwplan::training_config c;
-      c.seq_len = 256;
-      (void)bwplan::estimate_memory(m, c, g).fits;
-      (void)bwplan::estimate_throughput(m, c, g).mfu;
-    }
-    for (const auto& i : cat.instances()) (void)cat.gpu(i.gpu);
-  } catch (const bwplan::error& e) {
-    if (const auto* ce = dynamic_cast<const bwplan::config_error*>(&e)) (void)bwplan::io::with_location(*ce, text);
-  }
-}
-
+/// The small dense model the catalog, profile and band readers evaluate with.
 bwplan::model_spec small_model() {
   bwplan::model_spec m;
   m.name = "fuzz";
@@ -88,6 +60,26 @@ bwplan::model_spec small_model() {
   m.max_context = 2048;
   return m;
 }
+
+/// A catalog document merged over an empty catalog; every GPU it accepts is then evaluated with a small model
+/// (an accepted catalog must be usable without UB: no division by a zero bandwidth, no NaN capacity).
+void catalog_reader(const nlohmann::json& j, const std::string& text) {
+  try {
+    bwplan::hardware_catalog cat;
+    bwplan::io::merge_catalog(cat, j, "fuzz-catalog.json");
+    const bwplan::model_spec m = small_model();
+    for (const auto& g : cat.gpus()) {
+      bwplan::training_config c;
+      c.seq_len = 256;
+      (void)bwplan::estimate_memory(m, c, g).fits;
+      (void)bwplan::estimate_throughput(m, c, g).mfu;
+    }
+    for (const auto& i : cat.instances()) (void)cat.gpu(i.gpu);
+  } catch (const bwplan::error& e) {
+    if (const auto* ce = dynamic_cast<const bwplan::config_error*>(&e)) (void)bwplan::io::with_location(*ce, text);
+  }
+}
+
 
 /// A calibration profile (docs/calibration.md#profile): every constant it accepts must give a finite estimate, and
 /// its band a verdict (an accepted profile is usable without UB: no NaN efficiency, no negative overhead).
