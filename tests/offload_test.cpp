@@ -22,23 +22,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// Llama-3.1-8B: h 4096, L 32, a 32, g 8, d 128, F 14336, V 128256, untied.
-// Per block: q 4096² = 16,777,216; k, v 4096·1024 = 4,194,304 each; o 16,777,216; MLP 3·4096·14336 = 176,160,768;
-// two norms 8,192: 218,112,000. P = 32 · 218,112,000 + 2 · 128256·4096 + 4096 = 8,030,261,248.
-model_spec llama_8b() {
-  model_spec m;
-  m.name = "llama-8b";
-  m.family = "llama";
-  m.hidden = 4096;
-  m.layers = 32;
-  m.heads = 32;
-  m.kv_heads = 8;
-  m.head_dim = 128;
-  m.intermediate = 14336;
-  m.vocab = 128256;
-  m.max_context = 131072;
-  return m;
-}
+using test::llama_8b;  // P below: its hand count (tests/test_util.hpp)
 constexpr double P = 8'030'261'248;
 constexpr double Pb = 218'112'000;
 constexpr double head_w = 128256.0 * 4096;  // 525,336,576

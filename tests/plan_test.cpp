@@ -1,6 +1,8 @@
 // Library tests that mirror the headers: bwplan/plan.hpp (the plan, its rules, its command-line form and labels),
 // bwplan/training.hpp (checkpointing, the configuration rules), bwplan/precision.hpp (the one precision table),
 // bwplan/units.hpp, bwplan/quantity.hpp and bwplan/io/plan.hpp (the one reader and writer of plan files).
+#include "test_util.hpp"
+
 #include <bwplan/bwplan.hpp>
 #include <bwplan/io/estimate.hpp>
 #include <bwplan/io/plan.hpp>
@@ -16,20 +18,7 @@ using namespace bwplan;
 
 namespace {
 
-model_spec llama8b() {
-  model_spec m;
-  m.name = "llama-8b-shape";
-  m.family = "llama";
-  m.layers = 32;
-  m.hidden = 4096;
-  m.heads = 32;
-  m.kv_heads = 8;
-  m.head_dim = 128;
-  m.intermediate = 14336;
-  m.vocab = 128256;
-  m.max_context = 131072;
-  return m;
-}
+using test::llama_8b;
 
 plan eight_gpus() {
   plan p;
@@ -147,15 +136,15 @@ TEST_CASE("plan: the global batch sets the accumulation, and the rules check the
   p.global_batch = 64;
   CHECK(apply_global_batch(p).empty());
   CHECK(p.training.grad_accum == 4);  // 64 / (2 x 8)
-  CHECK(plan_violations(llama8b(), p).empty());
+  CHECK(plan_violations(llama_8b(), p).empty());
   p.training.grad_accum = 3;
-  CHECK(has_field(plan_violations(llama8b(), p), "global_batch_size"));
+  CHECK(has_field(plan_violations(llama_8b(), p), "global_batch_size"));
   p.global_batch = 60;
   CHECK(has_field(apply_global_batch(p), "global_batch_size"));  // 60 is not a multiple of 16
 }
 
 TEST_CASE("plan_violations: the model's rules and what is not modelled", "[plan]") {
-  const model_spec m = llama8b();
+  const model_spec m = llama_8b();
   plan p = eight_gpus();
   CHECK(plan_violations(m, p).empty());
   p.training.tp = 8;
@@ -348,7 +337,7 @@ TEST_CASE("plan file: the schema-1 two-key checkpointing form reads as every-K, 
 // ---------------------------------------------------------------- io/estimate.hpp
 
 TEST_CASE("estimate JSON: communication by parallelism adds up, expert parallel included", "[plan][io]") {
-  model_spec m = llama8b();
+  model_spec m = llama_8b();
   m.name = "moe";
   m.family = "qwen3_moe";
   m.experts = 8;

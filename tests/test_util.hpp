@@ -64,6 +64,24 @@ inline model_spec llama_1b() {
   return m;
 }
 
+/// Llama-3.1-8B built by hand: h 4096, L 32, a 32, g 8, d 128, F 14336, V 128256, untied. Per block: q 4096² =
+/// 16,777,216; k, v 4096·1024 = 4,194,304 each; o 16,777,216; MLP 3·4096·14336 = 176,160,768; two norms 8,192:
+/// 218,112,000. P = 32 · 218,112,000 + 2 · 128256·4096 + 4096 = 8,030,261,248.
+inline model_spec llama_8b() {
+  model_spec m;
+  m.name = "llama-8b";
+  m.family = "llama";
+  m.hidden = 4096;
+  m.layers = 32;
+  m.heads = 32;
+  m.kv_heads = 8;
+  m.head_dim = 128;
+  m.intermediate = 14336;
+  m.vocab = 128256;
+  m.max_context = 131072;
+  return m;
+}
+
 /// `bwplan estimate ARGS… --format json`, parsed; the test fails (with the CLI's stderr) unless it exits 0.
 inline nlohmann::json estimate_json(std::vector<std::string> args) {
   args.insert(args.begin(), "estimate");
