@@ -62,6 +62,7 @@ struct recommend_options {
   std::string stack = "hf";         ///< --stack
   bool compile = false;             ///< --compile
   bool expandable_segments = false; ///< --expandable-segments
+  bool optimizer_in_backward = false;  ///< --optimizer-in-backward
   std::string offload = "none";     ///< --offload none | auto | a list of optimizer, params, activations
 };
 
@@ -571,6 +572,8 @@ runner register_recommend(CLI::App& app, context& ctx) {
   sub->add_flag("--expandable-segments", o->expandable_segments,
                 "every plan runs with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (without it, a plan that fits only with it "
                 "is kept with it and says so)");
+  sub->add_flag("--optimizer-in-backward", o->optimizer_in_backward,
+                "plans step each parameter in backward (torchtune's optimizer_in_bwd; --stack torchtune, one GPU, no accumulation)");
   sub->add_option("--offload", o->offload,
                   "CPU offload of every plan: none, a list of optimizer, params, activations, or auto (search the sets; "
                   "docs/finetune.md#cpu-offload)")
@@ -712,6 +715,9 @@ runner register_recommend(CLI::App& app, context& ctx) {
       req.stack = *st;
       req.compile = o->compile;
       req.expandable_segments = o->expandable_segments;
+      req.optimizer_in_backward = o->optimizer_in_backward;
+      if (o->optimizer_in_backward && req.stack != training_stack::torchtune)
+        throw invalid_request("--optimizer-in-backward: modelled as torchtune's optimizer_in_bwd; use it with --stack torchtune");
       if (o->offload == "auto") {
         req.offloads = offload_candidates();
       } else {

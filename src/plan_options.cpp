@@ -80,6 +80,9 @@ void add_plan_options(CLI::App* sub, const std::shared_ptr<plan_options>& o) {
                   "FSDP-sharded parameters: FSDP2 CPUOffloadPolicy; with optimizer and --sharding full), activations (the "
                   "checkpoints of --ac full)")
       ->option_text("none|optimizer[,params][,activations]");
+  sub->add_flag("--optimizer-in-backward", o->optimizer_in_backward,
+                "step each parameter as soon as its gradient is complete and free the gradient (torchtune's optimizer_in_bwd; "
+                "--stack torchtune, one GPU, no accumulation)");
 }
 
 std::string plan_flag(std::string_view field) {
@@ -95,7 +98,7 @@ std::string plan_flag(std::string_view field) {
       {"optimizer", "--optimizer"},      {"finetune", "--finetune"},   {"lora_rank", "--lora-rank"},
       {"lora_alpha", "--lora-alpha"},    {"lora_targets", "--lora-targets"}, {"lora_dropout", "--lora-dropout"},
       {"stack", "--stack"},              {"compile", "--compile"},     {"expandable_segments", "--expandable-segments"},
-      {"offload", "--offload"}};
+      {"offload", "--offload"},          {"optimizer_in_backward", "--optimizer-in-backward"}};
   const auto it = flags.find(field);
   return std::string(it == flags.end() ? field : it->second);
 }
@@ -221,6 +224,7 @@ resolved_plan resolve_plan(const context& ctx, const hardware_catalog& cat, cons
   }
   if (from_flag("--compile", "compile")) c.compile = o.compile;
   if (from_flag("--expandable-segments", "expandable_segments")) c.expandable_segments = o.expandable_segments;
+  if (from_flag("--optimizer-in-backward", "optimizer_in_backward")) c.optimizer_in_backward = o.optimizer_in_backward;
   if (from_flag("--offload", "offload")) {
     const auto off = parse_offload(o.offload);
     if (!off)

@@ -135,9 +135,17 @@ TEST_CASE("stacks: the loss buffers of each stack, hand-derived", "[stacks][term
       const auto l = terms::loss_buffer_bytes(shape(c));
       CHECK(l.saved.raw() == 4 * TV);                          // every chunk's fp32 log-softmax
       CHECK(l.forward_transient.raw() == 2 * TV + 4 * TV / 8);  // the bf16 logits + one chunk's upcast
-      CHECK(l.backward_transient.raw() == 8 * TV / 8);          // one chunk's two fp32 gradients
+      // one chunk's two fp32 gradients; torchtune applies the head per chunk, so its bf16 weight gradient is summed
+      // over the chunks in backward: the running sum and the next chunk's, 2 · 2·V·h
+      CHECK(l.backward_transient.raw() == 8 * TV / 8 + (s == training_stack::torchtune ? 2 * 2 * V * h : 0.0));
       CHECK(l.head_gradient.raw() == 0);                        // the head's gradient comes in backward, as standard
     }
+    training_config c = one_gpu(training_stack::torchtune);
+    c.loss = loss_impl::chunked;
+    c.compile = true;  // one bf16 chunk gradient at a time, and the head's gradient sum
+    CHECK(terms::loss_buffer_bytes(shape(c)).backward_transient.raw() == 2 * TV / 8 + 2 * 2 * V * h);
+    c.finetune = finetune_mode::lora;  // a frozen head: no weight gradient to sum
+    CHECK(terms::loss_buffer_bytes(shape(c)).backward_transient.raw() == 2 * TV / 8);
   }
   SECTION("torchtune standard: the model returns fp32 logits") {
     const auto l = terms::loss_buffer_bytes(shape(one_gpu(training_stack::torchtune)));
@@ -361,5 +369,130 @@ TEST_CASE("stacks: public memory measurements within 10 percent with the stack t
     // in docs/validation.md says they are, so that a change of the model shows in the table
     if (c.value("asserted", true)) CHECK(err <= c["tolerance"].get<double>());
     else CHECK(std::abs(100 * (predicted / measured - 1) - c["reported_error_pct"].get<double>()) < 1.0);
+  }
+}
+
+TEST_CASE("stacks: optimizer in backward holds one parameter's gradient at a time, hand-derived", "[stacks][terms]") {
+  // Llama 3.2 1B (tied head), torchtune, pure bf16 on one GPU: w = 2 bytes per parameter, gradient and state
+  const model_spec m = llama_1b();
+  training_config c = one_gpu(training_stack::torchtune);
+  const training_config after = c;  // the optimizer after backward, for comparison
+  c.optimizer_in_backward = true;
+  const auto s = shape(c);
+  CHECK(s.largest_linear == h * F);  // max(h·q, h·kv, h·F)
+  CHECK(s.largest_param == V * h);   // the embedding (the tied head)
+  const auto ms = terms::model_state_bytes(s);
+  CHECK(ms.parameters.raw() == 2 * P);
+  CHECK(ms.optimizer_states.raw() == 4 * P);
+  CHECK(ms.gradients.raw() == 0);        // nothing held after backward
+  CHECK(ms.block_gradient.raw() == 0);   // nor across blocks
+  CHECK(ms.head_gradient.raw() == 2 * V * h);  // the tied head's gradient waits for the embedding's backward
+  const auto tr = terms::transient_bytes(s, terms::saved_activation_bytes(m, s), terms::weight_copy_bytes(s));
+  CHECK(tr.block_gradient_buffers.raw() == 2 * h * F);  // one weight's gradient while it is stepped (fused AdamW)
+  CHECK(tr.optimizer.raw() == 0);
+  training_config fe = c;
+  fe.optimizer = optimizer_impl::foreach;
+  const auto sf = shape(fe);
+  const auto tf = terms::transient_bytes(sf, terms::saved_activation_bytes(m, sf), terms::weight_copy_bytes(sf));
+  CHECK(tf.block_gradient_buffers.raw() == 4 * h * F);  // + the step's foreach temporary
+  CHECK(tf.optimizer.raw() == 2 * V * h);               // one parameter's temporary, not w·P
+
+  const auto e = estimate_memory(m, c, h100());
+  const auto e0 = estimate_memory(m, after, h100());
+  CHECK(e.before_forward.raw() == e0.before_forward.raw());
+  CHECK(e0.after_backward.raw() - e0.before_forward.raw() == Approx(2 * P).epsilon(1e-12));  // every gradient held
+  CHECK(e.after_backward.raw() == e.before_forward.raw());                                  // none
+  CHECK(e.optimizer_peak.raw() - e.before_forward.raw() == Approx(2 * V * h).epsilon(1e-12));  // the embedding's step
+  CHECK(e.at_optimizer_peak.gradients.raw() == 2 * V * h);
+  CHECK(e.backward_peak <= e0.backward_peak);  // (here both peak in the standard loss's backward)
+  {  // compiled chunked loss with full checkpointing (torchtune's published row): the peak leaves the block walk,
+     // where the gradients of the blocks above were held, for the loss backward
+    training_config ck = c, ck0 = after;
+    for (training_config* x : {&ck, &ck0}) { x->loss = loss_impl::chunked; x->compile = true; x->ac = checkpointing::full(); }
+    const auto a = estimate_memory(m, ck, h100()), a0 = estimate_memory(m, ck0, h100());
+    CHECK(a.backward_peak < a0.backward_peak);
+    CHECK(a0.at_backward_peak.gradients.raw() > 2 * V * h);  // the head's and some blocks' gradients
+    CHECK(a.at_backward_peak.gradients.raw() <= 2 * V * h);  // at most the tied head's
+  }
+  // foreach: the whole-model temporary of a step after backward (2·P) becomes one parameter's (2·V·h)
+  training_config fe0 = after;
+  fe0.optimizer = optimizer_impl::foreach;
+  CHECK(estimate_memory(m, fe0, h100()).optimizer_peak.raw() - e0.before_forward.raw() == Approx(2 * P + 2 * P).epsilon(1e-12));
+  CHECK(estimate_memory(m, fe, h100()).optimizer_peak.raw() - e.before_forward.raw() == Approx(4 * V * h).epsilon(1e-12));
+
+  // an untied head (Llama 3.1 8B) is stepped right after the loss backward, with every saved activation alive
+  const model_spec m8 = test::llama_8b();
+  training_config c8 = c;
+  const auto s8 = terms::memory_shape_of(m8, c8, h100());
+  CHECK(terms::model_state_bytes(s8).head_gradient.raw() == 0);
+  const auto e8 = estimate_memory(m8, c8, h100());
+  const double V8h = 128256.0 * 4096;
+  CHECK(e8.backward_peak.raw() >= e8.after_forward.raw() + 2 * V8h);
+  CHECK(e8.optimizer_peak.raw() - e8.before_forward.raw() == Approx(2 * V8h).epsilon(1e-12));
+}
+
+TEST_CASE("stacks: the rules of optimizer in backward, as plan violations and one-line CLI errors", "[stacks][cli]") {
+  auto field_of = [](const training_config& c) {
+    const auto v = violations(c);
+    return v.empty() ? std::string() : v.front().field;
+  };
+  training_config c = one_gpu(training_stack::torchtune);
+  c.optimizer_in_backward = true;
+  CHECK(field_of(c).empty());
+  auto broken = [&](auto&& edit) {
+    training_config x = c;
+    edit(x);
+    return field_of(x);
+  };
+  CHECK(broken([](training_config& x) { x.stack = training_stack::hf; x.master = master_weights::fp32; }) == "optimizer_in_backward");
+  CHECK(broken([](training_config& x) { x.grad_accum = 2; }) == "optimizer_in_backward");
+  CHECK(broken([](training_config& x) { x.world_size = 8; }) == "optimizer_in_backward");
+  CHECK(broken([](training_config& x) { x.shard = sharding::full; }) == "optimizer_in_backward");
+  CHECK(broken([](training_config& x) { x.finetune = finetune_mode::lora; }) == "optimizer_in_backward");
+  CHECK(broken([](training_config& x) { x.offload = offload_target::optimizer; }) == "optimizer_in_backward");
+
+  auto r = run_cli({"estimate", "Llama-3.2-1B", "--gpu", "h100", "--optimizer-in-backward"});
+  CHECK(r.code == 2);
+  CHECK(r.err.find("--optimizer-in-backward") != std::string::npos);
+  CHECK(r.err.find("stack torchtune") != std::string::npos);
+  CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
+  r = run_cli({"estimate", "Llama-3.2-1B", "--gpu", "h100", "--stack", "torchtune", "--master", "bf16", "--optimizer-in-backward",
+               "--grad-accum", "4"});
+  CHECK(r.code == 2);
+  CHECK(r.err.find("grad_accum must be 1, got 4") != std::string::npos);
+  r = run_cli({"recommend", "Llama-3.2-1B", "--gpu", "h100", "--optimizer-in-backward"});
+  CHECK(r.code == 2);
+  CHECK(r.err.find("--stack torchtune") != std::string::npos);
+}
+
+TEST_CASE("stacks: optimizer_in_backward travels the plan file, the reproduce line, the JSON and the search", "[stacks][plan]") {
+  plan p;
+  p.model = "Llama-3.2-1B";
+  p.target.gpu = "h100";
+  p.training.stack = training_stack::torchtune;
+  p.training.master = master_weights::bf16;
+  p.training.optimizer_in_backward = true;
+  const auto j = io::plan_to_json(p);
+  CHECK(j["optimizer_in_backward"] == true);
+  CHECK(io::plan_from_json(nlohmann::json::parse(j.dump()), "plan.json").value.training.optimizer_in_backward);
+  CHECK_FALSE(io::plan_to_json(plan{}).contains("optimizer_in_backward"));  // written when set
+  const auto a = to_cli_args(p);
+  CHECK(std::find(a.begin(), a.end(), "--optimizer-in-backward") != a.end());
+  CHECK(describe(p.training).find("optimizer in backward") != std::string::npos);
+  auto bad = j;
+  bad["optimizer_in_backward"] = 1;
+  CHECK_THROWS_WITH(io::plan_from_json(nlohmann::json::parse(bad.dump()), "plan.json"), Catch::Contains("/optimizer_in_backward"));
+  const auto e = estimate_json({"Llama-3.2-1B", "--gpu", "h100", "--master", "bf16", "--stack", "torchtune", "--optimizer-in-backward"});
+  CHECK(e["config"]["optimizer_in_backward"] == true);
+  // the search keeps the setting and only the plans that need no accumulation
+  const auto r = run_cli({"recommend", "Llama-3.2-1B", "--gpu", "h100", "--stack", "torchtune", "--optimizer-in-backward",
+                          "--seq", "4096", "--global-batch-tokens", "16384", "--format", "json"});
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  const auto rj = nlohmann::json::parse(r.out);
+  REQUIRE(!rj["plans"].empty());
+  for (const auto& pl : rj["plans"]) {
+    CHECK(pl["config"]["optimizer_in_backward"] == true);
+    CHECK(pl["config"]["grad_accum"] == 1);
   }
 }

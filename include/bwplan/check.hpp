@@ -311,6 +311,7 @@ inline std::string_view rule_for(const plan_violation& v) {
   req.stack = c.stack;  // the same stack and compile setting as the plan
   req.compile = c.compile;
   req.expandable_segments = c.expandable_segments;
+  req.optimizer_in_backward = c.optimizer_in_backward;  // the same optimizer placement
   req.offloads = {c.offload};  // the same CPU offload
   if (c.stack == training_stack::megatron) { req.shardings = {sharding::none, sharding::optimizer}; req.losses = {loss_impl::standard}; }
   if (c.adapters()) { req.tps = {1}; req.formats = {compute_format::bf16}; }

@@ -201,6 +201,11 @@ struct memory_shape {
   bool off_opt = false;        ///< optimizer states, master weights, gradients and the step on the host
   bool off_params = false;     ///< the FSDP-sharded parameters on the host (FSDP2 CPUOffloadPolicy)
   bool off_act = false;        ///< the activation checkpoints on the host
+  // --- optimizer in backward (training_config::optimizer_in_backward, docs/stacks.md#optimizer-in-backward)
+  bool in_bwd = false;         ///< each parameter is stepped and its gradient freed as soon as the gradient is complete
+  bool tied = false;           ///< the LM head is the embedding matrix (its gradient completes with the embedding's, last)
+  double largest_linear = 0;   ///< elements of one block's largest linear weight (÷ tp)
+  double largest_param = 0;    ///< elements of the largest parameter: max(largest_linear, V·h ÷ tp)
 };
 
 /// Parameters of pipeline rank `st` of `m` from the counts `q`: its decoder blocks (a MoE model's leading dense
@@ -241,6 +246,8 @@ struct memory_shape {
   s.sp_gathered = c.tp > 1 && !s.megatron;
   s.loss_parallel = c.tp > 1 && !s.megatron;
   s.expandable = c.expandable_segments;
+  s.in_bwd = c.optimizer_in_backward;
+  s.tied = m.tied_embeddings;
   s.accum = c.grad_accum > 1;
   s.ddp = !s.fsdp && !s.zero1 && c.fsdp_mesh() > 1;
   s.multi_process = s.fsdp || c.world_size > 1;
@@ -262,6 +269,8 @@ struct memory_shape {
   s.V = static_cast<double>(m.vocab);
   s.h = static_cast<double>(m.hidden);
   s.F = detail::mlp_width_per_token(m);
+  s.largest_linear = largest_block_linear(m) / tpd;
+  s.largest_param = std::max(s.largest_linear, s.head_w);
   s.format = traits(c.format, gpu);
   const std::int64_t L = m.layers;
   const bf16_blocks keep = c.bf16_kept();
@@ -396,6 +405,15 @@ struct model_states {
 /// copied host-to-device before all-gather ... Sharded gradients are copied device-to-host in backward, and the
 /// optimizer step runs on CPU") the sharded parameters leave HBM too: only the gathered units (weight_copies) and
 /// the staging of the unit in flight (transient_buffers::offload_staging) remain.
+///
+/// Optimizer in backward (memory_shape::in_bwd; torchtune `optimizer_in_bwd`): torchtune builds one optimizer per
+/// parameter and steps it from the parameter's `register_post_accumulate_grad_hook`, then `zero_grad()` sets the
+/// gradient to None (torchtune/modules/optim.py L15-60 `OptimizerInBackward` @bd2a0fc7;
+/// recipes/full_finetune_single_device.py L151-160, L436-442: no gradient accumulation, no clipping). No gradient is
+/// held across blocks or after backward: `gradients` and `block_gradient` are 0 and a parameter's gradient lives only
+/// while it is stepped (transient_buffers). The autograd engine sums the gradients a parameter gets from several uses
+/// before its AccumulateGrad node runs once, so a tied LM head's gradient `g·V·h` is held from the loss backward to
+/// the embedding's backward at the end (`head_gradient`); an untied head is stepped right after the loss backward.
 [[nodiscard]] inline model_states model_state_bytes(const memory_shape& s) noexcept {
   const double w = s.w, g = s.w, P = s.P, n = s.n;
   model_states r;
@@ -434,6 +452,10 @@ struct model_states {
   }
   r.parameters = bytes::base(w * P / n);
   r.optimizer_states = bytes::base(optimizer_state_bytes(s.optim, w, P, s.factored) / n);
+  if (s.in_bwd) {  // each gradient is stepped and freed when complete; a tied head's waits for the embedding's
+    r.head_gradient = bytes::base(s.tied ? g * s.head_w : 0.0);
+    return r;
+  }
   r.gradients = bytes::base(g * P / n);
   if (s.accum) r.accumulated_gradients = bytes::base(g * P / n);
   r.block_gradient = bytes::base(s.accum ? 0 : (s.fsdp ? g * s.block_full / n : g * s.Pb));
@@ -758,6 +780,14 @@ inline constexpr double stack_loss_chunks = 8;
 /// upcast, backward the fp32 gradient `4·T·V`); torchtune's chunked loss compiles `compute_cross_entropy` per chunk
 /// (the bf16 chunks `2·T·V` saved, one bf16 chunk gradient at a time); torchtitan's chunks are views of one tensor,
 /// whose gradient is gathered whole (`2·T·V`).
+///
+/// torchtune's chunked loss runs over the model's `chunked_output`, which applies the LM head to each of the 8 chunks
+/// (`[self.output(chunk) for chunk in last_hidden_state.chunk(self.num_output_chunks, dim=1)]`,
+/// torchtune/modules/transformer.py L485-504 @1814feb17, L493-512 @bd2a0fc7): the head weight is used 8 times, and
+/// autograd sums the 8 weight gradients in the input buffer of its AccumulateGrad node before that node runs
+/// (torch/csrc/autograd/input_buffer.cpp `accumulate`, in place into the running sum): the loss backward holds the
+/// running sum and the next chunk's gradient, `2·w·V·h` (bf16 `2·2·V·h` under FSDP2; none for a frozen head).
+/// torchtitan's chunks are views of one logits tensor from one head GEMM (one weight gradient).
 [[nodiscard]] inline loss_buffers loss_buffer_bytes(const memory_shape& s) noexcept {
   const double T = s.T, V = s.V, h = s.h, g = s.w, TV = T * V, C = stack_loss_chunks;
   const bool tune = s.stack == training_stack::torchtune;
@@ -789,13 +819,18 @@ inline constexpr double stack_loss_chunks = 8;
     r.saved = bytes::base(2 * T * h);                                          // gradient w.r.t. the head input
     r.head_gradient = bytes::base((s.accum || s.adapters ? 0 : (s.fsdp ? 2 : g)) * s.head_w);  // head weight gradient (frozen head: none)
     r.forward_transient = bytes::base((2 + 4) * chunk * V);                    // chunk logits bf16 + fp32 gradient
-  } else if (s.compiled_loss) {  // torchtitan / torchtune chunks of bf16 logits, each chunk's loss compiled
-    r.saved = bytes::base(2 * TV + 4 * T);
-    r.backward_transient = bytes::base(tune ? 2 * TV / C : 2 * TV);
-  } else {  // torchtitan / torchtune chunks of bf16 logits, eager
-    r.saved = bytes::base(4 * TV);
-    r.forward_transient = bytes::base(2 * TV + (4 * TV + lp) / C);
-    r.backward_transient = bytes::base((8 * TV + lp) / C);
+  } else {
+    // torchtune applies the head to each chunk (`chunked_output`): the head weight's gradient is summed over the
+    // chunks in autograd's input buffer, the sum and the next chunk's product alive together (frozen head: none)
+    const double head_sum = tune && !s.adapters ? 2 * (s.fsdp ? 2 : g) * s.head_w : 0;
+    if (s.compiled_loss) {  // torchtitan / torchtune chunks of bf16 logits, each chunk's loss compiled
+      r.saved = bytes::base(2 * TV + 4 * T);
+      r.backward_transient = bytes::base((tune ? 2 * TV / C : 2 * TV) + head_sum);
+    } else {  // torchtitan / torchtune chunks of bf16 logits, eager
+      r.saved = bytes::base(4 * TV);
+      r.forward_transient = bytes::base(2 * TV + (4 * TV + lp) / C);
+      r.backward_transient = bytes::base((8 * TV + lp) / C + head_sum);
+    }
   }
   return r;
 }
@@ -866,7 +901,7 @@ struct transient_buffers {
   bytes block_gradient_buffers;  ///< a block's weight gradients before they are reduced or accumulated
   bytes checkpointed_forward;    ///< intermediates of a checkpointed block's forward (nothing saved), T·6F
   bytes root_reduce_scatter;     ///< FSDP2 root gradients at the end of backward (bf16 + fp32 copy)
-  bytes optimizer;               ///< foreach AdamW: one full-size temporary list, w·P/N (fused: 0)
+  bytes optimizer;               ///< foreach AdamW: one full-size temporary list, w·P/N (fused: 0; optimizer in backward: one parameter's, w·largest_param)
   bytes dequantized_weight;      ///< QLoRA: the bf16 weight one 4-bit linear dequantizes while it runs (forward and backward)
   /// CPU offload of the parameters: the unit in flight's shard copied to the GPU before its all-gather (in the
   /// master dtype, then cast to bf16) and its reduce-scattered gradient shard before the copy to the host
@@ -890,7 +925,9 @@ struct transient_buffers {
 /// before `copy_(..., non_blocking=True)`, deepspeed/runtime/zero/stage_1_and_2.py L1590-1605 @edaa722), and no
 /// optimizer temporaries (the step runs on the host); with parameter offload the staging of the unit in flight
 /// (offload_staging: FSDP2 copies the shard host-to-device before the all-gather and the gradient shard
-/// device-to-host after the reduce-scatter, CPUOffloadPolicy). Sources: PyTorch autograd,
+/// device-to-host after the reduce-scatter, CPUOffloadPolicy). Optimizer in backward (memory_shape::in_bwd): a block's
+/// weight gradients are stepped one by one, so at most one weight's gradient `w·largest_linear` (and with foreach AdamW
+/// its temporary, as much again) is alive, and the optimizer's temporary is that of one parameter. Sources: PyTorch autograd,
 /// FSDP2 `torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py` (reduce-scatter input), torch.optim.
 [[nodiscard]] constexpr transient_buffers transient_bytes(const memory_shape& s, const saved_activations& a,
                                                          const weight_copies& wc) noexcept {
@@ -907,10 +944,14 @@ struct transient_buffers {
   else
     r.block_gradient_buffers = bytes::base(s.fsdp ? 2 * s.Pb + (fp32_master ? 4 * s.Pb : 0) + wc.fsdp_gathered.raw()
                                                   : (s.off_opt ? 6 * s.Pb : (s.accum ? 2 * s.lin : s.w * s.Pb)));
+  // optimizer in backward: one weight's gradient while it is stepped, with the step's foreach temporary (the
+  // AccumulateGrad node and its post-accumulate hook run as soon as the weight-gradient GEMM has produced it)
+  const bool foreach_adamw = s.optimizer == optimizer_impl::foreach && s.optim == optimizer_kind::adamw;
+  if (s.in_bwd) r.block_gradient_buffers = bytes::base((s.w + (foreach_adamw ? s.w : 0)) * s.largest_linear);
   r.checkpointed_forward = bytes::base(s.T * (6 * s.F));
   r.root_reduce_scatter = bytes::base(s.fsdp && !s.adapters ? 2 * s.root_params + (fp32_master ? 4 * s.root_params : 0) : 0);
-  if (s.optimizer == optimizer_impl::foreach && s.optim == optimizer_kind::adamw && !s.megatron && !s.off_opt)
-    r.optimizer = bytes::base(s.w * s.Pt / s.n);  // (offload: the step and its temporaries are on the host)
+  if (foreach_adamw && !s.megatron && !s.off_opt)  // (offload: the step and its temporaries are on the host)
+    r.optimizer = bytes::base(s.w * (s.in_bwd ? s.largest_param : s.Pt / s.n));  // in backward: one parameter's step at a time
   r.dequantized_weight = bytes::base(s.dequant);
   if (s.off_params) {  // the shard in the master dtype (frozen LoRA base: bf16) + its bf16 cast + the fp32 gradient shard
     const double shard = s.gathered_block / s.n;
@@ -1014,7 +1055,7 @@ struct allocator_replay {
          c.shard != sharding::optimizer && (!c.sharded() || (c.shard == sharding::full && c.master == master_weights::fp32)) && c.grad_accum == 1 && c.loss == loss_impl::standard && c.format == compute_format::bf16 &&
          (c.ac.mode == ac_mode::none || c.ac.mode == ac_mode::full) && !c.fp8_all_gather &&
          !c.adapters() && c.optim == optimizer_kind::adamw && c.offload == 0 &&  // the trace is a full fine-tune with AdamW on the GPU
-         c.stack == training_stack::hf && !c.compile;          // of the eager hf modules
+         c.stack == training_stack::hf && !c.compile && !c.optimizer_in_backward;  // of the eager hf modules, one step after backward
 }
 
 /// The replay term of configuration `c` of `m` (see allocator_replay).
@@ -1115,7 +1156,8 @@ inline memory_terms compute_memory_terms(const model_spec& m, const training_con
 /// blocks, quantized copies of the block running), the last block's working set, the loss buffers. Backward:
 /// the loss backward, then block by block from the last: the activations of blocks below, the recompute of the
 /// block, the gradients of blocks above, the activation gradients and block gradient buffers; at its end the
-/// FSDP2 root reduce-scatter. Optimizer: the gradients and the optimizer's temporaries. Reserved adds the
+/// FSDP2 root reduce-scatter. Optimizer: the gradients and the optimizer's temporaries (optimizer in backward: one
+/// parameter's gradient and step at a time, the untied head's right after the loss backward). Reserved adds the
 /// allocator's slack at the peak moment.
 [[nodiscard]] inline memory_estimate compose_memory(const memory_terms& t) {
   const terms::memory_shape& s = t.shape;
@@ -1181,6 +1223,12 @@ inline memory_terms compute_memory_terms(const model_spec& m, const training_con
     memory_breakdown lp = after_fwd;
     lp.transient = t.loss.backward_transient;
     bwd_peak = consider(lp, step_phase::backward);
+    if (s.in_bwd && !s.tied) {  // optimizer in backward: the untied head is stepped as soon as its gradient is complete
+      memory_breakdown hs = after_fwd;
+      hs.gradients += bytes::base(s.w * s.head_w);
+      hs.transient = t.transient.optimizer;
+      bwd_peak = std::max(bwd_peak, consider(hs, step_phase::backward));
+    }
   }
   const double head_grad = s.loss == loss_impl::chunked && s.stack == training_stack::hf ? t.loss.head_gradient.raw()
                                                                                           : t.states.head_gradient.raw();
@@ -1230,6 +1278,9 @@ inline memory_terms compute_memory_terms(const model_spec& m, const training_con
   // ---- optimizer
   memory_breakdown o = after_bwd;
   o.transient = t.transient.optimizer;
+  // optimizer in backward: the last and largest steps run at the end of backward (a tied embedding's, with its
+  // gradient); the largest parameter's gradient and its step's temporary stand for them
+  if (s.in_bwd) o.gradients += bytes::base(s.w * s.largest_param);
   const double opt_peak = consider(o, step_phase::optimizer);
 
   e.at_peak = best;

@@ -224,6 +224,7 @@ inline std::string shortest(double v) {
   if (c.compile) a.emplace_back("--compile");
   if (c.expandable_segments) a.emplace_back("--expandable-segments");
   if (c.offload != 0) add("--offload", offload_to_string(c.offload));  // written when set (earlier lines stay as they were)
+  if (c.optimizer_in_backward) a.emplace_back("--optimizer-in-backward");
   return a;
 }
 
@@ -298,6 +299,7 @@ inline std::string shortest(double v) {
   if (c.compile) s += ", torch.compile";
   if (c.expandable_segments) s += ", expandable segments";
   if (c.offload != 0) s += ", CPU offload " + offload_to_string(c.offload);
+  if (c.optimizer_in_backward) s += ", optimizer in backward";
   return s;
 }
 
@@ -312,7 +314,7 @@ struct setting_column {
 /// data-parallel degree, global batch (tokens), checkpointing, sharding, TP, CP, EP, PP (with the schedule:
 /// "4" for 1F1B, "4i2" interleaved with 2 virtual stages), precision, master weights, loss, optimizer
 /// implementation, fine-tuning (full, or lora/qlora with rank and targets), optimizer, training stack, torch.compile,
-/// expandable segments, CPU offload.
+/// expandable segments, CPU offload, optimizer in backward.
 /// See differing_columns to keep only those in which rows differ.
 [[nodiscard]] inline std::vector<setting_column> setting_columns(const training_config& c) {
   auto tokens = [](std::int64_t t) {
@@ -342,7 +344,8 @@ struct setting_column {
           {"stack", "stack", to_string(c.stack)},
           {"compile", "compile", c.compile ? "yes" : "no"},
           {"expandable_segments", "exp. seg.", c.expandable_segments ? "yes" : "no"},
-          {"offload", "offload", offload_to_string(c.offload)}};
+          {"offload", "offload", offload_to_string(c.offload)},
+          {"optimizer_in_backward", "opt. in bwd", c.optimizer_in_backward ? "yes" : "no"}};
 }
 
 /// Which of setting_columns() to show for `rows`: the core columns (micro-batch, sequence, accumulation, DP,

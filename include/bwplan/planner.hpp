@@ -51,6 +51,9 @@ struct plan_request {
   training_stack stack = training_stack::hf;        ///< the training stack (megatron: sharding none or optimizer and the standard loss only)
   bool compile = false;                             ///< torch.compile as the stack applies it
   bool expandable_segments = false;                 ///< every candidate runs with `expandable_segments:True`
+  /// Every candidate steps the optimizer in backward (training_config::optimizer_in_backward: stack torchtune, one
+  /// GPU, sharding none); candidates that need gradient accumulation are skipped.
+  bool optimizer_in_backward = false;
   /// Without expandable_segments: a candidate over the line whose replayed step fits with `expandable_segments:True`
   /// is kept with that setting (the plan carries it; the SageMaker job sets PYTORCH_CUDA_ALLOC_CONF).
   bool allow_expandable_segments = true;
@@ -203,6 +206,7 @@ struct plan_result {
             c.stack = req.stack;
             c.compile = req.compile;
             c.expandable_segments = req.expandable_segments;
+            c.optimizer_in_backward = req.optimizer_in_backward;
             c.offload = off;
             if (off != 0) {  // the offload rules of violations(): a set this layout cannot run is not a candidate
               const char* field = nullptr;
@@ -211,6 +215,10 @@ struct plan_result {
             const std::int64_t step_tokens = tokens / (tp * pp);  // data-parallel degree world / (tp · pp)
             c.grad_accum = std::max<std::int64_t>(1, (req.global_batch_tokens + step_tokens - 1) / step_tokens);
             if (vpp > 1) c.grad_accum = (c.grad_accum + pp - 1) / pp * pp;  // interleaved: groups of pp micro-batches
+            // optimizer in backward: no accumulation, one GPU unsharded, full fine-tune, no offload (violations)
+            if (c.optimizer_in_backward &&
+                (c.grad_accum > 1 || c.world_size > 1 || c.shard != sharding::none || c.adapters() || c.offload != 0))
+              continue;
             if (req.admit && !req.admit(c)) continue;
             ++res.evaluated;
             if (req.progress) req.progress(res.evaluated, total);

@@ -312,6 +312,10 @@ struct training_config {
   bool compile = false;               ///< torch.compile as the stack applies it (hf: each block; torchtitan, torchtune: blocks and loss)
   bool expandable_segments = false;   ///< `PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True` (the caching allocator's setting)
   unsigned offload = 0;               ///< CPU offload (offload_target bits: optimizer, params, activations; 0 = none)
+  /// The optimizer steps each parameter inside backward, as soon as its gradient is complete, and frees that
+  /// gradient (torchtune's `optimizer_in_bwd`: one optimizer per parameter stepped from
+  /// `register_post_accumulate_grad_hook`, torchtune/training/memory.py; docs/stacks.md#optimizer-in-backward)
+  bool optimizer_in_backward = false;
 
   [[nodiscard]] bool operator==(const training_config&) const = default;
 
@@ -383,7 +387,8 @@ struct training_config {
 /// torch/distributed/tensor/experimental/_attention.py); a hybrid shard group divides the FSDP mesh and is set only with hybrid sharding;
 /// MoE capacity factor ≥ 1; LoRA rank 1..65536, alpha > 0, dropout in [0, 1), at least one target; LoRA and QLoRA
 /// with precision bf16 and tp 1 (what this release models); the stack's own settings (megatron: sharding none or optimizer, fp32 master
-/// weights, standard loss, no compile; torchtune: bf16 master weights; LoRA with hf and torchtune). `first_only` stops at the first (the planner's hot loop only needs a yes/no).
+/// weights, standard loss, no compile; torchtune: bf16 master weights; LoRA with hf and torchtune); the optimizer step in
+/// backward with stack torchtune, one GPU, sharding none, grad_accum 1, a full fine-tune and no offload. `first_only` stops at the first (the planner's hot loop only needs a yes/no).
 /// Model-dependent rules (heads, experts, positions) are bwplan::plan_violations in plan.hpp.
 [[nodiscard]] inline std::vector<plan_violation> violations(const training_config& c, bool first_only = false) {
   std::vector<plan_violation> out;
@@ -457,6 +462,23 @@ struct training_config {
        [&] { return std::string("pipeline parallelism with FP8 all-gather is not modelled by this release (pp must be 1)"); });
   need(!c.adapters() || c.shard != sharding::optimizer, "sharding",
        [&] { return std::string("the distributed optimizer (sharding optimizer) with LoRA/QLoRA adapters is not modelled by this release"); });
+  // optimizer in backward (torchtune's optimizer_in_bwd, recipes/full_finetune_single_device.py; docs/stacks.md)
+  need(!c.optimizer_in_backward || c.stack == training_stack::torchtune, "optimizer_in_backward", [&] {
+    return std::string("the optimizer step in backward is modelled as torchtune's optimizer_in_bwd (stack torchtune), got stack ") +
+           to_string(c.stack);
+  });
+  need(!c.optimizer_in_backward || c.grad_accum == 1, "optimizer_in_backward", [&] {
+    return "the optimizer steps each parameter as its gradient is complete, so nothing accumulates: grad_accum must be 1, got " +
+           s(c.grad_accum);
+  });
+  need(!c.optimizer_in_backward || (c.world_size == 1 && c.shard == sharding::none), "optimizer_in_backward", [&] {
+    return "the optimizer step in backward is modelled on one GPU without sharding (torchtune's single-device recipe; "
+           "its FSDP2 path is not modelled), got " + s(c.world_size) + " GPU(s)" + (c.shard == sharding::none ? "" : ", sharded");
+  });
+  need(!c.optimizer_in_backward || !c.adapters(), "optimizer_in_backward",
+       [&] { return std::string("the optimizer step in backward is modelled for a full fine-tune (finetune full)"); });
+  need(!c.optimizer_in_backward || c.offload == 0, "optimizer_in_backward",
+       [&] { return std::string("the optimizer step in backward runs on the GPU: offload must be none"); });
   {  // CPU offload (docs/finetune.md#cpu-offload)
     const char* field = nullptr;
     if (const char* why = offload_violation(c, &field)) need(false, field, [&] { return std::string(why); });

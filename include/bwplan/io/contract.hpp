@@ -470,6 +470,7 @@ inline std::string expected(const contract_field& f) {
   if (key == "compile") return c.compile;
   if (key == "expandable_segments") return c.expandable_segments;
   if (key == "offload") return offload_to_string(c.offload);
+  if (key == "optimizer_in_backward") return c.optimizer_in_backward;
   throw config_error(k.file, "/fields", "plan field '" + std::string(key) + "' of the training contract is unknown to this bwplan");
 }
 
@@ -543,6 +544,7 @@ inline std::optional<condition_value> refusal_value(const plan& p, std::string_v
   if (key == "compile") return name(c.compile ? "true" : "false");
   if (key == "expandable_segments") return name(c.expandable_segments ? "true" : "false");
   if (key == "offload") return name(offload_to_string(c.offload));
+  if (key == "optimizer_in_backward") return name(c.optimizer_in_backward ? "true" : "false");
   if (key == "gpu") return name(p.target.gpu);
   if (key == "model") return name(p.model);
   return std::nullopt;
