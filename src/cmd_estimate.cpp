@@ -68,6 +68,8 @@ void print_table(std::ostream& out, const model_spec& m, const resolved_target& 
   out << fmt::format("  {:<18} {:>10.2f} GiB of {:.2f} GiB ({:.1f}% headroom) -> {}\n\n", "device peak",
                      me.device_peak().in(gib), me.capacity.in(gib), 100 * me.headroom(), me.fits ? "fits" : "DOES NOT FIT");
   if (const std::string note = allocator_setting_note(me); !note.empty()) out << "  allocator: " << note << "\n\n";
+  if (me.paged_states.raw() > 0)
+    out << "  paged optimizer: " << paged_states_note(me) << "\n\n";
   if (band) out << "  error band: " << band_line(me, te, *band) << "\n\n";
   out << fmt::format("throughput {:.0f} tokens/s ({:.0f} per GPU), step {:.3f} s, MFU {:.1f}%{}\n", te.tokens_per_s,
                      te.tokens_per_s_per_gpu, te.step.raw(), 100 * te.mfu,

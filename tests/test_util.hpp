@@ -82,9 +82,13 @@ inline model_spec llama_8b() {
   return m;
 }
 
-/// `bwplan estimate ARGS… --format json`, parsed; the test fails (with the CLI's stderr) unless it exits 0.
+/// `bwplan estimate ARGS… --format json` (a leading `--hardware FILE` goes before the subcommand), parsed; the test
+/// fails (with the CLI's stderr) unless it exits 0.
 inline nlohmann::json estimate_json(std::vector<std::string> args) {
-  args.insert(args.begin(), "estimate");
+  // a global option (--hardware FILE) goes before the subcommand
+  auto at = args.begin();
+  if (args.size() >= 2 && args.front() == "--hardware") at += 2;
+  args.insert(at, "estimate");
   args.insert(args.end(), {"--format", "json"});
   const auto r = run_cli(args);
   INFO(r.err);

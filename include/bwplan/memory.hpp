@@ -16,6 +16,7 @@
 #include <bwplan/units.hpp>
 
 #include <algorithm>
+#include <cstdio>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -96,6 +97,12 @@ struct memory_estimate {
   /// CPU offload: host (CPU) bytes one rank keeps, pinned (terms::host_offload::total; 0 without offload). Per node:
   /// host_memory_per_node.
   bytes host_per_gpu;
+  /// Paged 8-bit optimizer (PagedAdamW8bit): its uint8 state pair in CUDA managed memory, outside PyTorch's caching
+  /// allocator (not in peak_allocated, peak_reserved or the fit test; terms::model_states::paged_states)
+  bytes paged_states;
+  /// The part of paged_states that cannot stay on the GPU beside the device peak, paged out to the host:
+  /// max(0, paged_states − (capacity − device_peak)) (0 when it all fits; CUDA migrates the pages on access)
+  bytes paged_on_host;
 
   /// Device bytes in use at the peak: reserved + context + NCCL.
   [[nodiscard]] constexpr bytes device_peak() const noexcept { return peak_reserved + non_pytorch; }
@@ -355,6 +362,9 @@ struct model_states {
   bytes accumulated_gradients;  ///< w·P/N kept across micro-batches when accumulating, else 0
   bytes block_gradient;         ///< what one block's backward adds to the held gradients (0 when accumulating)
   bytes head_gradient;          ///< LM head gradient once the standard loss's backward ran
+  /// PagedAdamW8bit: the uint8 state pair `2·Pt/N` in CUDA managed memory (outside the caching allocator; the fp32
+  /// absmax blocks stay in `optimizer_states`)
+  bytes paged_states;
 };
 
 /// Model states of one step (AdamW, step ≥ 2, gradients set to None after the optimizer step).
@@ -414,7 +424,7 @@ struct model_states {
 /// while it is stepped (transient_buffers). The autograd engine sums the gradients a parameter gets from several uses
 /// before its AccumulateGrad node runs once, so a tied LM head's gradient `g·V·h` is held from the loss backward to
 /// the embedding's backward at the end (`head_gradient`); an untied head is stepped right after the loss backward.
-[[nodiscard]] inline model_states model_state_bytes(const memory_shape& s) noexcept {
+[[nodiscard]] inline model_states model_state_bytes_in_allocator(const memory_shape& s) noexcept {
   const double w = s.w, g = s.w, P = s.P, n = s.n;
   model_states r;
   if (s.off_opt && !s.megatron && !s.zero1) {  // (violations: no offload with Megatron or the distributed optimizer)
@@ -460,6 +470,24 @@ struct model_states {
   if (s.accum) r.accumulated_gradients = bytes::base(g * P / n);
   r.block_gradient = bytes::base(s.accum ? 0 : (s.fsdp ? g * s.block_full / n : g * s.Pb));
   r.head_gradient = bytes::base(s.fsdp ? 2 * s.head_w : (s.accum ? 0 : g * s.head_w));
+  return r;
+}
+
+/// Model states of one step (model_state_bytes_in_allocator), with a paged optimizer's states moved out of the
+/// caching allocator: PagedAdamW8bit allocates each state of a parameter of at least 10^5 elements with
+/// `F.get_paged` (bitsandbytes/optim/optimizer.py L374-390 `get_state_buffer` @95f9af30), a `cudaMallocManaged(...,
+/// cudaMemAttachHost)` buffer (bitsandbytes/functional.py L91-99, csrc/pythonInterface.cpp L557-563) wrapped with
+/// `torch.frombuffer`: PyTorch's allocator and its statistics never see it, and the CUDA driver migrates its pages
+/// between host and GPU on access, evicting them when device allocations need the memory. So the uint8 pair `2·Pt/N`
+/// is `paged_states` and only the fp32 absmax blocks (`2·4/256` B per parameter) stay in `optimizer_states`; the states
+/// of smaller tensors (norm weights) are left in the paged figure (under 0.01 % of a Llama model).
+[[nodiscard]] inline model_states model_state_bytes(const memory_shape& s) noexcept {
+  model_states r = model_state_bytes_in_allocator(s);
+  if (s.optim == optimizer_kind::paged_adamw_8bit && r.optimizer_states.raw() > 0) {
+    const double paged = r.optimizer_states.raw() * (2.0 / bnb_8bit_pair_bytes);
+    r.paged_states = bytes::base(paged);
+    r.optimizer_states = bytes::base(r.optimizer_states.raw() - paged);
+  }
   return r;
 }
 
@@ -1302,6 +1330,9 @@ inline memory_terms compute_memory_terms(const model_spec& m, const training_con
   e.fits = e.device_peak() <= e.capacity;
   e.host_per_gpu = t.host.total();
   terms::apply_allocator_replay(t.replay, e);
+  // a paged optimizer's managed memory: on the GPU where the peak leaves room, the rest paged out to the host
+  e.paged_states = t.states.paged_states;
+  e.paged_on_host = bytes::base(std::max(0.0, e.paged_states.raw() - std::max(0.0, (e.capacity - e.device_peak()).raw())));
   return e;
 }
 
@@ -1385,6 +1416,24 @@ inline void allocator_setting_check(const memory_terms& t, memory_estimate& e) {
              "runs out of memory";
     default: return "";
   }
+}
+
+/// One sentence on a paged optimizer's states of `e` (memory_estimate::paged_states), or "" without one: how much
+/// CUDA managed memory they take beside the device peak and how much of it is paged out to the host.
+[[nodiscard]] inline std::string paged_states_note(const memory_estimate& e) {
+  if (e.paged_states.raw() <= 0) return "";
+  auto gib2 = [](bytes b) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.2f GiB", b.in(gib));
+    return std::string(buf);
+  };
+  std::string s = gib2(e.paged_states) + " of 8-bit states in CUDA managed memory, outside PyTorch's allocator and the device peak";
+  if (e.paged_on_host.raw() > 0)
+    s += "; " + gib2(e.paged_on_host) + " of them do not fit beside the peak and are paged to the host (each optimizer step "
+         "moves them over PCIe, not priced in the step time)";
+  else
+    s += "; they fit on the GPU beside the peak";
+  return s;
 }
 
 /// estimate_memory, stopping at the first pipeline rank whose device peak exceeds `limit` (nullopt then): the

@@ -130,6 +130,10 @@ namespace bwplan::io {
                              : me.allocator_setting == allocator_setting_verdict::fits_if_expandable ? "fits with expandable_segments"
                                                                                                       : "unaffected";
   if (const std::string note = allocator_setting_note(me); !note.empty()) mem["allocator_note"] = note;
+  if (me.paged_states.raw() > 0) {  // PagedAdamW8bit: CUDA managed memory outside the caching allocator
+    mem["paged_optimizer_states_bytes"] = me.paged_states.raw();
+    mem["paged_on_host_bytes"] = me.paged_on_host.raw();
+  }
   if (c.offload != 0) {  // CPU offload: what one rank and one node keep in host memory (terms::host_offload)
     mem["host"] = {{"per_gpu_bytes", me.host_per_gpu.raw()},
                    {"per_node_bytes", host_memory_per_node(me, c).raw()},
