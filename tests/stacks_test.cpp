@@ -46,6 +46,16 @@ training_config one_gpu(training_stack s, master_weights w = master_weights::bf1
   return c;
 }
 
+/// A plan for Llama-3.2-1B on one H100 with the torchtune stack (pure bf16).
+plan torchtune_plan() {
+  plan p;
+  p.model = "Llama-3.2-1B";
+  p.target.gpu = "h100";
+  p.training.stack = training_stack::torchtune;
+  p.training.master = master_weights::bf16;
+  return p;
+}
+
 terms::memory_shape shape(const training_config& c) { return terms::memory_shape_of(llama_1b(), c, h100()); }
 
 nlohmann::json estimate_json(std::vector<std::string> args) {
@@ -243,11 +253,7 @@ TEST_CASE("stacks: the rules of each stack, as plan violations and one-line CLI 
 }
 
 TEST_CASE("stacks: stack, compile and expandable_segments travel the plan file, the reproduce line and the JSON", "[stacks][plan]") {
-  plan p;
-  p.model = "Llama-3.2-1B";
-  p.target.gpu = "h100";
-  p.training.stack = training_stack::torchtune;
-  p.training.master = master_weights::bf16;
+  plan p = torchtune_plan();
   p.training.compile = true;
   p.training.expandable_segments = true;
   const auto j = io::plan_to_json(p);
@@ -466,11 +472,7 @@ TEST_CASE("stacks: the rules of optimizer in backward, as plan violations and on
 }
 
 TEST_CASE("stacks: optimizer_in_backward travels the plan file, the reproduce line, the JSON and the search", "[stacks][plan]") {
-  plan p;
-  p.model = "Llama-3.2-1B";
-  p.target.gpu = "h100";
-  p.training.stack = training_stack::torchtune;
-  p.training.master = master_weights::bf16;
+  plan p = torchtune_plan();
   p.training.optimizer_in_backward = true;
   const auto j = io::plan_to_json(p);
   CHECK(j["optimizer_in_backward"] == true);
