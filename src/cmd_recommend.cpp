@@ -63,6 +63,7 @@ struct recommend_options {
   bool compile = false;             ///< --compile
   bool expandable_segments = false; ///< --expandable-segments
   bool optimizer_in_backward = false;  ///< --optimizer-in-backward
+  bool no_sequence_parallel = false;   ///< --no-sequence-parallel
   std::string offload = "none";     ///< --offload none | auto | a list of optimizer, params, activations
 };
 
@@ -574,6 +575,8 @@ runner register_recommend(CLI::App& app, context& ctx) {
                 "is kept with it and says so)");
   sub->add_flag("--optimizer-in-backward", o->optimizer_in_backward,
                 "plans step each parameter in backward (torchtune's optimizer_in_bwd; --stack torchtune, one GPU, no accumulation)");
+  sub->add_flag("--no-sequence-parallel", o->no_sequence_parallel,
+                "plans with tp > 1 run without sequence parallel (Megatron-LM without --sequence-parallel; --stack megatron)");
   sub->add_option("--offload", o->offload,
                   "CPU offload of every plan: none, a list of optimizer, params, activations, or auto (search the sets; "
                   "docs/finetune.md#cpu-offload)")
@@ -718,6 +721,10 @@ runner register_recommend(CLI::App& app, context& ctx) {
       req.optimizer_in_backward = o->optimizer_in_backward;
       if (o->optimizer_in_backward && req.stack != training_stack::torchtune)
         throw invalid_request("--optimizer-in-backward: modelled as torchtune's optimizer_in_bwd; use it with --stack torchtune");
+      req.sequence_parallel = !o->no_sequence_parallel;
+      if (o->no_sequence_parallel && req.stack != training_stack::megatron)
+        throw invalid_request("--no-sequence-parallel: modelled as Megatron-LM's tensor parallelism without --sequence-parallel; "
+                              "use it with --stack megatron");
       if (o->offload == "auto") {
         req.offloads = offload_candidates();
       } else {

@@ -39,7 +39,7 @@ void add_plan_options(CLI::App* sub, const std::shared_ptr<plan_options>& o) {
                    {{"none", sharding::none}, {"full", sharding::full}, {"hybrid", sharding::hybrid}, {"grad-op", sharding::grad_op},
                     {"optimizer", sharding::optimizer}});
   sub->add_option("--shard-group", o->shard_group, "with --sharding hybrid: GPUs per shard group (default: one node / tp)");
-  sub->add_option("--tp", o->tp, "tensor-parallel degree (within a node, or an NVLink domain spanning instances; with sequence parallel)");
+  sub->add_option("--tp", o->tp, "tensor-parallel degree (within a node, or an NVLink domain spanning instances; with sequence parallel unless --no-sequence-parallel)");
   sub->add_option("--cp", o->cp, "context-parallel degree (ring attention; model states sharded over FSDP x CP)");
   sub->add_option("--ep", o->ep, "expert parallelism (MoE models): routed experts split over ep GPUs (divides experts and GPUs)");
   sub->add_option("--pp", o->pp, "pipeline-parallel degree: stages the layers are split over (uneven splits as torchtitan)");
@@ -83,6 +83,9 @@ void add_plan_options(CLI::App* sub, const std::shared_ptr<plan_options>& o) {
   sub->add_flag("--optimizer-in-backward", o->optimizer_in_backward,
                 "step each parameter as soon as its gradient is complete and free the gradient (torchtune's optimizer_in_bwd; "
                 "--stack torchtune, one GPU, no accumulation)");
+  sub->add_flag("--no-sequence-parallel", o->no_sequence_parallel,
+                "tensor parallelism without sequence parallel: norms and dropout run on the whole sequence on every tp rank "
+                "(Megatron-LM without --sequence-parallel; --stack megatron)");
 }
 
 std::string plan_flag(std::string_view field) {
@@ -98,7 +101,8 @@ std::string plan_flag(std::string_view field) {
       {"optimizer", "--optimizer"},      {"finetune", "--finetune"},   {"lora_rank", "--lora-rank"},
       {"lora_alpha", "--lora-alpha"},    {"lora_targets", "--lora-targets"}, {"lora_dropout", "--lora-dropout"},
       {"stack", "--stack"},              {"compile", "--compile"},     {"expandable_segments", "--expandable-segments"},
-      {"offload", "--offload"},          {"optimizer_in_backward", "--optimizer-in-backward"}};
+      {"offload", "--offload"},          {"optimizer_in_backward", "--optimizer-in-backward"},
+      {"sequence_parallel", "--no-sequence-parallel"}};
   const auto it = flags.find(field);
   return std::string(it == flags.end() ? field : it->second);
 }
@@ -225,6 +229,7 @@ resolved_plan resolve_plan(const context& ctx, const hardware_catalog& cat, cons
   if (from_flag("--compile", "compile")) c.compile = o.compile;
   if (from_flag("--expandable-segments", "expandable_segments")) c.expandable_segments = o.expandable_segments;
   if (from_flag("--optimizer-in-backward", "optimizer_in_backward")) c.optimizer_in_backward = o.optimizer_in_backward;
+  if (from_flag("--no-sequence-parallel", "sequence_parallel")) c.sequence_parallel = !o.no_sequence_parallel;
   if (from_flag("--offload", "offload")) {
     const auto off = parse_offload(o.offload);
     if (!off)

@@ -167,6 +167,7 @@ TEST_CASE("contract: every plan field has a contract entry, and every contract p
   p.training.finetune = finetune_mode::lora;  // the LoRA keys are written with adapters
   p.training.offload = offload_target::optimizer;  // the offload key is written when set
   p.training.optimizer_in_backward = true;         // so is optimizer_in_backward
+  p.training.sequence_parallel = false;            // and sequence_parallel when off
   p.global_batch = 64;
   p.check.disable = {"BWP007"};
   std::set<std::string> plan_keys;
@@ -245,6 +246,15 @@ TEST_CASE("contract: the trainer's refusals, decided from the plan", "[contract]
   CHECK_THAT(first([](training_config& c) { c.ep = 2; }), Catch::StartsWith("ep: ep 2: the reference trainer cannot run it (T-ep)"));
   CHECK_THAT(first([](training_config& c) { c.optimizer_in_backward = true; }),
              Catch::StartsWith("optimizer_in_backward: optimizer_in_backward true: the reference trainer cannot run it (T-optimizer-in-backward)"));
+  {  // tensor parallelism without sequence parallel (a Megatron plan: refused for its stack and for the layout)
+    plan q = p;
+    q.training.stack = training_stack::megatron;
+    q.training.tp = 2;
+    q.training.sequence_parallel = false;
+    std::string all;
+    for (const auto& v : io::trainer_refusals(k, q)) all += v.field + ": " + v.message + "\n";
+    CHECK_THAT(all, Catch::Contains("sequence_parallel: sequence_parallel false: the reference trainer cannot run it (T-no-sequence-parallel)"));
+  }
   CHECK_THAT(first([](training_config& c) { c.format = compute_format::mxfp8; }), Catch::StartsWith("precision: precision mxfp8: the reference trainer cannot run it (T-mxfp8-torch)"));
   CHECK_THAT(first([](training_config& c) { c.format = compute_format::nvfp4; c.tp = 2; }), Catch::Contains("(T-nvfp4-tp)"));
   CHECK_THAT(first([](training_config& c) { c.format = compute_format::nvfp4; c.shard = sharding::none; }), Catch::Contains("(T-nvfp4-autocast)"));

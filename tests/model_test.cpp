@@ -172,3 +172,45 @@ TEST_CASE("model: new falcon keys and qwen2_moe shared experts", "[model]") {
   CHECK(std::abs(static_cast<double>(c.total()) / 14.3e9 - 1) <= 0.005 + 0.05e9 / 14.3e9);
   CHECK(std::abs(static_cast<double>(c.active()) / 2.7e9 - 1) <= 0.005 + 0.05e9 / 2.7e9);
 }
+
+TEST_CASE("model: starcoder2 configs and the dropout keys of gpt2, falcon and starcoder2", "[model]") {
+  // Megatron-LM's 7B functional-test shape as a starcoder2 config (tests/data/megatron-gpt3-7b.json)
+  const auto m = io::load_model(std::filesystem::path(BWPLAN_SOURCE_DIR) / "tests" / "data" / "megatron-gpt3-7b.json");
+  CHECK(m.kv_heads == 8);
+  CHECK(m.layer_norm);
+  CHECK_FALSE(m.gated_mlp);
+  CHECK(m.qkv_bias);
+  CHECK(m.o_bias);
+  CHECK(m.mlp_bias);
+  CHECK_FALSE(m.tied_embeddings);
+  CHECK(m.residual_dropouts == 2);
+  CHECK(m.embedding_dropout);
+  // per block: q, o 4096² + 4096 each; k, v 4096·1024 + 1024 each; c_fc 4096·16384 + 16384; c_proj 16384·4096 + 4096;
+  // two LayerNorms 4·4096
+  const std::int64_t h = 4096, kv = 1024, f = 16384, V = 131584;
+  const std::int64_t block = 2 * (h * h + h) + 2 * (h * kv + kv) + (h * f + f) + (f * h + h) + 4 * h;
+  CHECK(count_parameters(m).total() == 32 * block + 2 * V * h + 2 * h);
+  auto read = [](const char* text) { return io::model_from_json(nlohmann::json::parse(text), "config.json"); };
+  // gpt2: resid_pdrop and embd_pdrop default to 0.1 (GPT2Config)
+  const auto g = read(R"({"model_type": "gpt2", "n_embd": 768, "n_layer": 12, "n_head": 12})");
+  CHECK(g.residual_dropouts == 2);
+  CHECK(g.embedding_dropout);
+  const auto g0 = read(R"({"model_type": "gpt2", "n_embd": 768, "n_layer": 12, "n_head": 12, "resid_pdrop": 0.0, "embd_pdrop": 0})");
+  CHECK(g0.residual_dropouts == 0);
+  CHECK_FALSE(g0.embedding_dropout);
+  // falcon: one dropout_add with parallel attention (hidden_dropout), two in sequential blocks
+  const auto fp = read(R"({"model_type": "falcon", "hidden_size": 512, "num_hidden_layers": 2, "num_attention_heads": 8,
+      "vocab_size": 1000, "hidden_dropout": 0.1, "attention_dropout": 0.1})");
+  CHECK(fp.residual_dropouts == 1);
+  const auto fs = read(R"({"model_type": "falcon", "hidden_size": 512, "num_hidden_layers": 2, "num_attention_heads": 8,
+      "vocab_size": 1000, "parallel_attn": false, "hidden_dropout": 0.1, "attention_dropout": 0.1})");
+  CHECK(fs.residual_dropouts == 2);
+  // Llama-layout families have no residual dropout (attention_dropout acts on the probabilities inside SDPA)
+  const auto l = read(R"({"model_type": "llama", "hidden_size": 512, "num_hidden_layers": 2, "num_attention_heads": 8,
+      "intermediate_size": 1024, "vocab_size": 1000, "attention_dropout": 0.1})");
+  CHECK(l.residual_dropouts == 0);
+  // a probability out of range is refused, naming the field
+  CHECK_THROWS_WITH(read(R"({"model_type": "starcoder2", "hidden_size": 512, "num_hidden_layers": 2, "num_attention_heads": 8,
+      "intermediate_size": 1024, "vocab_size": 1000, "residual_dropout": 1.5})"),
+                    Catch::Contains("/residual_dropout") && Catch::Contains("[0, 1)"));
+}

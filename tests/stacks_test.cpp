@@ -498,3 +498,127 @@ TEST_CASE("stacks: optimizer_in_backward travels the plan file, the reproduce li
     CHECK(pl["config"]["grad_accum"] == 1);
   }
 }
+
+namespace {
+
+/// Megatron-LM's gpt3_7b_tp4_pp1_memory_speed shape (tests/data/megatron-gpt3-7b.json) built by hand: h 4096, L 32,
+/// a 32, g 8, d 128, F 16384 GELU, LayerNorm, biases, untied, V 131584, dropout on both residual branches and the
+/// embeddings.
+model_spec megatron_7b() {
+  model_spec m;
+  m.name = "megatron-gpt3-7b";
+  m.family = "starcoder2";
+  m.hidden = 4096;
+  m.layers = 32;
+  m.heads = 32;
+  m.kv_heads = 8;
+  m.head_dim = 128;
+  m.intermediate = 16384;
+  m.vocab = 131584;
+  m.max_context = 8192;
+  m.gated_mlp = false;
+  m.layer_norm = true;
+  m.qkv_bias = m.o_bias = m.mlp_bias = true;
+  m.residual_dropouts = 2;
+  m.embedding_dropout = true;
+  return m;
+}
+
+training_config megatron_tp4() {
+  training_config c;
+  c.stack = training_stack::megatron;
+  c.world_size = 8;
+  c.gpus_per_node = 8;
+  c.tp = 4;
+  c.micro_batch = 2;
+  c.seq_len = 8192;
+  c.grad_accum = 2;
+  c.shard = sharding::optimizer;
+  return c;
+}
+
+}  // namespace
+
+TEST_CASE("stacks: dropout masks and tensor parallelism without sequence parallel, hand-derived", "[stacks][terms]") {
+  const model_spec m = megatron_7b();
+  const double H = 4096, T = 2.0 * 8192 / 4;  // tokens of one micro-batch on one tp rank with sequence parallel
+  training_config sp = megatron_tp4(), nosp = sp;
+  nosp.sequence_parallel = false;
+  const auto s_sp = terms::memory_shape_of(m, sp, h100()), s_no = terms::memory_shape_of(m, nosp, h100());
+  CHECK(s_sp.sp_replicas == 1);
+  CHECK(s_no.sp_replicas == 4);
+  const auto a = terms::saved_activation_bytes(m, s_sp), b = terms::saved_activation_bytes(m, s_no);
+  // the sequence-sharded part of a block: two LayerNorms' inputs and outputs 2·(2h + 2h), their statistics 8, two bool
+  // dropout masks 2h (Korthikanti et al.'s 10·s·b·h, plus the statistics)
+  CHECK(a.high_precision.sequence_sharded == 8 * H + 8 + 2 * H);
+  // without sequence parallel each tp rank holds it for the whole sequence: (tp − 1) more of it per T-token share
+  CHECK(b.high_precision.block_saved - a.high_precision.block_saved == Approx(3 * (10 * H + 8)).epsilon(1e-12));
+  CHECK(b.all_blocks.raw() - a.all_blocks.raw() == Approx(32 * 3 * (10 * H + 8) * T + 3 * H * T).epsilon(1e-12));
+  CHECK(b.checkpoint.raw() == 4 * a.checkpoint.raw());    // a checkpoint keeps the whole-sequence block input
+  CHECK(b.final_saved.raw() == 4 * a.final_saved.raw());  // the final norm's and the head's inputs
+  CHECK(a.embedding_mask.raw() == H * T);                 // the embedding dropout mask, 1 B per element
+  CHECK(b.embedding_mask.raw() == 4 * H * T);
+  CHECK(b.high_precision.grad_temp - a.high_precision.grad_temp == 3 * 4 * H);
+  // the masks themselves: a model without dropout saves 2h less per token and block, and no embedding mask
+  model_spec nodrop = m;
+  nodrop.residual_dropouts = 0;
+  nodrop.embedding_dropout = false;
+  const auto c = terms::saved_activation_bytes(nodrop, s_sp);
+  CHECK(a.high_precision.block_saved - c.high_precision.block_saved == 2 * H);
+  CHECK(c.embedding_mask.raw() == 0);
+  // at tp 1 the setting changes nothing
+  training_config one = sp, one_no = sp;
+  one.tp = one_no.tp = 1;
+  one_no.sequence_parallel = false;
+  CHECK(estimate_memory(m, one, h100()).peak_allocated == estimate_memory(m, one_no, h100()).peak_allocated);
+  // the peak grows by what the blocks hold more (no recompute: every block's activations are alive at the loss)
+  const auto e_sp = estimate_memory(m, sp, h100()), e_no = estimate_memory(m, nosp, h100());
+  CHECK(e_no.peak_allocated.raw() - e_sp.peak_allocated.raw() >= b.all_blocks.raw() - a.all_blocks.raw());
+  // one all-reduce of the same activations replaces each all-gather + reduce-scatter pair: 2 per block and pass
+  // (forward, backward), 2·T·tp·h bytes each
+  const auto t_sp = estimate_throughput(m, sp, h100()), t_no = estimate_throughput(m, nosp, h100());
+  REQUIRE(t_sp.comm.tensor_parallel.raw() > 0);
+  const throughput_calibration k{};
+  const comm_group tg = terms::comm_group_of(4, 1, 8);
+  const double ar = collective_time(collective_kind::all_reduce, bytes::base(2 * 2 * 8192.0 * H), tg, h100(), nullptr, k).raw();
+  CHECK(t_no.comm.tensor_parallel.raw() == Approx(2 * (2 * 2 * 32) * ar).epsilon(1e-9));  // 2 micro-batches
+  CHECK(t_no.comm.tensor_parallel.raw() <= t_sp.comm.tensor_parallel.raw());
+}
+
+TEST_CASE("stacks: sequence_parallel is Megatron's setting, and travels the plan file, the reproduce line and the JSON", "[stacks][plan]") {
+  training_config c = megatron_tp4();
+  c.sequence_parallel = false;
+  CHECK(violations(c).empty());
+  training_config hf = c;
+  hf.stack = training_stack::hf;
+  hf.shard = sharding::full;
+  const auto v = violations(hf);
+  REQUIRE(!v.empty());
+  CHECK(v.front().field == "sequence_parallel");
+  plan p;
+  p.model = "Llama-3.1-8B";
+  p.target = {"ml.p5.48xlarge", "h100", 1, 8};
+  p.training = c;
+  const auto j = io::plan_to_json(p);
+  CHECK(j["sequence_parallel"] == false);
+  CHECK_FALSE(io::plan_from_json(nlohmann::json::parse(j.dump()), "plan.json").value.training.sequence_parallel);
+  CHECK_FALSE(io::plan_to_json(plan{}).contains("sequence_parallel"));  // written when off
+  const auto a = to_cli_args(p);
+  CHECK(std::find(a.begin(), a.end(), "--no-sequence-parallel") != a.end());
+  CHECK(describe(p.training).find("no sequence parallel") != std::string::npos);
+  auto bad = j;
+  bad["sequence_parallel"] = "no";
+  CHECK_THROWS_WITH(io::plan_from_json(nlohmann::json::parse(bad.dump()), "plan.json"), Catch::Contains("/sequence_parallel"));
+  const auto e = estimate_json({"tests/data/megatron-gpt3-7b.json", "--gpu", "h100", "--gpus", "8", "--tp", "4", "--mbs", "2",
+                                "--seq", "8192", "--grad-accum", "2", "--sharding", "optimizer", "--stack", "megatron",
+                                "--no-sequence-parallel"});
+  CHECK(e["config"]["sequence_parallel"] == false);
+  auto r = run_cli({"estimate", "Llama-3.1-8B", "--gpu", "h100", "--gpus", "8", "--tp", "2", "--no-sequence-parallel"});
+  CHECK(r.code == 2);
+  CHECK(r.err.find("--no-sequence-parallel") != std::string::npos);
+  CHECK(r.err.find("stack megatron") != std::string::npos);
+  CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
+  r = run_cli({"recommend", "Llama-3.1-8B", "--gpu", "h100", "--no-sequence-parallel"});
+  CHECK(r.code == 2);
+  CHECK(r.err.find("--stack megatron") != std::string::npos);
+}

@@ -144,7 +144,8 @@ struct block_layout {
 /// docs/methodology.md). Tensor parallelism (Megatron-style with sequence parallel and a vocabulary-parallel
 /// embedding/head, as torchtitan applies it) divides every weight by tp; context parallelism splits each
 /// sequence over cp ranks and sequence parallel the remaining tokens over tp, so each GPU holds T / (tp · cp)
-/// tokens of activations. Routed experts are divided by ep (MoE only) except in the FSDP-sharded state, where
+/// tokens of activations; without sequence parallel (Megatron-LM's default, training_config::sequence_parallel) the
+/// norms, dropout masks and block inputs are whole-sequence on every tp rank (sp_replicas). Routed experts are divided by ep (MoE only) except in the FSDP-sharded state, where
 /// experts are sharded over ep × (world / ep) = world ranks like the rest.
 struct memory_shape {
   double P = 0;            ///< parameters stored per GPU before data-parallel sharding (÷ tp; experts ÷ ep without FSDP)
@@ -172,6 +173,11 @@ struct memory_shape {
   bool zero1 = false;
   double Ps = 0;           ///< zero1: parameters whose master weights and states are sharded (experts undivided, ÷ tp)
   bool head = true;        ///< the LM head, its logits and the loss live on this GPU (pipeline: the last rank only)
+  bool embedding = true;   ///< the token embedding (and its dropout) runs on this GPU (pipeline: the first rank only)
+  /// tp ranks holding the same sequence-sharded activations (activation_inventory::sequence_sharded), the blocks'
+  /// inputs and the head's input: tp for tensor parallelism without sequence parallel (Megatron-LM without
+  /// `--sequence-parallel`, training_config::sequence_parallel), else 1
+  double sp_replicas = 1;
   double in_flight = 1;    ///< pipeline: micro-batches of this rank's activations alive at its peak (pipeline_rank::in_flight)
   master_weights master = master_weights::fp32;
   loss_impl loss = loss_impl::standard;
@@ -251,6 +257,7 @@ struct memory_shape {
   s.compiled_loss = s.compile && (c.stack == training_stack::torchtitan || c.stack == training_stack::torchtune);
   s.tp = c.tp;
   s.sp_gathered = c.tp > 1 && !s.megatron;
+  s.sp_replicas = c.tp > 1 && !c.sequence_parallel ? static_cast<double>(c.tp) : 1.0;
   s.loss_parallel = c.tp > 1 && !s.megatron;
   s.expandable = c.expandable_segments;
   s.in_bwd = c.optimizer_in_backward;
@@ -323,6 +330,7 @@ struct memory_shape {
     s.P = pipeline_rank_params(m, s.fsdp ? pc_full : pc, st) / tpd;
     if (s.zero1) s.Ps = pipeline_rank_params(m, pc_full, st) / tpd;
     s.head = st.head;
+    s.embedding = st.embedding;
     s.head_w = st.head ? s.head_w : 0;
     s.V = st.head ? s.V : 0;
     s.root_params = ((st.embedding ? static_cast<double>(pc.embedding + pc.positions) : 0.0) +
@@ -543,6 +551,11 @@ struct activation_inventory {
   double final_saved;   ///< final norm input + LM head input
   double grad_temp;     ///< activation gradients alive while one block runs backward
   double lse;           ///< attention log-sum-exp (what Megatron's selective recompute drops with FlashAttention)
+  /// Of block_saved, what runs sequence-sharded under sequence parallel (Megatron's `--sequence-parallel`): the
+  /// norms' inputs, outputs and statistics and the residual dropout masks, Korthikanti et al. 2022's `10·s·b·h` of
+  /// `34·s·b·h` (arXiv:2205.05198 §4.2.2, Eq. 2 against Eq. 4). Without sequence parallel every tp rank holds these
+  /// for the whole sequence, tp times the T-token share of them this inventory counts.
+  double sequence_sharded;
 };
 
 /// Bytes saved per block, per token. `amp` means fp32 weights under torch.autocast: the residual stream
@@ -551,6 +564,13 @@ struct activation_inventory {
 /// element instead of bf16 (Q/K/V input, attention output into O, gate/up input, SwiGLU product into down).
 /// A q/k norm (Qwen3) saves its input's fp32 copy and its bf16 normalized tensor, 6 B per element of q and k
 /// (Hugging Face `Qwen3RMSNorm.forward`, `Qwen3Attention.forward`; /work/shared/reference/stacks.md §1).
+/// A residual branch whose output goes through dropout (model_spec::residual_dropouts: GPT-2, Starcoder2, Falcon with
+/// p > 0; Megatron-LM's `hidden_dropout`) saves its bool mask, 1 B per element of h: `F.dropout` in training runs
+/// `native_dropout`, whose backward reads the mask it returned (PyTorch aten/src/ATen/native/Dropout.cpp
+/// `dropout` → `native_dropout` for 0 < p < 1, derivatives.yaml `native_dropout_backward(grad, result1, scale)`;
+/// Megatron's `bias_dropout_add_fused_train`, megatron/core/fusions/fused_bias_dropout.py @d98e8a6, calls
+/// `F.dropout` under `torch.compile`, which saves the same mask). Attention-probability dropout runs inside the
+/// FlashAttention / cuDNN kernel from its RNG state and saves no mask.
 ///
 /// Sources: PyTorch autograd saved-tensor semantics (what each op's backward keeps), Korthikanti et al. 2022
 /// (arXiv:2205.05198) for the per-block inventory, adapted to RMSNorm, SwiGLU, GQA, FlashAttention/SDPA (no s²
@@ -580,7 +600,9 @@ struct activation_inventory {
     attn += s * q;                                   // O-projection input (SDPA keeps its bf16 output too)
     mlp += -2 * f + s * f;                           // down-projection input
   }
-  r.block_saved = norms + attn + mlp + 8 + detail::moe_mla_saved_per_token(m);  // + fp32 rstd of both norms
+  const double masks = static_cast<double>(m.residual_dropouts) * h;  // bool dropout masks of the residual branches
+  r.block_saved = norms + attn + mlp + 8 + masks + detail::moe_mla_saved_per_token(m);  // + fp32 rstd of both norms
+  r.sequence_sharded = norms + 8 + masks;
   r.checkpoint = rs * h;
   r.lse = 4 * a;
   // per-op SAC: block input, attention output + LSE, and every other matmul output (q, v, gate, down)
@@ -695,7 +717,8 @@ struct saved_activations {
   double T = 0;                         ///< tokens per GPU of one micro-batch
   bytes checkpoint;                     ///< what a fully checkpointed block keeps: its input, T·(2 or 4)·h
   bytes final_saved;                    ///< final norm input + LM head input, T·(2 or 4)·h + 2·T·h
-  bytes all_blocks;                     ///< Σ block(i) over every block, summed from block 0 up
+  bytes embedding_mask;                 ///< the embedding output's dropout mask, T·h bool (model_spec::embedding_dropout)
+  bytes all_blocks;                     ///< Σ block(i) over every block, summed from block 0 up, + embedding_mask
   /// pipeline: the other micro-batches in flight on this rank at its peak, (in_flight − 1) · (all_blocks +
   /// final_saved), alive all through the micro-batch that runs (0 without pipeline parallelism)
   bytes in_flight;
@@ -727,7 +750,13 @@ struct saved_activations {
 /// Full checkpointing keeps each recomputed block's input only; per-op SAC keeps torchtitan's save list;
 /// Megatron's selective recompute drops the attention core (with FlashAttention only its log-sum-exp).
 /// A pipeline rank holds its own blocks' activations for each micro-batch in flight (in_flight_micro_batches:
-/// `pp` on the first rank under 1F1B), the final norm and head input on the last rank only.
+/// `pp` on the first rank under 1F1B), the final norm and head input on the last rank only. Embedding dropout saves its
+/// mask until the embedding's backward, the last (counted in all_blocks). Without sequence parallel (memory_shape::
+/// sp_replicas = tp) each tp rank keeps the sequence-sharded part of every block (the norms, their statistics and
+/// the dropout masks), the block inputs a checkpoint keeps, the final norm and head inputs, the embedding mask and
+/// the h-wide activation gradients for the whole sequence: tp times their T-token share. The attention and MLP
+/// tensors stay split by heads and columns (Korthikanti et al. 2022, arXiv:2205.05198 Eq. 2; Megatron-Core
+/// TransformerLayer: LayerNorm and bias-dropout-add run on the whole sequence unless `config.sequence_parallel`).
 /// Sources: as activation_bytes_per_token; torchtitan `_apply_ac_to_transformer_block` for every-K blocks;
 /// Megatron-Core `schedules.py` for the micro-batches in flight (Narayanan et al. 2021, arXiv:2104.04473 §2.2).
 [[nodiscard]] constexpr saved_activations saved_activation_bytes(const model_spec& m, const memory_shape& s) noexcept {
@@ -743,16 +772,25 @@ struct saved_activations {
   r.high_precision.final_saved += dh.final_saved;
   r.high_precision.grad_temp += dh.grad_temp;
   r.low_precision.grad_temp += dl.grad_temp;
+  if (s.sp_replicas > 1) {  // tensor parallelism without sequence parallel: the replicated tensors are whole-sequence
+    for (activation_inventory* inv : {&r.high_precision, &r.low_precision}) {
+      inv->block_saved += (s.sp_replicas - 1) * inv->sequence_sharded;
+      inv->checkpoint *= s.sp_replicas;
+      inv->final_saved *= s.sp_replicas;
+      inv->grad_temp += (s.sp_replicas - 1) * 4 * s.h;
+    }
+  }
   r.blocks = s.blocks;
   r.T = s.T;
   r.checkpoint = bytes::base(r.high_precision.checkpoint * s.T);
   r.final_saved = bytes::base(s.head ? r.high_precision.final_saved * s.T : 0.0);
+  r.embedding_mask = bytes::base(m.embedding_dropout && s.embedding ? s.sp_replicas * s.h * s.T : 0.0);
   r.offloaded = s.off_act;
   if (s.off_act) {
     r.offload_in_flight = bytes::base(2 * r.checkpoint.raw());
     r.offloaded_checkpoints = bytes::base(static_cast<double>(s.blocks.checkpointed_blocks()) * r.checkpoint.raw());
   }
-  double all = 0;
+  double all = r.embedding_mask.raw();
   for (std::int64_t i = 0; i < s.blocks.layers; ++i) all += r.block(i);
   r.all_blocks = bytes::base(all);
   if (s.in_flight > 1) r.in_flight = bytes::base((s.in_flight - 1) * (all + r.final_saved.raw()));

@@ -39,6 +39,12 @@ struct model_spec {
   bool o_bias = false;             ///< the attention output projection has a bias (gpt2; falcon `bias`)
   bool mlp_bias = false;           ///< the MLP linears have biases (gpt2; falcon `bias`)
   std::int64_t positions = 0;      ///< learned position embeddings (gpt2 `n_positions`), 0 for RoPE/ALiBi
+  /// Residual branches of one block whose output goes through dropout with p > 0 in training, each saving a bool
+  /// mask of h elements per token (gpt2 `resid_pdrop`: 2; starcoder2 `residual_dropout`: 2; falcon `attention_dropout`
+  /// and `hidden_dropout` on the attention and MLP branches, one `hidden_dropout` with parallel attention). 0 for
+  /// Llama-layout families, whose only dropout is on the attention probabilities inside SDPA.
+  int residual_dropouts = 0;
+  bool embedding_dropout = false;  ///< dropout with p > 0 on the embedding output (gpt2 `embd_pdrop`, starcoder2 `embedding_dropout`)
   // MLA (DeepSeek-V2/V3): q = W_qb·norm(W_qa·x), [c_kv, k_rope] = W_kva·x, [k_nope, v] = W_kvb·norm(c_kv)
   std::int64_t q_lora_rank = 0;    ///< `q_lora_rank` (0: plain q_proj)
   std::int64_t kv_lora_rank = 0;   ///< `kv_lora_rank` (> 0 means MLA)

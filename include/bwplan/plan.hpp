@@ -225,6 +225,7 @@ inline std::string shortest(double v) {
   if (c.expandable_segments) a.emplace_back("--expandable-segments");
   if (c.offload != 0) add("--offload", offload_to_string(c.offload));  // written when set (earlier lines stay as they were)
   if (c.optimizer_in_backward) a.emplace_back("--optimizer-in-backward");
+  if (!c.sequence_parallel) a.emplace_back("--no-sequence-parallel");
   return a;
 }
 
@@ -300,6 +301,7 @@ inline std::string shortest(double v) {
   if (c.expandable_segments) s += ", expandable segments";
   if (c.offload != 0) s += ", CPU offload " + offload_to_string(c.offload);
   if (c.optimizer_in_backward) s += ", optimizer in backward";
+  if (!c.sequence_parallel) s += ", no sequence parallel";
   return s;
 }
 
@@ -314,7 +316,7 @@ struct setting_column {
 /// data-parallel degree, global batch (tokens), checkpointing, sharding, TP, CP, EP, PP (with the schedule:
 /// "4" for 1F1B, "4i2" interleaved with 2 virtual stages), precision, master weights, loss, optimizer
 /// implementation, fine-tuning (full, or lora/qlora with rank and targets), optimizer, training stack, torch.compile,
-/// expandable segments, CPU offload, optimizer in backward.
+/// expandable segments, CPU offload, optimizer in backward, sequence parallel.
 /// See differing_columns to keep only those in which rows differ.
 [[nodiscard]] inline std::vector<setting_column> setting_columns(const training_config& c) {
   auto tokens = [](std::int64_t t) {
@@ -345,7 +347,8 @@ struct setting_column {
           {"compile", "compile", c.compile ? "yes" : "no"},
           {"expandable_segments", "exp. seg.", c.expandable_segments ? "yes" : "no"},
           {"offload", "offload", offload_to_string(c.offload)},
-          {"optimizer_in_backward", "opt. in bwd", c.optimizer_in_backward ? "yes" : "no"}};
+          {"optimizer_in_backward", "opt. in bwd", c.optimizer_in_backward ? "yes" : "no"},
+          {"sequence_parallel", "seq. par.", c.sequence_parallel ? "yes" : "no"}};
 }
 
 /// Which of setting_columns() to show for `rows`: the core columns (micro-batch, sequence, accumulation, DP,

@@ -54,6 +54,8 @@ struct plan_request {
   /// Every candidate steps the optimizer in backward (training_config::optimizer_in_backward: stack torchtune, one
   /// GPU, sharding none); candidates that need gradient accumulation are skipped.
   bool optimizer_in_backward = false;
+  /// Tensor parallelism with sequence parallel (training_config::sequence_parallel); false only with stack megatron.
+  bool sequence_parallel = true;
   /// Without expandable_segments: a candidate over the line whose replayed step fits with `expandable_segments:True`
   /// is kept with that setting (the plan carries it; the SageMaker job sets PYTORCH_CUDA_ALLOC_CONF).
   bool allow_expandable_segments = true;
@@ -207,6 +209,7 @@ struct plan_result {
             c.compile = req.compile;
             c.expandable_segments = req.expandable_segments;
             c.optimizer_in_backward = req.optimizer_in_backward;
+            c.sequence_parallel = req.sequence_parallel;
             c.offload = off;
             if (off != 0) {  // the offload rules of violations(): a set this layout cannot run is not a candidate
               const char* field = nullptr;

@@ -200,7 +200,7 @@ struct comm_group {
 /// Communication of one step, per GPU, split by what it serves.
 struct communication_breakdown {
   seconds data_parallel;     ///< FSDP all-gathers and reduce-scatters, HSDP/DDP all-reduces
-  seconds tensor_parallel;   ///< sequence-parallel all-gathers and reduce-scatters of activations
+  seconds tensor_parallel;   ///< sequence-parallel all-gathers and reduce-scatters of activations (all-reduces without sequence parallel)
   seconds context_parallel;  ///< ring-attention K/V exchange
   seconds expert_parallel;   ///< MoE dispatch and combine all-to-all
   seconds pipeline_parallel; ///< P2P sends of activations (forward) and their gradients (backward) between pipeline stages
@@ -1134,15 +1134,20 @@ struct pipeline_p2p {
 
 /// Tensor parallelism with sequence parallel, per step: per block an all-gather before and a reduce-scatter
 /// after attention and MLP, in forward, in backward and in the recompute of checkpointed blocks; bf16
-/// activations of the replica's T·tp tokens. Sources: Korthikanti et al. 2022 (arXiv:2205.05198) sequence
-/// parallelism; torchtitan `parallelize` (SequenceParallel).
+/// activations of the replica's T·tp tokens. Without sequence parallel (training_config::sequence_parallel false,
+/// Megatron-LM's default) one all-reduce of the same activations in place of each pair: after each row-parallel
+/// linear in forward, before each column-parallel one in backward (Megatron-Core tensor_parallel/mappings.py
+/// `_ReduceFromModelParallelRegion`, `_CopyToModelParallelRegion`). Sources: Korthikanti et al. 2022
+/// (arXiv:2205.05198) sequence parallelism; torchtitan `parallelize` (SequenceParallel).
 [[nodiscard]] inline seconds tensor_parallel_communication(const throughput_shape& s, const training_config& c, const gpu_spec& gpu,
                                                            const instance_spec* inst, const throughput_calibration& k) noexcept {
   if (c.tp <= 1) return seconds{};
   const double act = 2 * s.T * c.tp * s.h;
   const comm_group tg = comm_group_of(c.tp, 1, s.gpn);
-  const double per = collective_time(collective_kind::all_gather, bytes::base(act), tg, gpu, inst, k).raw() +
-                     collective_time(collective_kind::reduce_scatter, bytes::base(act), tg, gpu, inst, k).raw();
+  const double per = c.sequence_parallel
+                         ? collective_time(collective_kind::all_gather, bytes::base(act), tg, gpu, inst, k).raw() +
+                               collective_time(collective_kind::reduce_scatter, bytes::base(act), tg, gpu, inst, k).raw()
+                         : collective_time(collective_kind::all_reduce, bytes::base(act), tg, gpu, inst, k).raw();
   return seconds::base(s.ga * (2 * 2 * s.L + 2 * s.nck) * per);
 }
 

@@ -297,7 +297,7 @@ struct training_config {
   int ep = 1;                       ///< expert parallelism: routed experts split over ep GPUs (MoE models; divides world_size)
   double moe_capacity_factor = 1.0; ///< MoE dispatch buffer size relative to top_k · tokens (1 = dropless)
   int shard_group = 0;  ///< hybrid sharding: GPUs per shard group (0 = gpus_per_node / tp, i.e. one node)
-  int tp = 1;           ///< tensor-parallel degree (within a node, with sequence parallel)
+  int tp = 1;           ///< tensor-parallel degree (within a node; with sequence parallel unless sequence_parallel is false)
   int cp = 1;           ///< context-parallel degree (ring attention over the sequence)
   int pp = 1;           ///< pipeline-parallel degree: stages (ranks) the layers are split over (docs/scaling.md#pipeline-parallelism)
   pp_schedule schedule = pp_schedule::one_f_one_b;  ///< pipeline schedule (with pp > 1)
@@ -316,6 +316,12 @@ struct training_config {
   /// gradient (torchtune's `optimizer_in_bwd`: one optimizer per parameter stepped from
   /// `register_post_accumulate_grad_hook`, torchtune/training/memory.py; docs/stacks.md#optimizer-in-backward)
   bool optimizer_in_backward = false;
+  /// Tensor parallelism shards the sequence of what runs between the tensor-parallel regions (norms, dropout,
+  /// residual adds) over the tp ranks: Megatron-LM's `--sequence-parallel`, which DTensor-based stacks (hf, torchtitan,
+  /// torchtune) always apply with tp > 1. False: Megatron-LM's default without the flag, where every tp rank runs
+  /// them on the whole sequence and all-reduces after each row-parallel linear (megatron/training/arguments.py
+  /// `--sequence-parallel`; Korthikanti et al. 2022, arXiv:2205.05198). Only stack megatron; no effect at tp 1.
+  bool sequence_parallel = true;
 
   [[nodiscard]] bool operator==(const training_config&) const = default;
 
@@ -387,7 +393,8 @@ struct training_config {
 /// torch/distributed/tensor/experimental/_attention.py); a hybrid shard group divides the FSDP mesh and is set only with hybrid sharding;
 /// MoE capacity factor ≥ 1; LoRA rank 1..65536, alpha > 0, dropout in [0, 1), at least one target; LoRA and QLoRA
 /// with precision bf16 and tp 1 (what this release models); the stack's own settings (megatron: sharding none or optimizer, fp32 master
-/// weights, standard loss, no compile; torchtune: bf16 master weights; LoRA with hf and torchtune); the optimizer step in
+/// weights, standard loss, no compile; torchtune: bf16 master weights; LoRA with hf and torchtune; tensor parallelism without
+/// sequence parallel with megatron only); the optimizer step in
 /// backward with stack torchtune, one GPU, sharding none, grad_accum 1, a full fine-tune and no offload. `first_only` stops at the first (the planner's hot loop only needs a yes/no).
 /// Model-dependent rules (heads, experts, positions) are bwplan::plan_violations in plan.hpp.
 [[nodiscard]] inline std::vector<plan_violation> violations(const training_config& c, bool first_only = false) {
@@ -463,6 +470,11 @@ struct training_config {
   need(!c.adapters() || c.shard != sharding::optimizer, "sharding",
        [&] { return std::string("the distributed optimizer (sharding optimizer) with LoRA/QLoRA adapters is not modelled by this release"); });
   // optimizer in backward (torchtune's optimizer_in_bwd, recipes/full_finetune_single_device.py; docs/stacks.md)
+  // tensor parallelism without sequence parallel: Megatron-LM's layout (the DTensor stacks always shard the sequence)
+  need(c.sequence_parallel || c.stack == training_stack::megatron, "sequence_parallel", [&] {
+    return std::string("tensor parallelism without sequence parallel is modelled as Megatron-LM's (stack megatron); stack ") +
+           to_string(c.stack) + " applies SequenceParallel with every tp > 1";
+  });
   need(!c.optimizer_in_backward || c.stack == training_stack::torchtune, "optimizer_in_backward", [&] {
     return std::string("the optimizer step in backward is modelled as torchtune's optimizer_in_bwd (stack torchtune), got stack ") +
            to_string(c.stack);

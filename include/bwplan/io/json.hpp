@@ -30,7 +30,7 @@ inline const std::vector<std::string>& supported_families() {
   static const std::vector<std::string> f{"llama",     "mistral",    "qwen2",       "qwen3",      "gemma",
                                           "gemma2",    "gemma3",     "gemma3_text", "phi3",       "mixtral",
                                           "qwen2_moe", "qwen3_moe",  "deepseek_v2", "deepseek_v3", "gpt2",
-                                          "falcon",    "RefinedWebModel", "RefinedWeb"};
+                                          "falcon",    "RefinedWebModel", "RefinedWeb", "starcoder2"};
   return f;
 }
 
@@ -149,6 +149,17 @@ inline double get_number(const nlohmann::json& j, const std::string& file, const
   return v;
 }
 
+/// A dropout probability `key` of `j` in [0, 1), `fallback` when absent or null. Throws config_error naming the
+/// field otherwise.
+inline double get_probability(const nlohmann::json& j, const std::string& file, const std::string& key, double fallback) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return fallback;
+  if (!it->is_number()) throw config_error(file, "/" + key, std::string("expected a probability, got ") + it->type_name());
+  const double v = it->get<double>();
+  if (!std::isfinite(v) || v < 0 || v >= 1) throw config_error(file, "/" + key, "must be a probability in [0, 1), got " + it->dump());
+  return v;
+}
+
 inline std::string get_string(const nlohmann::json& j, const std::string& file, const std::string& ptr, const std::string& key,
                               bool required = true) {
   auto it = j.find(key);
@@ -175,6 +186,7 @@ inline void read_family(model_spec& m, const nlohmann::json& j, const std::strin
   const bool falcon = f == "falcon" || f == "RefinedWebModel" || f == "RefinedWeb";
   const bool deepseek = f == "deepseek_v2" || f == "deepseek_v3";
   const bool gemma = f == "gemma" || f == "gemma2" || f == "gemma3" || f == "gemma3_text";
+  const bool starcoder2 = f == "starcoder2";
   auto key = [&](std::initializer_list<const char*> keys) {
     const char* k = first_key(j, keys);
     return std::string(k ? k : *keys.begin());
@@ -194,11 +206,28 @@ inline void read_family(model_spec& m, const nlohmann::json& j, const std::strin
     m.qkv_bias = m.o_bias = m.mlp_bias = bias;
     m.layer_norm = true;
     m.gated_mlp = false;
+    // FalconDecoderLayer: dropout_add(attention_output, residual, attention_dropout) before the MLP's norm
+    // (sequential blocks), then dropout_add(mlp_output [+ attention_output], residual, hidden_dropout)
+    const bool hidden = get_probability(j, file, "hidden_dropout", 0.0) > 0;
+    const bool attention = get_probability(j, file, "attention_dropout", 0.0) > 0;
+    m.residual_dropouts = (hidden ? 1 : 0) + (!new_arch && !parallel && attention ? 1 : 0);
   } else if (gpt2) {
     m.kv_heads = m.heads;
     m.layer_norm = true;
     m.gated_mlp = false;
     m.qkv_bias = m.o_bias = m.mlp_bias = true;
+    // GPT2Attention.resid_dropout and GPT2MLP.dropout (resid_pdrop), GPT2Model.drop (embd_pdrop); defaults 0.1
+    m.residual_dropouts = get_probability(j, file, "resid_pdrop", 0.1) > 0 ? 2 : 0;
+    m.embedding_dropout = get_probability(j, file, "embd_pdrop", 0.1) > 0;
+  } else if (starcoder2) {
+    // Starcoder2: LayerNorm (weight + bias) ×2, GQA, GELU MLP c_fc/c_proj, biases on every linear (use_bias), RoPE;
+    // dropout on the attention and MLP outputs (residual_dropout) and on the embeddings (embedding_dropout)
+    m.kv_heads = get_int(j, file, "num_key_value_heads", 2, 1, 1 << 16);
+    m.layer_norm = true;
+    m.gated_mlp = false;
+    m.qkv_bias = m.o_bias = m.mlp_bias = get_bool(j, file, "use_bias", true);
+    m.residual_dropouts = get_probability(j, file, "residual_dropout", 0.0) > 0 ? 2 : 0;
+    m.embedding_dropout = get_probability(j, file, "embedding_dropout", 0.0) > 0;
   } else {
     m.kv_heads = get_int(j, file, "num_key_value_heads", m.heads, 1, 1 << 16);
   }
@@ -236,12 +265,12 @@ inline void read_family(model_spec& m, const nlohmann::json& j, const std::strin
                        "num_key_value_heads=" + std::to_string(m.kv_heads) + " does not divide num_attention_heads=" +
                            std::to_string(m.heads));
   m.tied_embeddings = gpt2 || get_bool(j, file, "tie_word_embeddings", gemma || falcon);
-  if (!gpt2 && !falcon)
+  if (!gpt2 && !falcon && !starcoder2)
     m.qkv_bias = f == "qwen2" || f == "qwen2_moe" ? true : get_bool(j, file, "attention_bias", false);
   if (deepseek) m.qkv_bias = false;  // MLA: attention_bias applies to no counted projection in V3 (False in every config)
   m.qk_norm = f == "qwen3" || f == "qwen3_moe" || f == "gemma3" || f == "gemma3_text";
   if (f == "gemma2" || f == "gemma3" || f == "gemma3_text") m.norms_per_block = 4;
-  if (!gpt2 && !falcon) m.gated_mlp = true;
+  if (!gpt2 && !falcon && !starcoder2) m.gated_mlp = true;
 
   // ---- MoE
   const char* ekey = f == "mixtral" ? "num_local_experts" : deepseek ? "n_routed_experts" : (f == "qwen2_moe" || f == "qwen3_moe") ? "num_experts" : nullptr;
