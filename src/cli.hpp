@@ -127,6 +127,7 @@ struct plan_options {
   std::string offload = "none";    ///< --offload none | a list of optimizer, params, activations
   bool optimizer_in_backward = false;  ///< --optimizer-in-backward
   bool no_sequence_parallel = false;   ///< --no-sequence-parallel
+  bool fsdp_embedding_units = false;   ///< --fsdp-embedding-units
   std::string plan_file;           ///< --plan FILE: settings read from a plan file; flags given as well override them
   const CLI::App* app = nullptr;   ///< the subcommand whose flags were parsed (set by add_plan_options)
 };
@@ -137,7 +138,7 @@ void require_support(const hardware_catalog& cat, const gpu_spec& gpu, compute_f
 
 /// Registers MODEL, --plan and the plan flags (--gpu, --instance, --nodes, --gpus, --mbs, --seq, --grad-accum,
 /// --ac, --ac-every, --master, --sharding, --shard-group, --tp, --cp, --ep, --pp, --pp-schedule, --vpp, --optimizer-impl, --loss,
-/// --precision, --bf16-layers, --fp8-all-gather, fine-tuning, --stack, --compile, --expandable-segments, --offload, --optimizer-in-backward, --no-sequence-parallel) on `sub`, writing
+/// --precision, --bf16-layers, --fp8-all-gather, fine-tuning, --stack, --compile, --expandable-segments, --offload, --optimizer-in-backward, --no-sequence-parallel, --fsdp-embedding-units) on `sub`, writing
 /// into `o`.
 void add_plan_options(CLI::App* sub, const std::shared_ptr<plan_options>& o);
 

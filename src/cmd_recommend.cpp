@@ -64,6 +64,7 @@ struct recommend_options {
   bool expandable_segments = false; ///< --expandable-segments
   bool optimizer_in_backward = false;  ///< --optimizer-in-backward
   bool no_sequence_parallel = false;   ///< --no-sequence-parallel
+  bool fsdp_embedding_units = false;   ///< --fsdp-embedding-units
   std::string offload = "none";     ///< --offload none | auto | a list of optimizer, params, activations
 };
 
@@ -577,6 +578,9 @@ runner register_recommend(CLI::App& app, context& ctx) {
                 "plans step each parameter in backward (torchtune's optimizer_in_bwd; --stack torchtune, one GPU, no accumulation)");
   sub->add_flag("--no-sequence-parallel", o->no_sequence_parallel,
                 "plans with tp > 1 run without sequence parallel (Megatron-LM without --sequence-parallel; --stack megatron)");
+  sub->add_flag("--fsdp-embedding-units", o->fsdp_embedding_units,
+                "FSDP plans shard the embedding and the LM head as units of their own (torchtune custom_sharded_layers; "
+                "torchtitan since 2025-07); plans without FSDP are skipped");
   sub->add_option("--offload", o->offload,
                   "CPU offload of every plan: none, a list of optimizer, params, activations, or auto (search the sets; "
                   "docs/finetune.md#cpu-offload)")
@@ -722,6 +726,7 @@ runner register_recommend(CLI::App& app, context& ctx) {
       if (o->optimizer_in_backward && req.stack != training_stack::torchtune)
         throw invalid_request("--optimizer-in-backward: modelled as torchtune's optimizer_in_bwd; use it with --stack torchtune");
       req.sequence_parallel = !o->no_sequence_parallel;
+      req.fsdp_embedding_units = o->fsdp_embedding_units;
       if (o->no_sequence_parallel && req.stack != training_stack::megatron)
         throw invalid_request("--no-sequence-parallel: modelled as Megatron-LM's tensor parallelism without --sequence-parallel; "
                               "use it with --stack megatron");

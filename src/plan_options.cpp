@@ -86,6 +86,9 @@ void add_plan_options(CLI::App* sub, const std::shared_ptr<plan_options>& o) {
   sub->add_flag("--no-sequence-parallel", o->no_sequence_parallel,
                 "tensor parallelism without sequence parallel: norms and dropout run on the whole sequence on every tp rank "
                 "(Megatron-LM without --sequence-parallel; --stack megatron)");
+  sub->add_flag("--fsdp-embedding-units", o->fsdp_embedding_units,
+                "FSDP2 shards the token embedding and the LM head as units of their own, gathered only while they run "
+                "(torchtune custom_sharded_layers ['tok_embeddings', 'output']; torchtitan since 2025-07; --sharding full or hybrid)");
 }
 
 std::string plan_flag(std::string_view field) {
@@ -102,7 +105,7 @@ std::string plan_flag(std::string_view field) {
       {"lora_alpha", "--lora-alpha"},    {"lora_targets", "--lora-targets"}, {"lora_dropout", "--lora-dropout"},
       {"stack", "--stack"},              {"compile", "--compile"},     {"expandable_segments", "--expandable-segments"},
       {"offload", "--offload"},          {"optimizer_in_backward", "--optimizer-in-backward"},
-      {"sequence_parallel", "--no-sequence-parallel"}};
+      {"sequence_parallel", "--no-sequence-parallel"}, {"fsdp_embedding_units", "--fsdp-embedding-units"}};
   const auto it = flags.find(field);
   return std::string(it == flags.end() ? field : it->second);
 }
@@ -230,6 +233,7 @@ resolved_plan resolve_plan(const context& ctx, const hardware_catalog& cat, cons
   if (from_flag("--expandable-segments", "expandable_segments")) c.expandable_segments = o.expandable_segments;
   if (from_flag("--optimizer-in-backward", "optimizer_in_backward")) c.optimizer_in_backward = o.optimizer_in_backward;
   if (from_flag("--no-sequence-parallel", "sequence_parallel")) c.sequence_parallel = !o.no_sequence_parallel;
+  if (from_flag("--fsdp-embedding-units", "fsdp_embedding_units")) c.fsdp_embedding_units = o.fsdp_embedding_units;
   if (from_flag("--offload", "offload")) {
     const auto off = parse_offload(o.offload);
     if (!off)

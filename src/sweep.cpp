@@ -114,6 +114,7 @@ void apply(plan& p, const std::string& key, const std::string& v) {
   else if (key == "expandable-segments") c.expandable_segments = v == "true";
   else if (key == "optimizer-in-backward") c.optimizer_in_backward = v == "true";
   else if (key == "sequence-parallel") c.sequence_parallel = v == "true";
+  else if (key == "fsdp-embedding-units") c.fsdp_embedding_units = v == "true";
   else if (key == "offload") {  // a set joined by '+' (',' separates the values of --vary)
     std::string list = v;
     std::replace(list.begin(), list.end(), '+', ',');
@@ -140,7 +141,7 @@ const std::vector<std::string>& sweep_keys() {
                                                 "precision", "tp",      "cp",         "ep",     "instance",
                                                 "finetune",  "optimizer", "lora-rank", "stack",  "compile",
                                                 "expandable-segments", "pp", "pp-schedule", "vpp", "offload",
-                                                "optimizer-in-backward", "sequence-parallel"};
+                                                "optimizer-in-backward", "sequence-parallel", "fsdp-embedding-units"};
   return keys;
 }
 
@@ -193,7 +194,7 @@ sweep_axis parse_vary(const std::string& spec) {
     else if (a.key == "optimizer") check_member(spec, item, {"adamw", "adamw-8bit", "paged-adamw-8bit", "adafactor", "sgd", "lion"});
     else if (a.key == "stack") check_member(spec, item, {"hf", "torchtitan", "torchtune", "megatron"});
     else if (a.key == "compile" || a.key == "expandable-segments" || a.key == "optimizer-in-backward" ||
-             a.key == "sequence-parallel")
+             a.key == "sequence-parallel" || a.key == "fsdp-embedding-units")
       check_member(spec, item, {"true", "false"});
     else if (a.key == "offload") {  // none, or a set joined by '+': optimizer+params
       std::string list = item;
@@ -291,6 +292,7 @@ const std::vector<std::string>& sweep_columns() {
       "headroom",    "fits",         "tokens_per_s", "tokens_per_s_per_gpu", "step_s",      "mfu",
       "finetune",    "optim",        "lora_rank",  "lora_targets", "stack",     "compile",          "expandable_segments",
       "pp",          "pp_schedule",  "vpp",        "offload",        "optimizer_in_backward", "sequence_parallel",
+      "fsdp_embedding_units",
       "verdict",     "band_device_peak_gib", "tokens_per_s_low", "tokens_per_s_high"};
   return cols;
 }
@@ -342,6 +344,7 @@ std::vector<std::string> sweep_row(const model_spec& m, const sweep_point& p) {
           offload_to_string(c.offload),
           c.optimizer_in_backward ? "true" : "false",
           c.sequence_parallel ? "true" : "false",
+          c.fsdp_embedding_units ? "true" : "false",
           to_string(p.band ? verdict_of(me, p.band->memory) : me.fits ? fit_verdict::fits : fit_verdict::does_not_fit),
           p.band ? fmt::format("{:.4f}", band_top(me, p.band->memory).in(gib)) : std::string(),
           p.band ? fmt::format("{:.1f}", te.tokens_per_s * std::max(0.0, 1 - p.band->tokens_per_s)) : std::string(),
@@ -403,6 +406,7 @@ nlohmann::ordered_json sweep_json(const model_spec& m, const resolved_target& t,
                            {"offload", offload_to_string(c.offload)},
                            {"optimizer_in_backward", c.optimizer_in_backward},
                            {"sequence_parallel", c.sequence_parallel},
+                           {"fsdp_embedding_units", c.fsdp_embedding_units},
                            {"peak_phase", to_string(me.peak_phase)},
                            {"peak_allocated_gib", me.peak_allocated.in(gib)},
                            {"peak_reserved_gib", me.peak_reserved.in(gib)},

@@ -168,6 +168,7 @@ TEST_CASE("contract: every plan field has a contract entry, and every contract p
   p.training.offload = offload_target::optimizer;  // the offload key is written when set
   p.training.optimizer_in_backward = true;         // so is optimizer_in_backward
   p.training.sequence_parallel = false;            // and sequence_parallel when off
+  p.training.fsdp_embedding_units = true;          // and fsdp_embedding_units when set
   p.global_batch = 64;
   p.check.disable = {"BWP007"};
   std::set<std::string> plan_keys;
@@ -244,6 +245,8 @@ TEST_CASE("contract: the trainer's refusals, decided from the plan", "[contract]
   CHECK_THAT(first([](training_config& c) { c.shard = sharding::optimizer; }),
              Catch::StartsWith("sharding: sharding optimizer: the reference trainer cannot run it (T-zero1)"));
   CHECK_THAT(first([](training_config& c) { c.ep = 2; }), Catch::StartsWith("ep: ep 2: the reference trainer cannot run it (T-ep)"));
+  CHECK_THAT(first([](training_config& c) { c.fsdp_embedding_units = true; }),
+             Catch::StartsWith("fsdp_embedding_units: fsdp_embedding_units true: the reference trainer cannot run it (T-fsdp-embedding-units)"));
   CHECK_THAT(first([](training_config& c) { c.optimizer_in_backward = true; }),
              Catch::StartsWith("optimizer_in_backward: optimizer_in_backward true: the reference trainer cannot run it (T-optimizer-in-backward)"));
   {  // tensor parallelism without sequence parallel (a Megatron plan: refused for its stack and for the layout)

@@ -622,3 +622,79 @@ TEST_CASE("stacks: sequence_parallel is Megatron's setting, and travels the plan
   CHECK(r.code == 2);
   CHECK(r.err.find("--stack megatron") != std::string::npos);
 }
+
+TEST_CASE("stacks: the embedding and LM head as FSDP units of their own, hand-derived", "[stacks][terms]") {
+  // Llama 3.1 8B (untied), 8 GPUs, FSDP full, fp32 master (hf): V·h = 128256 · 4096 per matrix
+  const model_spec m = test::llama_8b();
+  const double Vh = 128256.0 * 4096, H8 = 4096;
+  training_config root;
+  root.world_size = 8;
+  root.gpus_per_node = 8;
+  root.shard = sharding::full;
+  root.seq_len = 4096;
+  training_config units = root;
+  units.fsdp_embedding_units = true;
+  const auto tr = compute_memory_terms(m, root, h100()), tu = compute_memory_terms(m, units, h100());
+  CHECK(tr.weights.fsdp_root.raw() == 2 * (2 * Vh + H8));  // embedding, head and final norm, gathered all step
+  CHECK(tu.weights.fsdp_root.raw() == Approx(2 * H8).epsilon(1e-12));  // the final norm only
+  CHECK(tu.weights.fsdp_head_unit.raw() == 2 * Vh);
+  CHECK(tu.weights.fsdp_embedding_unit.raw() == 2 * Vh);
+  CHECK(tr.states.head_gradient.raw() == 2 * Vh);  // the root's bf16 head gradient waits for the end of backward
+  CHECK(tu.states.head_gradient.raw() == 0);       // the head unit reduce-scatters it after the loss backward
+  CHECK(tu.transient.head_reduce_scatter.raw() == 2 * Vh + 4 * Vh);  // bf16 gradient + fp32 copy
+  CHECK(tr.transient.root_reduce_scatter.raw() == Approx(6 * (2 * Vh + H8)).epsilon(1e-12));
+  CHECK(tu.transient.root_reduce_scatter.raw() == Approx(6 * (Vh + H8)).epsilon(1e-12));  // the embedding (and norm)
+  // in the block walk of backward neither matrix is gathered and the head's gradient is not held: 4·V·h + 2·V·h less
+  const auto er = compose_memory(tr), eu = compose_memory(tu);
+  REQUIRE(er.peak_phase == step_phase::backward);
+  // (the peak of the units' step moves to the loss backward, where the head alone is gathered again)
+  CHECK(er.at_backward_peak.compute_weights.raw() - eu.at_backward_peak.compute_weights.raw() >= 2 * Vh - 1);
+  CHECK(eu.backward_peak < er.backward_peak);
+  CHECK(eu.before_forward == er.before_forward);
+  // tied embeddings: the one matrix is used at both ends of the step, so nothing changes
+  training_config tied = units, tied0 = root;
+  CHECK(estimate_memory(llama_1b(), tied, h100()).peak_allocated == estimate_memory(llama_1b(), tied0, h100()).peak_allocated);
+}
+
+TEST_CASE("stacks: fsdp_embedding_units needs FSDP, and travels the plan file, the reproduce line and the JSON", "[stacks][plan]") {
+  training_config c;
+  c.world_size = 8;
+  c.gpus_per_node = 8;
+  c.shard = sharding::full;
+  c.fsdp_embedding_units = true;
+  CHECK(violations(c).empty());
+  for (sharding sh : {sharding::none, sharding::grad_op, sharding::optimizer}) {
+    training_config x = c;
+    x.shard = sh;
+    const auto v = violations(x);
+    REQUIRE(!v.empty());
+    CHECK(v.front().field == "fsdp_embedding_units");
+  }
+  plan p;
+  p.model = "Llama-3.1-8B";
+  p.target = {"ml.p5.48xlarge", "h100", 1, 8};
+  p.training = c;
+  const auto j = io::plan_to_json(p);
+  CHECK(j["fsdp_embedding_units"] == true);
+  CHECK(io::plan_from_json(nlohmann::json::parse(j.dump()), "plan.json").value.training.fsdp_embedding_units);
+  CHECK_FALSE(io::plan_to_json(plan{}).contains("fsdp_embedding_units"));
+  const auto a = to_cli_args(p);
+  CHECK(std::find(a.begin(), a.end(), "--fsdp-embedding-units") != a.end());
+  CHECK(describe(p.training).find("embedding and head as FSDP units") != std::string::npos);
+  const auto e = estimate_json({"Llama-3.1-8B", "--gpu", "h100", "--gpus", "8", "--sharding", "full", "--fsdp-embedding-units"});
+  CHECK(e["config"]["fsdp_embedding_units"] == true);
+  auto r = run_cli({"estimate", "Llama-3.1-8B", "--gpu", "h100", "--sharding", "none", "--fsdp-embedding-units"});
+  CHECK(r.code == 2);
+  CHECK(r.err.find("--fsdp-embedding-units") != std::string::npos);
+  CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
+  // the search keeps the setting on every plan, all of them sharded
+  r = run_cli({"recommend", "Llama-3.1-8B", "--instance", "ml.p5.48xlarge", "--fsdp-embedding-units", "--format", "json"});
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  const auto rj = nlohmann::json::parse(r.out);
+  REQUIRE(!rj["plans"].empty());
+  for (const auto& pl : rj["plans"]) {
+    CHECK(pl["config"]["fsdp_embedding_units"] == true);
+    CHECK((pl["config"]["sharding"] == "full" || pl["config"]["sharding"] == "hybrid"));
+  }
+}

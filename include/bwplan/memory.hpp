@@ -178,6 +178,11 @@ struct memory_shape {
   /// inputs and the head's input: tp for tensor parallelism without sequence parallel (Megatron-LM without
   /// `--sequence-parallel`, training_config::sequence_parallel), else 1
   double sp_replicas = 1;
+  /// FSDP2 shards the token embedding and the untied LM head as units of their own (training_config::
+  /// fsdp_embedding_units): the root keeps only the final norm; the head is gathered while the loss runs and its
+  /// gradient reduce-scattered after the loss backward, the embedding gathered in its own backward at the end
+  bool emb_units = false;
+  double emb_w = 0;        ///< token-embedding matrix V·h (÷ tp): the embedding unit with emb_units
   double in_flight = 1;    ///< pipeline: micro-batches of this rank's activations alive at its peak (pipeline_rank::in_flight)
   master_weights master = master_weights::fp32;
   loss_impl loss = loss_impl::standard;
@@ -258,6 +263,8 @@ struct memory_shape {
   s.tp = c.tp;
   s.sp_gathered = c.tp > 1 && !s.megatron;
   s.sp_replicas = c.tp > 1 && !c.sequence_parallel ? static_cast<double>(c.tp) : 1.0;
+  s.emb_units = c.fsdp_embedding_units && c.sharded() && !zero1_layout(c) && !m.tied_embeddings;
+  s.emb_w = static_cast<double>(pc.embedding) / c.tp;
   s.loss_parallel = c.tp > 1 && !s.megatron;
   s.expandable = c.expandable_segments;
   s.in_bwd = c.optimizer_in_backward;
@@ -438,7 +445,9 @@ struct model_states {
   if (s.off_opt && !s.megatron && !s.zero1) {  // (violations: no offload with Megatron or the distributed optimizer)
     const double working = s.adapters ? s.frozen + 2 * s.Pt : 2 * P;
     r.parameters = bytes::base((s.off_params ? 0.0 : working / n) + s.nf4_replicated);  // (bitsandbytes' constants stay)
-    r.head_gradient = bytes::base(s.adapters ? 0.0 : 2 * s.head_w);  // bf16 until it is reduced and copied to the host
+    // bf16 until it is reduced and copied to the host (the root's, at the end of backward; a head unit's, right after
+    // the loss backward: transient_buffers::head_reduce_scatter)
+    r.head_gradient = bytes::base(s.adapters || s.emb_units ? 0.0 : 2 * s.head_w);
     return r;
   }
   if (s.megatron && !s.zero1) {
@@ -477,7 +486,9 @@ struct model_states {
   r.gradients = bytes::base(g * P / n);
   if (s.accum) r.accumulated_gradients = bytes::base(g * P / n);
   r.block_gradient = bytes::base(s.accum ? 0 : (s.fsdp ? g * s.block_full / n : g * s.Pb));
-  r.head_gradient = bytes::base(s.fsdp ? 2 * s.head_w : (s.accum ? 0 : g * s.head_w));
+  // FSDP: the root's unsharded bf16 head gradient waits for the root's reduce-scatter at the end of backward; a head
+  // unit of its own reduce-scatters it right after the loss backward (transient_buffers::head_reduce_scatter)
+  r.head_gradient = bytes::base(s.fsdp ? (s.emb_units ? 0.0 : 2 * s.head_w) : (s.accum ? 0 : g * s.head_w));
   return r;
 }
 
@@ -911,7 +922,9 @@ struct weight_copies {
   bytes autocast_blocks;         ///< every block's copies while the last block runs, 2·lin·L
   bytes autocast_all;            ///< every GEMM weight's copy (blocks and head) when the loss runs
   bytes autocast_after_forward;  ///< copies kept after the forward: non-checkpointed blocks (Σ) — without the head
-  bytes fsdp_root;               ///< FSDP2 root module (embedding, head, final norm), gathered bf16 all step
+  bytes fsdp_root;               ///< FSDP2 root module (embedding, head, final norm; with emb_units the final norm), gathered bf16 all step
+  bytes fsdp_head_unit;          ///< emb_units: the LM head's own unit, gathered bf16 `2·V·h` while the loss runs forward and backward
+  bytes fsdp_embedding_unit;     ///< emb_units: the embedding's own unit, gathered bf16 `2·V·h` in its backward, the last
   bytes fsdp_gathered;           ///< FSDP2 current + prefetched block, gathered (bf16, or fp8 with FP8 all-gather)
   bytes grad_op_block;           ///< SHARD_GRAD_OP: one block kept gathered (bf16) from its forward to its backward
   bytes grad_op_all;             ///< SHARD_GRAD_OP: every block kept gathered, L · grad_op_block
@@ -922,6 +935,12 @@ struct weight_copies {
 };
 
 /// Weight copies and communication buffers of one step.
+///
+/// FSDP2 embedding units (memory_shape::emb_units): `fully_shard` of `tok_embeddings` and `output` before the root
+/// (torchtune/training/_distributed.py `shard_model` L696-714 @bd2a0fc7, with `custom_sharded_layers`; torchtitan
+/// torchtitan/distributed/fsdp.py `apply_fsdp` @b5bcd76, since 83e69410) leaves the root the final norm: the head
+/// unit is gathered for its forward and backward (torchtune reshards it after forward, torchtitan keeps it to its
+/// backward: the same bytes at the loss's moments) and the embedding unit in its forward and its backward.
 ///
 /// torch.autocast caches the bf16 cast of every weight used under grad mode until autocast exits (blocks
 /// recomputed under checkpointing drop theirs after the forward and cast again in the recompute: PyTorch
@@ -946,7 +965,9 @@ struct weight_copies {
   if (amp_block != 0)
     for (std::int64_t i = 0; i < s.blocks.layers; ++i) after += !s.blocks.checkpointed(i) ? amp_block : 0.0;
   r.autocast_after_forward = bytes::base(after);
-  r.fsdp_root = bytes::base(s.fsdp ? 2 * s.root_params : 0);
+  r.fsdp_root = bytes::base(s.fsdp ? 2 * (s.emb_units ? s.root_params - s.emb_w - s.head_w : s.root_params) : 0);
+  r.fsdp_head_unit = bytes::base(s.emb_units ? 2 * s.head_w : 0);
+  r.fsdp_embedding_unit = bytes::base(s.emb_units ? 2 * s.emb_w : 0);
   r.fsdp_gathered = bytes::base(s.fsdp && !s.grad_op ? 2 * s.gathered_block : 0);  // QLoRA: the packed NF4 storage
   const double kept_block = s.grad_op ? s.gathered_block : 0;
   r.grad_op_block = bytes::base(kept_block);
@@ -966,7 +987,10 @@ struct transient_buffers {
   bytes activation_gradients;    ///< gradients of a block's activations while it runs backward, T·(4h + 4F)
   bytes block_gradient_buffers;  ///< a block's weight gradients before they are reduced or accumulated
   bytes checkpointed_forward;    ///< intermediates of a checkpointed block's forward (nothing saved), T·6F
-  bytes root_reduce_scatter;     ///< FSDP2 root gradients at the end of backward (bf16 + fp32 copy)
+  bytes root_reduce_scatter;     ///< FSDP2 root gradients at the end of backward (bf16 + fp32 copy; with emb_units the embedding's)
+  /// emb_units: the head unit's unsharded bf16 gradient and its copy in the reduce dtype (fp32 with fp32 master
+  /// weights) for the reduce-scatter right after the loss backward
+  bytes head_reduce_scatter;
   bytes optimizer;               ///< foreach AdamW: one full-size temporary list, w·P/N (fused: 0; optimizer in backward: one parameter's, w·largest_param)
   bytes dequantized_weight;      ///< QLoRA: the bf16 weight one 4-bit linear dequantizes while it runs (forward and backward)
   /// CPU offload of the parameters: the unit in flight's shard copied to the GPU before its all-gather (in the
@@ -1015,7 +1039,9 @@ struct transient_buffers {
   const bool foreach_adamw = s.optimizer == optimizer_impl::foreach && s.optim == optimizer_kind::adamw;
   if (s.in_bwd) r.block_gradient_buffers = bytes::base((s.w + (foreach_adamw ? s.w : 0)) * s.largest_linear);
   r.checkpointed_forward = bytes::base(s.T * (6 * s.F));
-  r.root_reduce_scatter = bytes::base(s.fsdp && !s.adapters ? 2 * s.root_params + (fp32_master ? 4 * s.root_params : 0) : 0);
+  const double root_grads = s.emb_units ? s.root_params - s.head_w : s.root_params;  // the embedding (and norm) unit
+  r.root_reduce_scatter = bytes::base(s.fsdp && !s.adapters ? 2 * root_grads + (fp32_master ? 4 * root_grads : 0) : 0);
+  if (s.emb_units && !s.adapters) r.head_reduce_scatter = bytes::base(2 * s.head_w + (fp32_master ? 4 * s.head_w : 0));
   if (foreach_adamw && !s.megatron && !s.off_opt)  // (offload: the step and its temporaries are on the host)
     r.optimizer = bytes::base(s.w * (s.in_bwd ? s.largest_param : s.Pt / s.n));  // in backward: one parameter's step at a time
   r.dequantized_weight = bytes::base(s.dequant);
@@ -1222,7 +1248,10 @@ inline memory_terms compute_memory_terms(const model_spec& m, const training_con
 /// blocks, quantized copies of the block running), the last block's working set, the loss buffers. Backward:
 /// the loss backward, then block by block from the last: the activations of blocks below, the recompute of the
 /// block, the gradients of blocks above, the activation gradients and block gradient buffers; at its end the
-/// FSDP2 root reduce-scatter. Optimizer: the gradients and the optimizer's temporaries (optimizer in backward: one
+/// FSDP2 root reduce-scatter. With the embedding and head as FSDP units of their own (memory_shape::emb_units) the
+/// head is gathered only while the loss runs forward and backward, its gradient reduce-scattered after the loss
+/// backward (a moment of its own: the head's backward), and the embedding gathered in its backward at the end; the
+/// root holds the final norm. Optimizer: the gradients and the optimizer's temporaries (optimizer in backward: one
 /// parameter's gradient and step at a time, the untied head's right after the loss backward). Reserved adds the
 /// allocator's slack at the peak moment.
 [[nodiscard]] inline memory_estimate compose_memory(const memory_terms& t) {
@@ -1262,7 +1291,7 @@ inline memory_terms compute_memory_terms(const model_spec& m, const training_con
   memory_estimate e;
   // ---- forward: the loss running
   memory_breakdown f = base;
-  f.compute_weights = base.compute_weights + bytes::base(root + kept_all + wc.autocast_all.raw());
+  f.compute_weights = base.compute_weights + bytes::base(root + wc.fsdp_head_unit.raw() + kept_all + wc.autocast_all.raw());
   f.activations = base.activations + bytes::base(saved_all + final_saved);
   f.logits = t.loss.saved + t.loss.forward_transient;
   f.gradients += t.loss.head_gradient;
@@ -1287,8 +1316,25 @@ inline memory_terms compute_memory_terms(const model_spec& m, const training_con
   double bwd_peak = 0;
   {  // the loss backward
     memory_breakdown lp = after_fwd;
+    lp.compute_weights += wc.fsdp_head_unit;  // a head unit of its own is gathered again for its backward
     lp.transient = t.loss.backward_transient;
     bwd_peak = consider(lp, step_phase::backward);
+    if (s.emb_units && !s.adapters) {  // the head unit's backward (the loss's saved tensors are gone): its GEMMs read the
+      // logits' bf16 gradient (one chunk's for torchtune's per-chunk head) and the gathered weight and write the bf16
+      // weight gradient; then FSDP2's post_backward reshards the unit and copies the gradient into the reduce-scatter's
+      // input in the reduce dtype (torch/distributed/fsdp/_fully_shard/_fsdp_param_group.py `post_backward`,
+      // `_fsdp_collectives.py` `foreach_reduce`)
+      const double TV = s.T * s.V, Vh = s.head_w;
+      memory_breakdown hb = after_fwd;
+      hb.logits = bytes::base(s.loss == loss_impl::chunked ? 2 * TV / terms::stack_loss_chunks : 2 * TV);
+      hb.compute_weights += wc.fsdp_head_unit;
+      hb.transient = bytes::base(2 * Vh);
+      bwd_peak = std::max(bwd_peak, consider(hb, step_phase::backward));
+      memory_breakdown hr = after_fwd;
+      hr.logits = bytes{};
+      hr.transient = t.transient.head_reduce_scatter;
+      bwd_peak = std::max(bwd_peak, consider(hr, step_phase::backward));
+    }
     if (s.in_bwd && !s.tied) {  // optimizer in backward: the untied head is stepped as soon as its gradient is complete
       memory_breakdown hs = after_fwd;
       hs.gradients += bytes::base(s.w * s.head_w);
@@ -1337,7 +1383,7 @@ inline memory_terms compute_memory_terms(const model_spec& m, const training_con
   after_bwd.activations = bytes{};  // every micro-batch's backward has run
   {  // end of backward: FSDP root reduce-scatter
     memory_breakdown eb = after_bwd;
-    eb.compute_weights = base.compute_weights + wc.fsdp_root;
+    eb.compute_weights = base.compute_weights + wc.fsdp_root + wc.fsdp_embedding_unit;  // (an embedding unit: gathered for its backward)
     eb.transient = t.transient.root_reduce_scatter;
     bwd_peak = std::max(bwd_peak, consider(eb, step_phase::backward));
   }

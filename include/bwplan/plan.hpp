@@ -226,6 +226,7 @@ inline std::string shortest(double v) {
   if (c.offload != 0) add("--offload", offload_to_string(c.offload));  // written when set (earlier lines stay as they were)
   if (c.optimizer_in_backward) a.emplace_back("--optimizer-in-backward");
   if (!c.sequence_parallel) a.emplace_back("--no-sequence-parallel");
+  if (c.fsdp_embedding_units) a.emplace_back("--fsdp-embedding-units");
   return a;
 }
 
@@ -302,6 +303,7 @@ inline std::string shortest(double v) {
   if (c.offload != 0) s += ", CPU offload " + offload_to_string(c.offload);
   if (c.optimizer_in_backward) s += ", optimizer in backward";
   if (!c.sequence_parallel) s += ", no sequence parallel";
+  if (c.fsdp_embedding_units) s += ", embedding and head as FSDP units";
   return s;
 }
 
@@ -316,7 +318,7 @@ struct setting_column {
 /// data-parallel degree, global batch (tokens), checkpointing, sharding, TP, CP, EP, PP (with the schedule:
 /// "4" for 1F1B, "4i2" interleaved with 2 virtual stages), precision, master weights, loss, optimizer
 /// implementation, fine-tuning (full, or lora/qlora with rank and targets), optimizer, training stack, torch.compile,
-/// expandable segments, CPU offload, optimizer in backward, sequence parallel.
+/// expandable segments, CPU offload, optimizer in backward, sequence parallel, FSDP embedding units.
 /// See differing_columns to keep only those in which rows differ.
 [[nodiscard]] inline std::vector<setting_column> setting_columns(const training_config& c) {
   auto tokens = [](std::int64_t t) {
@@ -348,7 +350,8 @@ struct setting_column {
           {"expandable_segments", "exp. seg.", c.expandable_segments ? "yes" : "no"},
           {"offload", "offload", offload_to_string(c.offload)},
           {"optimizer_in_backward", "opt. in bwd", c.optimizer_in_backward ? "yes" : "no"},
-          {"sequence_parallel", "seq. par.", c.sequence_parallel ? "yes" : "no"}};
+          {"sequence_parallel", "seq. par.", c.sequence_parallel ? "yes" : "no"},
+          {"fsdp_embedding_units", "emb. units", c.fsdp_embedding_units ? "yes" : "no"}};
 }
 
 /// Which of setting_columns() to show for `rows`: the core columns (micro-batch, sequence, accumulation, DP,

@@ -56,6 +56,9 @@ struct plan_request {
   bool optimizer_in_backward = false;
   /// Tensor parallelism with sequence parallel (training_config::sequence_parallel); false only with stack megatron.
   bool sequence_parallel = true;
+  /// FSDP2 shards the embedding and the LM head as units of their own (training_config::fsdp_embedding_units);
+  /// candidates without FSDP (full or hybrid) or with pipeline parallelism are then skipped.
+  bool fsdp_embedding_units = false;
   /// Without expandable_segments: a candidate over the line whose replayed step fits with `expandable_segments:True`
   /// is kept with that setting (the plan carries it; the SageMaker job sets PYTORCH_CUDA_ALLOC_CONF).
   bool allow_expandable_segments = true;
@@ -210,6 +213,8 @@ struct plan_result {
             c.expandable_segments = req.expandable_segments;
             c.optimizer_in_backward = req.optimizer_in_backward;
             c.sequence_parallel = req.sequence_parallel;
+            c.fsdp_embedding_units = req.fsdp_embedding_units;
+            if (c.fsdp_embedding_units && ((c.shard != sharding::full && c.shard != sharding::hybrid) || c.pp > 1)) continue;
             c.offload = off;
             if (off != 0) {  // the offload rules of violations(): a set this layout cannot run is not a candidate
               const char* field = nullptr;

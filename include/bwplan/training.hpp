@@ -322,6 +322,13 @@ struct training_config {
   /// them on the whole sequence and all-reduces after each row-parallel linear (megatron/training/arguments.py
   /// `--sequence-parallel`; Korthikanti et al. 2022, arXiv:2205.05198). Only stack megatron; no effect at tp 1.
   bool sequence_parallel = true;
+  /// FSDP2 shards the token embedding and the LM head as units of their own, each gathered only while it runs and
+  /// resharded after (torchtune's `custom_sharded_layers: ['tok_embeddings', 'output']`, torchtune/training/
+  /// _distributed.py `shard_model` @bd2a0fc7; torchtitan's `apply_fsdp` since 83e69410, 2025-07-28,
+  /// torchtitan/distributed/fsdp.py @b5bcd76), instead of in the root unit, which FSDP2 keeps gathered from the forward
+  /// to the end of backward. Needs sharding full or hybrid and pp 1; no effect with tied embeddings (the one matrix
+  /// is used at both ends of the step). docs/stacks.md#fsdp-embedding-units
+  bool fsdp_embedding_units = false;
 
   [[nodiscard]] bool operator==(const training_config&) const = default;
 
@@ -475,6 +482,12 @@ struct training_config {
     return std::string("tensor parallelism without sequence parallel is modelled as Megatron-LM's (stack megatron); stack ") +
            to_string(c.stack) + " applies SequenceParallel with every tp > 1";
   });
+  need(!c.fsdp_embedding_units || c.shard == sharding::full || c.shard == sharding::hybrid, "fsdp_embedding_units", [&] {
+    return std::string("the embedding and LM head as FSDP units of their own need FSDP (sharding full or hybrid), got sharding ") +
+           (c.shard == sharding::none ? "none" : c.shard == sharding::grad_op ? "grad-op" : "optimizer");
+  });
+  need(!c.fsdp_embedding_units || c.pp == 1, "fsdp_embedding_units",
+       [&] { return "the embedding and LM head as FSDP units of their own are modelled without pipeline parallelism, got pp " + s(c.pp); });
   need(!c.optimizer_in_backward || c.stack == training_stack::torchtune, "optimizer_in_backward", [&] {
     return std::string("the optimizer step in backward is modelled as torchtune's optimizer_in_bwd (stack torchtune), got stack ") +
            to_string(c.stack);

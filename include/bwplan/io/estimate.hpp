@@ -53,6 +53,7 @@ namespace bwplan::io {
           {"offload", offload_to_string(c.offload)},
           {"optimizer_in_backward", c.optimizer_in_backward},
           {"sequence_parallel", c.sequence_parallel},
+          {"fsdp_embedding_units", c.fsdp_embedding_units},
           {"lora", c.adapters() ? nlohmann::ordered_json{{"rank", c.lora.rank},
                                                           {"alpha", c.lora.alpha},
                                                           {"targets", lora_targets_to_string(c.lora.targets)},

@@ -87,7 +87,8 @@ namespace io {
       "bf16_layers", "fp8_all_gather", "master_weights", "micro_batch_size", "seq_len", "global_batch_size",
       "grad_accum", "activation_checkpointing", "ac_every", "sharding", "shard_group", "tp", "cp", "ep", "pp",
       "pp_schedule", "vpp", "optimizer", "optimizer_impl", "loss", "finetune", "lora_rank", "lora_alpha", "lora_targets", "lora_dropout",
-      "stack", "compile", "expandable_segments", "offload", "optimizer_in_backward", "sequence_parallel", "headroom", "check"};
+      "stack", "compile", "expandable_segments", "offload", "optimizer_in_backward", "sequence_parallel", "fsdp_embedding_units",
+      "headroom", "check"};
   return k;
 }
 
@@ -256,12 +257,14 @@ T plan_enum(const nlohmann::json& v, const std::string& file, const std::string&
       for (auto x : all_stacks) names.emplace_back(to_string(x));
       c.stack = plan_enum<training_stack>(v, file, ptr, names, std::vector<training_stack>(std::begin(all_stacks), std::end(all_stacks)));
     }
-    else if (k == "compile" || k == "expandable_segments" || k == "optimizer_in_backward" || k == "sequence_parallel") {
+    else if (k == "compile" || k == "expandable_segments" || k == "optimizer_in_backward" || k == "sequence_parallel" ||
+             k == "fsdp_embedding_units") {
       if (!v.is_boolean()) throw config_error(file, ptr, std::string("expected true or false, got ") + v.type_name());
       (k == "compile"               ? c.compile
        : k == "expandable_segments" ? c.expandable_segments
        : k == "optimizer_in_backward" ? c.optimizer_in_backward
-                                      : c.sequence_parallel) = v.get<bool>();
+       : k == "sequence_parallel"     ? c.sequence_parallel
+                                      : c.fsdp_embedding_units) = v.get<bool>();
     }
     else if (k == "offload") {
       const std::string t = plan_string(v, file, ptr);
@@ -350,6 +353,7 @@ T plan_enum(const nlohmann::json& v, const std::string& file, const std::string&
   if (c.offload != 0) j["offload"] = offload_to_string(c.offload);  // written when set (files of earlier releases stay as they were)
   if (c.optimizer_in_backward) j["optimizer_in_backward"] = true;   // written when set, likewise
   if (!c.sequence_parallel) j["sequence_parallel"] = false;         // written when off, likewise
+  if (c.fsdp_embedding_units) j["fsdp_embedding_units"] = true;     // written when set, likewise
   j["headroom"] = p.headroom;
   const check_settings defaults;
   if (!(p.check == defaults)) {
