@@ -727,6 +727,9 @@ runner register_recommend(CLI::App& app, context& ctx) {
         throw invalid_request("--optimizer-in-backward: modelled as torchtune's optimizer_in_bwd; use it with --stack torchtune");
       req.sequence_parallel = !o->no_sequence_parallel;
       req.fsdp_embedding_units = o->fsdp_embedding_units;
+      if (o->fsdp_embedding_units && (req.stack == training_stack::megatron || o->optimizer_in_backward))
+        throw invalid_request("--fsdp-embedding-units: FSDP2 units of their own need FSDP plans; --stack megatron and "
+                              "--optimizer-in-backward plan none");
       if (o->no_sequence_parallel && req.stack != training_stack::megatron)
         throw invalid_request("--no-sequence-parallel: modelled as Megatron-LM's tensor parallelism without --sequence-parallel; "
                               "use it with --stack megatron");

@@ -209,6 +209,13 @@ TEST_CASE("model: starcoder2 configs and the dropout keys of gpt2, falcon and st
   const auto l = read(R"({"model_type": "llama", "hidden_size": 512, "num_hidden_layers": 2, "num_attention_heads": 8,
       "intermediate_size": 1024, "vocab_size": 1000, "attention_dropout": 0.1})");
   CHECK(l.residual_dropouts == 0);
+  // starcoder2 without tie_word_embeddings: PretrainedConfig's default, tied; GQA 2 and biases by default
+  const auto s2 = read(R"({"model_type": "starcoder2", "hidden_size": 512, "num_hidden_layers": 2, "num_attention_heads": 8,
+      "intermediate_size": 1024, "vocab_size": 1000})");
+  CHECK(s2.tied_embeddings);
+  CHECK(s2.kv_heads == 2);
+  CHECK(s2.mlp_bias);
+  CHECK(s2.residual_dropouts == 0);
   // a probability out of range is refused, naming the field
   CHECK_THROWS_WITH(read(R"({"model_type": "starcoder2", "hidden_size": 512, "num_hidden_layers": 2, "num_attention_heads": 8,
       "intermediate_size": 1024, "vocab_size": 1000, "residual_dropout": 1.5})"),

@@ -595,6 +595,18 @@ TEST_CASE("stacks: sequence_parallel is Megatron's setting, and travels the plan
   const auto v = violations(hf);
   REQUIRE(!v.empty());
   CHECK(v.front().field == "sequence_parallel");
+  {  // Megatron-Core refuses to train a MoE model with tensor parallelism and no sequence parallel
+    plan moe;
+    moe.model = "Qwen3-30B-A3B";
+    moe.training = c;
+    moe.training.ep = 1;
+    const model_spec q = io::load_model(fs::path(BWPLAN_SOURCE_DIR) / "tests" / "data" / "qwen3-30b-a3b.json");
+    bool found = false;
+    for (const auto& x : plan_violations(q, moe)) found = found || x.field == "sequence_parallel";
+    CHECK(found);
+    moe.training.sequence_parallel = true;
+    for (const auto& x : plan_violations(q, moe)) CHECK(x.field != "sequence_parallel");
+  }
   plan p;
   p.model = "Llama-3.1-8B";
   p.target = {"ml.p5.48xlarge", "h100", 1, 8};
@@ -663,6 +675,20 @@ TEST_CASE("stacks: fsdp_embedding_units needs FSDP, and travels the plan file, t
   c.shard = sharding::full;
   c.fsdp_embedding_units = true;
   CHECK(violations(c).empty());
+  {  // Liger's fused linear cross-entropy reads the head weight outside the head module: no head unit to gather
+    training_config x = c;
+    x.loss = loss_impl::chunked;
+    const auto v = violations(x);
+    REQUIRE(!v.empty());
+    CHECK(v.front().field == "fsdp_embedding_units");
+    x.stack = training_stack::torchtitan;  // torchtitan's chunked loss calls the head module
+    CHECK(violations(x).empty());
+  }
+  // the caching-allocator replay's step trace keeps the embedding and head in the root: such plans are not replayed
+  training_config one = c;
+  one.world_size = one.gpus_per_node = 1;
+  CHECK(terms::replayable(test::llama_8b(), [&] { training_config r = one; r.fsdp_embedding_units = false; return r; }()));
+  CHECK_FALSE(terms::replayable(test::llama_8b(), one));
   for (sharding sh : {sharding::none, sharding::grad_op, sharding::optimizer}) {
     training_config x = c;
     x.shard = sh;

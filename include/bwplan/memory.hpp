@@ -786,6 +786,7 @@ struct saved_activations {
   if (s.sp_replicas > 1) {  // tensor parallelism without sequence parallel: the replicated tensors are whole-sequence
     for (activation_inventory* inv : {&r.high_precision, &r.low_precision}) {
       inv->block_saved += (s.sp_replicas - 1) * inv->sequence_sharded;
+      inv->selective_op += (s.sp_replicas - 1) * (inv->checkpoint + 8);  // per-op SAC: its block input and norm statistics
       inv->checkpoint *= s.sp_replicas;
       inv->final_saved *= s.sp_replicas;
       inv->grad_temp += (s.sp_replicas - 1) * 4 * s.h;
@@ -1147,7 +1148,8 @@ struct allocator_replay {
          c.shard != sharding::optimizer && (!c.sharded() || (c.shard == sharding::full && c.master == master_weights::fp32)) && c.grad_accum == 1 && c.loss == loss_impl::standard && c.format == compute_format::bf16 &&
          (c.ac.mode == ac_mode::none || c.ac.mode == ac_mode::full) && !c.fp8_all_gather &&
          !c.adapters() && c.optim == optimizer_kind::adamw && c.offload == 0 &&  // the trace is a full fine-tune with AdamW on the GPU
-         c.stack == training_stack::hf && !c.compile && !c.optimizer_in_backward;  // of the eager hf modules, one step after backward
+         c.stack == training_stack::hf && !c.compile && !c.optimizer_in_backward &&  // of the eager hf modules, one step after backward,
+         !c.fsdp_embedding_units;  // with the embedding and head in the FSDP2 root
 }
 
 /// The replay term of configuration `c` of `m` (see allocator_replay).
@@ -1326,7 +1328,9 @@ inline memory_terms compute_memory_terms(const model_spec& m, const training_con
       // `_fsdp_collectives.py` `foreach_reduce`)
       const double TV = s.T * s.V, Vh = s.head_w;
       memory_breakdown hb = after_fwd;
-      hb.logits = bytes::base(s.loss == loss_impl::chunked ? 2 * TV / terms::stack_loss_chunks : 2 * TV);
+      // (torchtune applies the head per chunk; torchtitan's chunks are views of one logits tensor)
+      const bool per_chunk = s.loss == loss_impl::chunked && s.stack == training_stack::torchtune;
+      hb.logits = bytes::base(per_chunk ? 2 * TV / terms::stack_loss_chunks : 2 * TV);
       hb.compute_weights += wc.fsdp_head_unit;
       hb.transient = bytes::base(2 * Vh);
       bwd_peak = std::max(bwd_peak, consider(hb, step_phase::backward));

@@ -144,6 +144,10 @@ struct plan {
     out.push_back({"tp", "/tp", "tensor parallelism " + s(c.tp) + " does not divide the " + s(m.heads) + " attention heads and " +
                                     s(m.kv_heads) + " KV heads of " + m.name});
   for (auto& v : pipeline_violations(m, c)) out.push_back(std::move(v));
+  if (m.is_moe() && c.tp > 1 && !c.sequence_parallel)  // Megatron-Core refuses to train it (moe/moe_layer.py MoELayer.forward)
+    out.push_back({"sequence_parallel", "/sequence_parallel",
+                   "Megatron-LM trains MoE models with tensor parallelism only with sequence parallel (MoELayer.forward "
+                   "raises otherwise): " + m.name + " at tp " + s(c.tp) + " needs sequence_parallel true"});
   if (m.positions > 0 && c.seq_len > m.positions)
     out.push_back({"seq_len", "/seq_len", "sequence " + s(c.seq_len) + " exceeds the " + s(m.positions) +
                                               " learned position embeddings of " + m.name + " (n_positions)"});

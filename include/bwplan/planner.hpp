@@ -57,7 +57,8 @@ struct plan_request {
   /// Tensor parallelism with sequence parallel (training_config::sequence_parallel); false only with stack megatron.
   bool sequence_parallel = true;
   /// FSDP2 shards the embedding and the LM head as units of their own (training_config::fsdp_embedding_units);
-  /// candidates without FSDP (full or hybrid) or with pipeline parallelism are then skipped.
+  /// candidates without FSDP (full or hybrid), with pipeline parallelism or with the hf stack's chunked loss are then
+  /// skipped.
   bool fsdp_embedding_units = false;
   /// Without expandable_segments: a candidate over the line whose replayed step fits with `expandable_segments:True`
   /// is kept with that setting (the plan carries it; the SageMaker job sets PYTORCH_CUDA_ALLOC_CONF).
@@ -214,7 +215,9 @@ struct plan_result {
             c.optimizer_in_backward = req.optimizer_in_backward;
             c.sequence_parallel = req.sequence_parallel;
             c.fsdp_embedding_units = req.fsdp_embedding_units;
-            if (c.fsdp_embedding_units && ((c.shard != sharding::full && c.shard != sharding::hybrid) || c.pp > 1)) continue;
+            if (c.fsdp_embedding_units && ((c.shard != sharding::full && c.shard != sharding::hybrid) || c.pp > 1 ||
+                                           (c.stack == training_stack::hf && c.loss == loss_impl::chunked)))
+              continue;  // the rules of violations(): FSDP, pp 1, not Liger's fused loss
             c.offload = off;
             if (off != 0) {  // the offload rules of violations(): a set this layout cannot run is not a candidate
               const char* field = nullptr;

@@ -1083,7 +1083,7 @@ struct pipeline_p2p {
 /// Pipeline parallelism, per step: at each of its v stage boundaries a rank sends one micro-batch's output
 /// activations forward and receives their gradient backward, `2·b·(s/cp)·h/tp` bytes of bf16 each (Megatron-Core
 /// `schedules.py` `tensor_shape = [seq_length // cp, micro_batch_size, hidden_size]`, ÷ tp with sequence
-/// parallel; `p2p_communication.py`). The ranks of one stage are world/pp apart (pp is the outermost mesh
+/// parallel, whole without it; `p2p_communication.py`). The ranks of one stage are world/pp apart (pp is the outermost mesh
 /// dimension in Megatron-Core and torchtitan), so the sends stay on NVLink when the whole job fits one NVLink
 /// domain and cross EFA otherwise, each GPU with its share of its instance's EFA (`efa_per_node · efa /
 /// gpus_per_node`); latency `collective_latency_s` + one NVLink or network step; the link's size efficiency
@@ -1096,7 +1096,7 @@ struct pipeline_p2p {
   r.pp = c.pp;
   r.vpp = c.virtual_stages();
   r.micro_batches = s.ga;
-  r.bytes_per_send = 2 * s.T * s.h;
+  r.bytes_per_send = 2 * s.T * s.h * (c.sequence_parallel ? 1 : c.tp);  // without sequence parallel the whole sequence
   r.efa = inst != nullptr && c.world_size > c.nvlink_domain_gpus();
   const double S = r.bytes_per_send;
   double t = 0;

@@ -486,6 +486,10 @@ struct training_config {
     return std::string("the embedding and LM head as FSDP units of their own need FSDP (sharding full or hybrid), got sharding ") +
            (c.shard == sharding::none ? "none" : c.shard == sharding::grad_op ? "grad-op" : "optimizer");
   });
+  need(!c.fsdp_embedding_units || c.stack != training_stack::hf || c.loss != loss_impl::chunked, "fsdp_embedding_units", [&] {
+    return std::string("Liger's fused linear cross-entropy (stack hf, loss chunked) reads the head's weight outside the head "
+                       "module, so FSDP2 never gathers a head unit of its own: use loss standard, or the FSDP2 root");
+  });
   need(!c.fsdp_embedding_units || c.pp == 1, "fsdp_embedding_units",
        [&] { return "the embedding and LM head as FSDP units of their own are modelled without pipeline parallelism, got pp " + s(c.pp); });
   need(!c.optimizer_in_backward || c.stack == training_stack::torchtune, "optimizer_in_backward", [&] {

@@ -264,7 +264,8 @@ inline void read_family(model_spec& m, const nlohmann::json& j, const std::strin
     throw config_error(file, falcon ? "/num_kv_heads" : "/num_key_value_heads",
                        "num_key_value_heads=" + std::to_string(m.kv_heads) + " does not divide num_attention_heads=" +
                            std::to_string(m.heads));
-  m.tied_embeddings = gpt2 || get_bool(j, file, "tie_word_embeddings", gemma || falcon);
+  // Starcoder2Config leaves tie_word_embeddings to PretrainedConfig, whose default is true
+  m.tied_embeddings = gpt2 || get_bool(j, file, "tie_word_embeddings", gemma || falcon || starcoder2);
   if (!gpt2 && !falcon && !starcoder2)
     m.qkv_bias = f == "qwen2" || f == "qwen2_moe" ? true : get_bool(j, file, "attention_bias", false);
   if (deepseek) m.qkv_bias = false;  // MLA: attention_bias applies to no counted projection in V3 (False in every config)
