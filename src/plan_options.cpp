@@ -38,7 +38,10 @@ void add_plan_options(CLI::App* sub, const std::shared_ptr<plan_options>& o) {
                                    "states and fp32 masters sharded); default full for >1 GPU"),
                    {{"none", sharding::none}, {"full", sharding::full}, {"hybrid", sharding::hybrid}, {"grad-op", sharding::grad_op},
                     {"optimizer", sharding::optimizer}});
-  sub->add_option("--shard-group", o->shard_group, "with --sharding hybrid: GPUs per shard group (default: one node / tp)");
+  sub->add_option("--shard-group", o->shard_group,
+                  "with --sharding hybrid: GPUs per shard group (default: one node / tp); with --sharding optimizer: GPUs one "
+                  "optimizer instance shards the states over (default: every data-parallel rank; Megatron's "
+                  "--num-distributed-optimizer-instances = data-parallel size / this)");
   sub->add_option("--tp", o->tp, "tensor-parallel degree (within a node, or an NVLink domain spanning instances; with sequence parallel unless --no-sequence-parallel)");
   sub->add_option("--cp", o->cp, "context-parallel degree (ring attention; model states sharded over FSDP x CP)");
   sub->add_option("--ep", o->ep, "expert parallelism (MoE models): routed experts split over ep GPUs (divides experts and GPUs)");

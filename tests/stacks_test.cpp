@@ -724,3 +724,35 @@ TEST_CASE("stacks: fsdp_embedding_units needs FSDP, and travels the plan file, t
     CHECK((pl["config"]["sharding"] == "full" || pl["config"]["sharding"] == "hybrid"));
   }
 }
+
+TEST_CASE("stacks: distributed-optimizer instances shard the states within each instance, hand-derived", "[stacks][terms]") {
+  // Megatron-LM's --num-distributed-optimizer-instances 2 on TP 2 x DP 4: each instance of 2 ranks shards the fp32
+  // main parameters and the Adam states; the bf16 parameters and the main-gradient buffer stay replicated
+  const model_spec m = megatron_7b();
+  training_config all = megatron_tp4();
+  all.tp = 2;  // 8 GPUs: DP 4
+  training_config two = all;
+  two.shard_group = 2;
+  CHECK(violations(two).empty());
+  CHECK(all.shard_size() == 4);
+  CHECK(two.shard_size() == 2);
+  const auto sa = terms::memory_shape_of(m, all, h100()), s2 = terms::memory_shape_of(m, two, h100());
+  const auto ma = terms::model_state_bytes(sa), m2 = terms::model_state_bytes(s2);
+  CHECK(m2.optimizer_states.raw() == Approx(2 * ma.optimizer_states.raw()).epsilon(1e-12));  // 8·Ps/2 against 8·Ps/4
+  CHECK(m2.parameters.raw() == Approx(2 * ma.parameters.raw()).epsilon(1e-12));              // fp32 main parameters
+  CHECK(m2.gradients.raw() == ma.gradients.raw());                                         // the replicated buffer
+  // the gradient shard is all-reduced across the two instances after the reduce-scatter within each
+  const auto ta = estimate_throughput(m, all, h100()), t2 = estimate_throughput(m, two, h100());
+  CHECK(t2.comm.data_parallel.raw() > 0);
+  CHECK(t2.comm.data_parallel.raw() != ta.comm.data_parallel.raw());
+  training_config odd = all;
+  odd.shard_group = 3;  // does not divide the 4 data-parallel ranks
+  REQUIRE(!violations(odd).empty());
+  CHECK(violations(odd).front().field == "shard_group");
+  training_config fsdp = all;
+  fsdp.stack = training_stack::hf;
+  fsdp.shard = sharding::full;
+  fsdp.shard_group = 2;  // a shard group with full sharding is still an error
+  REQUIRE(!violations(fsdp).empty());
+  CHECK(violations(fsdp).front().field == "shard_group");
+}

@@ -129,7 +129,8 @@ inline std::string plan_settings(const training_config& c) {
   std::string s = "micro_batch_size " + std::to_string(c.micro_batch) + ", grad_accum " + std::to_string(c.grad_accum) +
                   ", activation_checkpointing " + to_string(c.ac) + ", precision " + to_string(c.format) +
                   ", sharding " + to_string(c.shard);
-  if (c.shard == sharding::hybrid) s += ", shard_group " + std::to_string(c.shard_size());
+  if (c.shard == sharding::hybrid || (c.shard == sharding::optimizer && c.shard_group > 0))
+    s += ", shard_group " + std::to_string(c.shard_size());
   if (c.tp > 1) s += ", tp " + std::to_string(c.tp);
   if (c.cp > 1) s += ", cp " + std::to_string(c.cp);
   if (c.ep > 1) s += ", ep " + std::to_string(c.ep);

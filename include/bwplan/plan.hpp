@@ -248,13 +248,13 @@ inline std::string shortest(double v) {
   return q + "'";
 }
 
-/// Sharding as a short label: "none", "ddp", "fsdp", "hsdp/8", "zero2", "zero1".
+/// Sharding as a short label: "none", "ddp", "fsdp", "hsdp/8", "zero2", "zero1" ("zero1/2" with optimizer instances of 2 GPUs).
 [[nodiscard]] inline std::string shard_label(const training_config& c) {
   switch (c.shard) {
     case sharding::full: return "fsdp";
     case sharding::hybrid: return "hsdp/" + std::to_string(c.shard_size());
     case sharding::grad_op: return "zero2";
-    case sharding::optimizer: return "zero1";
+    case sharding::optimizer: return c.shard_group > 0 ? "zero1/" + std::to_string(c.shard_group) : "zero1";
     default: return c.fsdp_mesh() > 1 ? "ddp" : "none";
   }
 }

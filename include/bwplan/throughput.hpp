@@ -1065,6 +1065,15 @@ struct zero1_collectives {
   r.buckets = std::max(1.0, std::ceil(s.Pc / bucket));
   r.reduce_scatter =
       seconds::base(r.buckets * collective_time(collective_kind::reduce_scatter, bytes::base(s.w * s.Pc / r.buckets), g, gpu, inst, k).raw());
+  // more than one optimizer instance (shard_group): each instance's gradient shard is all-reduced across the instances
+  // (Megatron-Core param_and_grad_buffer.py: the reduce-scatter within the intra-instance group, then an all-reduce
+  // over the inter-instance group)
+  const int instances = c.fsdp_mesh() / shard_n;
+  if (instances > 1) {
+    const comm_group across = comm_group_of(instances, shard_n * c.tp, s.gpn);
+    r.reduce_scatter += seconds::base(
+        r.buckets * collective_time(collective_kind::all_reduce, bytes::base(s.w * s.Pc / shard_n / r.buckets), across, gpu, inst, k).raw());
+  }
   r.all_gather =
       seconds::base(r.buckets * collective_time(collective_kind::all_gather, bytes::base(2 * s.Pc / r.buckets), g, gpu, inst, k).raw());
   return r;

@@ -296,7 +296,10 @@ struct training_config {
   loss_impl loss = loss_impl::standard;
   int ep = 1;                       ///< expert parallelism: routed experts split over ep GPUs (MoE models; divides world_size)
   double moe_capacity_factor = 1.0; ///< MoE dispatch buffer size relative to top_k · tokens (1 = dropless)
-  int shard_group = 0;  ///< hybrid sharding: GPUs per shard group (0 = gpus_per_node / tp, i.e. one node)
+  /// hybrid sharding: GPUs per shard group (0 = gpus_per_node / tp, i.e. one node); the distributed optimizer: GPUs
+  /// one optimizer instance shards the states over (0 = every data-parallel rank; Megatron-LM's
+  /// `--num-distributed-optimizer-instances` is the data-parallel size ÷ this)
+  int shard_group = 0;
   int tp = 1;           ///< tensor-parallel degree (within a node; with sequence parallel unless sequence_parallel is false)
   int cp = 1;           ///< context-parallel degree (ring attention over the sequence)
   int pp = 1;           ///< pipeline-parallel degree: stages (ranks) the layers are split over (docs/scaling.md#pipeline-parallelism)
@@ -351,6 +354,7 @@ struct training_config {
     switch (shard) {
       case sharding::none: return 1;
       case sharding::hybrid: return shard_group > 0 ? shard_group : std::max(1, gpus_per_node / std::max(1, tp));
+      case sharding::optimizer: return shard_group > 0 ? shard_group : fsdp_mesh();
       default: return fsdp_mesh();
     }
   }
@@ -543,9 +547,10 @@ struct training_config {
            " (load-balanced ring attention splits each sequence into 2 x cp chunks)";
   });
   need(c.shard_group >= 0, "shard_group", [&] { return "shard group must be >= 1, got " + s(c.shard_group); });
-  need(c.shard_group == 0 || c.shard == sharding::hybrid, "shard_group",
-       [&] { return std::string("a shard group needs sharding hybrid"); });
-  need(c.shard != sharding::hybrid || c.shard_size() < 1 || c.fsdp_mesh() % c.shard_size() == 0, "shard_group", [&] {
+  need(c.shard_group == 0 || c.shard == sharding::hybrid || c.shard == sharding::optimizer, "shard_group",
+       [&] { return std::string("a shard group needs sharding hybrid or optimizer"); });
+  need((c.shard != sharding::hybrid && c.shard != sharding::optimizer) || c.shard_size() < 1 || c.fsdp_mesh() % c.shard_size() == 0,
+       "shard_group", [&] {
     return "shard group " + s(c.shard_size()) + " does not divide the FSDP mesh of " + s(c.fsdp_mesh()) +
            " GPUs (world size / tp)";
   });
