@@ -56,6 +56,23 @@ plan torchtune_plan() {
   return p;
 }
 
+/// A boolean plan-file key set in `p` to `value` (the one its default is not): written as such and read back, absent
+/// from a default plan, a non-boolean refused naming `/key`; `flag` in the reproduce line and `described` in
+/// describe().
+void check_plan_key_travels(const plan& p, const std::string& key, bool value, const std::string& flag, const std::string& described) {
+  INFO(key);
+  const auto j = io::plan_to_json(p);
+  CHECK(j[key] == value);
+  CHECK(io::plan_to_json(io::plan_from_json(nlohmann::json::parse(j.dump()), "plan.json").value)[key] == value);
+  CHECK_FALSE(io::plan_to_json(plan{}).contains(key));  // written only when not the default
+  const auto a = to_cli_args(p);
+  CHECK(std::find(a.begin(), a.end(), flag) != a.end());
+  CHECK(describe(p.training).find(described) != std::string::npos);
+  auto bad = j;
+  bad[key] = "no";
+  CHECK_THROWS_WITH(io::plan_from_json(nlohmann::json::parse(bad.dump()), "plan.json"), Catch::Contains("/" + key));
+}
+
 terms::memory_shape shape(const training_config& c) { return terms::memory_shape_of(llama_1b(), c, h100()); }
 
 nlohmann::json estimate_json(std::vector<std::string> args) {
@@ -474,16 +491,7 @@ TEST_CASE("stacks: the rules of optimizer in backward, as plan violations and on
 TEST_CASE("stacks: optimizer_in_backward travels the plan file, the reproduce line, the JSON and the search", "[stacks][plan]") {
   plan p = torchtune_plan();
   p.training.optimizer_in_backward = true;
-  const auto j = io::plan_to_json(p);
-  CHECK(j["optimizer_in_backward"] == true);
-  CHECK(io::plan_from_json(nlohmann::json::parse(j.dump()), "plan.json").value.training.optimizer_in_backward);
-  CHECK_FALSE(io::plan_to_json(plan{}).contains("optimizer_in_backward"));  // written when set
-  const auto a = to_cli_args(p);
-  CHECK(std::find(a.begin(), a.end(), "--optimizer-in-backward") != a.end());
-  CHECK(describe(p.training).find("optimizer in backward") != std::string::npos);
-  auto bad = j;
-  bad["optimizer_in_backward"] = 1;
-  CHECK_THROWS_WITH(io::plan_from_json(nlohmann::json::parse(bad.dump()), "plan.json"), Catch::Contains("/optimizer_in_backward"));
+  check_plan_key_travels(p, "optimizer_in_backward", true, "--optimizer-in-backward", "optimizer in backward");
   const auto e = estimate_json({"Llama-3.2-1B", "--gpu", "h100", "--master", "bf16", "--stack", "torchtune", "--optimizer-in-backward"});
   CHECK(e["config"]["optimizer_in_backward"] == true);
   // the search keeps the setting and only the plans that need no accumulation
@@ -501,28 +509,10 @@ TEST_CASE("stacks: optimizer_in_backward travels the plan file, the reproduce li
 
 namespace {
 
-/// Megatron-LM's gpt3_7b_tp4_pp1_memory_speed shape (tests/data/megatron-gpt3-7b.json) built by hand: h 4096, L 32,
-/// a 32, g 8, d 128, F 16384 GELU, LayerNorm, biases, untied, V 131584, dropout on both residual branches and the
-/// embeddings.
-model_spec megatron_7b() {
-  model_spec m;
-  m.name = "megatron-gpt3-7b";
-  m.family = "starcoder2";
-  m.hidden = 4096;
-  m.layers = 32;
-  m.heads = 32;
-  m.kv_heads = 8;
-  m.head_dim = 128;
-  m.intermediate = 16384;
-  m.vocab = 131584;
-  m.max_context = 8192;
-  m.gated_mlp = false;
-  m.layer_norm = true;
-  m.qkv_bias = m.o_bias = m.mlp_bias = true;
-  m.residual_dropouts = 2;
-  m.embedding_dropout = true;
-  return m;
-}
+/// Megatron-LM's gpt3_7b_tp4_pp1_memory_speed shape, tests/data/megatron-gpt3-7b.json: h 4096, L 32, a 32, g 8,
+/// d 128, F 16384 GELU, LayerNorm, biases, untied, V 131584, dropout on both residual branches and the embeddings
+/// (the reader's fields are checked in model_test.cpp).
+model_spec megatron_7b() { return io::load_model(fs::path(BWPLAN_SOURCE_DIR) / "tests" / "data" / "megatron-gpt3-7b.json"); }
 
 training_config megatron_tp4() {
   training_config c;
@@ -611,16 +601,7 @@ TEST_CASE("stacks: sequence_parallel is Megatron's setting, and travels the plan
   p.model = "Llama-3.1-8B";
   p.target = {"ml.p5.48xlarge", "h100", 1, 8};
   p.training = c;
-  const auto j = io::plan_to_json(p);
-  CHECK(j["sequence_parallel"] == false);
-  CHECK_FALSE(io::plan_from_json(nlohmann::json::parse(j.dump()), "plan.json").value.training.sequence_parallel);
-  CHECK_FALSE(io::plan_to_json(plan{}).contains("sequence_parallel"));  // written when off
-  const auto a = to_cli_args(p);
-  CHECK(std::find(a.begin(), a.end(), "--no-sequence-parallel") != a.end());
-  CHECK(describe(p.training).find("no sequence parallel") != std::string::npos);
-  auto bad = j;
-  bad["sequence_parallel"] = "no";
-  CHECK_THROWS_WITH(io::plan_from_json(nlohmann::json::parse(bad.dump()), "plan.json"), Catch::Contains("/sequence_parallel"));
+  check_plan_key_travels(p, "sequence_parallel", false, "--no-sequence-parallel", "no sequence parallel");
   const auto e = estimate_json({"tests/data/megatron-gpt3-7b.json", "--gpu", "h100", "--gpus", "8", "--tp", "4", "--mbs", "2",
                                 "--seq", "8192", "--grad-accum", "2", "--sharding", "optimizer", "--stack", "megatron",
                                 "--no-sequence-parallel"});
@@ -700,13 +681,7 @@ TEST_CASE("stacks: fsdp_embedding_units needs FSDP, and travels the plan file, t
   p.model = "Llama-3.1-8B";
   p.target = {"ml.p5.48xlarge", "h100", 1, 8};
   p.training = c;
-  const auto j = io::plan_to_json(p);
-  CHECK(j["fsdp_embedding_units"] == true);
-  CHECK(io::plan_from_json(nlohmann::json::parse(j.dump()), "plan.json").value.training.fsdp_embedding_units);
-  CHECK_FALSE(io::plan_to_json(plan{}).contains("fsdp_embedding_units"));
-  const auto a = to_cli_args(p);
-  CHECK(std::find(a.begin(), a.end(), "--fsdp-embedding-units") != a.end());
-  CHECK(describe(p.training).find("embedding and head as FSDP units") != std::string::npos);
+  check_plan_key_travels(p, "fsdp_embedding_units", true, "--fsdp-embedding-units", "embedding and head as FSDP units");
   const auto e = estimate_json({"Llama-3.1-8B", "--gpu", "h100", "--gpus", "8", "--sharding", "full", "--fsdp-embedding-units"});
   CHECK(e["config"]["fsdp_embedding_units"] == true);
   auto r = run_cli({"estimate", "Llama-3.1-8B", "--gpu", "h100", "--sharding", "none", "--fsdp-embedding-units"});
