@@ -203,6 +203,37 @@ TEST_CASE("pipeline: the bubble, the P2P sends and the tokens of a step", "[pipe
   CHECK(te.step_flops.model.raw() == Approx(3 * forward_flops_per_token(m, 2048) * 2048 / 4 * 8).epsilon(1e-12));
 }
 
+TEST_CASE("pipeline: a rank's block GEMMs are its own blocks' (regression: the whole model's on every rank)", "[pipeline][throughput]") {
+  // Before the fix every rank was charged the GEMMs of all 16 blocks of the 1B model: block_linears counted each
+  // linear over the model's 16 blocks while block_gemms divided by the rank's 3 to 5 (Megatron-Bridge's 70B TP 4 × PP 8
+  // rows came out at −78 %).
+  const model_spec m = llama_1b();
+  const gpu_spec g = h100();
+  const throughput_calibration k;
+  training_config one = pipeline_config(8);
+  one.pp = 1;
+  one.world_size = 1;
+  one.gpus_per_node = 1;
+  const terms::gemm_terms whole = compute_throughput_terms(m, one, g, nullptr, k).compute.gemm;
+  for (int vpp : {1, 2}) {
+    INFO("vpp " << vpp);
+    const training_config c = pipeline_config(8, vpp);
+    for (int rank = 0; rank < 4; ++rank) {
+      INFO("rank " << rank);
+      const pipeline_rank st = pipeline_rank_of(c, m.layers, 0, rank);
+      REQUIRE(st.blocks > 0);
+      const double share = static_cast<double>(st.blocks) / 16;
+      const terms::gemm_terms t = compute_throughput_terms(m, c, g, nullptr, k, &st).compute.gemm;
+      // bf16, full recompute: the rank's share of the 16 blocks (the embedding and the head take a block's place on
+      // the first and last rank), forward, backward and recompute
+      CHECK(t.high_precision.raw() == Approx(whole.high_precision.raw() * share).epsilon(1e-12));
+      CHECK(t.low_precision.raw() == 0);
+      // the LM head (tied: the embedding's weight) on the last rank only
+      CHECK(t.lm_head.raw() == Approx(st.head ? whole.lm_head.raw() : 0.0).epsilon(1e-12));
+    }
+  }
+}
+
 TEST_CASE("distributed optimizer: 6 + 12/d bytes per parameter, reduce-scatter + all-gather per step", "[zero1][memory][throughput]") {
   const model_spec m = llama_1b();
   const gpu_spec g = h100();

@@ -333,11 +333,15 @@ struct linear_gemm {
 
 /// The linears of one block of `m` under `c` (tp shards columns of q/k/v/gate/up and rows of o/down; routed experts
 /// ÷ ep, each receiving ep·T·k·cf/E tokens; `tokens` = the micro-batch's tokens a tensor-parallel group computes, T·tp).
-/// MLA: q_a, q_b (or q), kv_a, kv_b, o. Returns the number written into `out` (at most 16). Sources: the Hugging Face
-/// modeling files of each family (the same layout count_parameters counts), Megatron-Core MoE grouped GEMM.
-[[nodiscard]] inline int block_linears(const model_spec& m, const training_config& c, double tokens, std::array<linear_gemm, 16>& out) {
+/// MLA: q_a, q_b (or q), kv_a, kv_b, o. Each linear's `blocks` counts the blocks of the whole model, or with
+/// `stage` those of one pipeline rank (its dense and MoE blocks), the blocks throughput_shape::L then holds.
+/// Returns the number written into `out` (at most 16). Sources: the Hugging Face modeling files of each family (the
+/// same layout count_parameters counts), Megatron-Core MoE grouped GEMM.
+[[nodiscard]] inline int block_linears(const model_spec& m, const training_config& c, double tokens, std::array<linear_gemm, 16>& out,
+                                       const pipeline_rank* stage = nullptr) {
   int n = 0;
-  const double h = static_cast<double>(m.hidden), tp = c.tp, L = static_cast<double>(m.layers);
+  const double h = static_cast<double>(m.hidden), tp = c.tp;
+  const double L = static_cast<double>(stage ? stage->blocks : m.layers);
   auto add = [&](double in, double o, double rows, double groups, double blocks, bool sac = false) {
     if (n < 16 && in > 0 && o > 0 && blocks > 0) out[static_cast<std::size_t>(n++)] = linear_gemm{in, o, rows, groups, blocks, sac};
   };
@@ -358,12 +362,14 @@ struct linear_gemm {
     add(q / tp, h, tokens, 1, L, true);
   }
   const double F = static_cast<double>(m.intermediate);
-  const double dense_blocks = m.is_moe() ? L - static_cast<double>(m.moe_layers) : L;
+  const double moe_blocks = !m.is_moe() ? 0.0 : stage ? static_cast<double>(stage->blocks - stage->dense_blocks)
+                                                                    : static_cast<double>(m.moe_layers);
+  const double dense_blocks = L - moe_blocks;
   if (m.gated_mlp) { add(h, F / tp, tokens, 1, dense_blocks); add(h, F / tp, tokens, 1, dense_blocks, true); }
   else add(h, F / tp, tokens, 1, dense_blocks, true);
   add(F / tp, h, tokens, 1, dense_blocks);
   if (m.is_moe()) {
-    const double Lm = static_cast<double>(m.moe_layers), E = static_cast<double>(m.experts), ep = c.ep;
+    const double Lm = moe_blocks, E = static_cast<double>(m.experts), ep = c.ep;
     const double Fe = static_cast<double>(m.moe_intermediate), Fs = static_cast<double>(m.shared_intermediate);
     const double per_expert = ep * tokens * static_cast<double>(m.top_k) * c.moe_capacity_factor / E;
     add(h, E, tokens, 1, Lm);  // router
@@ -549,9 +555,12 @@ struct throughput_shape {
     r.V = st.head ? r.V : 0;
     r.recompute_passes = (c.ac.mode == ac_mode::selective_op || c.ac.mode == ac_mode::selective_attn) ? 0.5 * r.L : r.nck;
     r.moe_layers = m.is_moe() ? static_cast<double>(st.blocks - st.dense_blocks) : 0;
+    r.moe_copies = m.is_moe() ? static_cast<double>(m.top_k) * c.moe_capacity_factor * r.moe_layers / r.Lb : 0;
     r.Pt = r.P;
     r.Ptc = r.Pc;
     r.gather = c.fp8_all_gather ? r.Pc + r.root_gemm : 2 * r.Pc;
+    // the rank's linears, counted over its own blocks (L above): block_gemms weighs each by blocks / L
+    r.n_linears = block_linears(m, c, r.T * c.tp, r.linears, &st);
     factored = whole > 0 ? factored * (r.Pc * c.tp / whole) : 0;
     r.state = optimizer_state_bytes(c.optim, r.w, r.P, factored);
   }
