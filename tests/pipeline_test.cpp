@@ -402,3 +402,45 @@ TEST_CASE("recommend Llama-3.1-405B --nodes auto --max-nodes 64 considers pipeli
   }
   CHECK(rows >= 4);  // 8, 16, 32 and 64 nodes
 }
+
+// Issue 13: Megatron-Core splits the decoder blocks, not blocks + embedding + head, unless the recipe counts them
+// (Megatron-Bridge's 405B: 126 + 2 = 128 over 8 · 16) or lays the blocks out itself (DeepSeek-V3: 61 blocks over
+// PP 8 × VP 4 = 32 stages; Qwen3-30B-A3B: 48 over PP 2 × VP 24 = 48, one each). torchtitan's rule refuses both
+// of the last (a stage without a block); Megatron runs them.
+TEST_CASE("pipeline: Megatron's layer split under --stack megatron", "[pipeline]") {
+  // even: 80 blocks over 20 stages (Llama 3 70B PP 4 × VP 5), 4 each, embedding and head on top
+  for (int s = 0; s < 20; ++s) CHECK(stage_blocks(80, 20, s, true) == 4);
+  CHECK(stage_first_block(80, 20, 7, true) == 28);
+  CHECK(stage_blocks(80, 20, 1) == 5);  // torchtitan: 82 units, 4 each and the first two one more
+  // counted ends: 126 + 2 divides by 8, 126 does not: torchtitan's 15, 16 × 6, 15
+  CHECK(stage_blocks(126, 8, 0, true) == 15);
+  CHECK(stage_blocks(126, 8, 3, true) == 16);
+  CHECK(stage_first_block(126, 8, 1, true) == 15);
+  // laid out: 61 over 32, the first 61 % 32 = 29 stages 2 blocks, the last 3 one
+  CHECK(stage_blocks(61, 32, 0, true) == 2);
+  CHECK(stage_blocks(61, 32, 28, true) == 2);
+  CHECK(stage_blocks(61, 32, 29, true) == 1);
+  CHECK(stage_first_block(61, 32, 31, true) == 60);
+  std::int64_t sum = 0;
+  for (int s = 0; s < 32; ++s) sum += stage_blocks(61, 32, s, true);
+  CHECK(sum == 61);
+  CHECK(pipeline_split_ok(61, 32, true));
+  CHECK(!pipeline_split_ok(61, 32));
+  CHECK(pipeline_split_ok(48, 48, true));
+  CHECK(!pipeline_split_ok(48, 49, true));
+  // the plan rule follows the stack: 16 blocks over PP 8 × VP 2 = 16 stages
+  training_config c = pipeline_config(8, 2);
+  c.pp = 8;
+  c.world_size = 8;
+  c.gpus_per_node = 8;
+  CHECK(pipeline_violations(llama_1b(), c).size() == 1);
+  c.stack = training_stack::megatron;
+  c.shard = sharding::optimizer;
+  CHECK(pipeline_violations(llama_1b(), c).empty());
+  // rank 3 of 8 holds virtual stages 3 and 11, one block each; the bottleneck rank without the head is rank 0
+  CHECK(pipeline_rank_of(c, 16, 0, 3).blocks == 2);
+  int out[2];
+  REQUIRE(bottleneck_ranks(c, out) == 2);
+  CHECK(out[0] == 0);
+  CHECK(out[1] == 7);
+}

@@ -591,3 +591,59 @@ TEST_CASE("terms: the throughput terms compose to the estimate", "[terms][throug
     CHECK(e.comm.context_parallel == t.comm.context_parallel);
   }
 }
+
+// Issue 13 (bug): a low-precision block quantized its whole weights (`lin`) on every GPU, where each GPU of a
+// tensor-parallel group quantizes its 1/tp slice (and each routed expert it holds). Llama-3.2-1B in fp8 on h100,
+// Hopper keeps the fp8 weight and its transpose (dual 2): per micro-batch and block the weights cost
+// 2·lin_local·(2 + 2·1) bytes. At tp 4 with four sequences (the same T = 2048 tokens per GPU, the same activation
+// bytes) the weight part is a quarter of tp 1's: the difference is 16 blocks · 2 · 4 · lin · 3/4. Before the fix the
+// two were equal.
+TEST_CASE("terms: a low-precision block quantizes this GPU's weights, 1/tp of them", "[terms][throughput]") {
+  const model_spec m = llama_1b();
+  const gpu_spec g = h100();
+  const throughput_calibration k{};
+  training_config c1 = one_gpu(master_weights::bf16);
+  c1.format = compute_format::fp8;
+  training_config c4 = c1;
+  c4.world_size = 4;
+  c4.gpus_per_node = 4;
+  c4.tp = 4;
+  c4.micro_batch = 4;
+  const auto s1 = terms::throughput_shape_of(m, c1, g, k);
+  const auto s4 = terms::throughput_shape_of(m, c4, g, k);
+  REQUIRE(s1.T == s4.T);
+  REQUIRE(s1.nq == L);
+  CHECK(s1.lin_local == Approx(lin));
+  CHECK(s4.lin_local == Approx(lin / 4));
+  const double q1 = terms::memory_bound_time(s1, c1).quantization.raw();
+  const double q4 = terms::memory_bound_time(s4, c4).quantization.raw();
+  CHECK(q1 - q4 == Approx(L * 2 * (2 + 2 * 1) * lin * 0.75));
+}
+
+// Issue 13: Megatron-Core passes `is_first_microbatch` to Transformer Engine, which casts a block's weights on the
+// step's first micro-batch and keeps the copies for the others. Per micro-batch the weight casts cost 1/ga of one
+// cast (read bf16 + write fp8 and its transpose: 4 B per weight), against two casts per micro-batch eagerly; the
+// copies of every fp8 block stay resident (2 B per weight on Hopper) instead of one block's while it runs.
+TEST_CASE("terms: Transformer Engine casts Megatron's weights once per step and keeps them", "[terms][throughput][memory]") {
+  const model_spec m = llama_1b();
+  const gpu_spec g = h100();
+  const throughput_calibration k{};
+  training_config hf = one_gpu(master_weights::bf16);
+  hf.format = compute_format::fp8;
+  hf.grad_accum = 8;
+  training_config mg = hf;
+  mg.stack = training_stack::megatron;
+  const auto sh = terms::throughput_shape_of(m, hf, g, k);
+  const auto sm = terms::throughput_shape_of(m, mg, g, k);
+  CHECK_FALSE(sh.cached_weight_casts);
+  CHECK(sm.cached_weight_casts);
+  const double qh = terms::memory_bound_time(sh, hf).quantization.raw();
+  const double qm = terms::memory_bound_time(sm, mg).quantization.raw();
+  CHECK(qh - qm == Approx(L * 4 * lin * (2 - 1.0 / 8)));
+  const auto wh = terms::weight_copy_bytes(terms::memory_shape_of(m, hf, g));
+  const auto wm = terms::weight_copy_bytes(terms::memory_shape_of(m, mg, g));
+  CHECK(wh.quantized_block.raw() == 2 * lin);
+  CHECK(wh.te_weight_cache.raw() == 0);
+  CHECK(wm.quantized_block.raw() == 0);
+  CHECK(wm.te_weight_cache.raw() == L * 2 * lin);
+}

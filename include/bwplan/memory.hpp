@@ -929,7 +929,10 @@ struct weight_copies {
   bytes fsdp_gathered;           ///< FSDP2 current + prefetched block, gathered (bf16, or fp8 with FP8 all-gather)
   bytes grad_op_block;           ///< SHARD_GRAD_OP: one block kept gathered (bf16) from its forward to its backward
   bytes grad_op_all;             ///< SHARD_GRAD_OP: every block kept gathered, L · grad_op_block
-  bytes quantized_block;         ///< low-precision copies of one block's weights (and transposes) while it runs
+  bytes quantized_block;         ///< low-precision copies of one block's weights (and transposes) while it runs (0 under te_weight_cache)
+  /// Megatron + Transformer Engine: the low-precision copies of every low-precision block's weights, cached from the
+  /// step's first micro-batch and alive all step (`is_first_microbatch`, see throughput_shape::cached_weight_casts)
+  bytes te_weight_cache;
   bytes ddp_buckets;             ///< DDP gradient buckets, w·P
   bytes bf16_model;              ///< Megatron: the bf16 model weights, 2·P, at every moment (the fp32 main parameters are model_states)
   bytes zero1_params;            ///< distributed optimizer with fp32 masters: the replicated bf16 parameters, 2·P, alive all step
@@ -952,7 +955,8 @@ struct weight_copies {
 /// (`format_traits::weight_copy_bytes` per element: Transformer Engine / torchao). DDP holds one bucket copy of
 /// every gradient (`torch.nn.parallel.DistributedDataParallel`, `gradient_as_bucket_view=False`). Megatron keeps its
 /// model in bf16 (`Float16Module`, megatron/core/transformer/module.py L479 @d98e8a6) beside the fp32 main parameters,
-/// `2·P` at every moment, and has no bucket copy: its DDP all-reduces the main-gradient buffer in place, bucket by
+/// `2·P` at every moment, with Transformer Engine's cached low-precision copies of its low-precision blocks
+/// (te_weight_cache, TransformerEngine transformer_engine/pytorch/module/linear.py `is_first_microbatch`), and has no bucket copy: its DDP all-reduces the main-gradient buffer in place, bucket by
 /// bucket (megatron/core/distributed/distributed_data_parallel.py).
 [[nodiscard]] constexpr weight_copies weight_copy_bytes(const memory_shape& s) noexcept {
   const double L = static_cast<double>(s.blocks.layers);
@@ -974,6 +978,12 @@ struct weight_copies {
   r.grad_op_block = bytes::base(kept_block);
   r.grad_op_all = bytes::base(kept_block * L);
   r.quantized_block = bytes::base(s.format.weight_copy_bytes * s.lin);
+  if (s.megatron) {  // Transformer Engine keeps the quantized copies of every low-precision block between micro-batches
+    double nq = 0;
+    for (std::int64_t i = 0; i < s.blocks.layers; ++i) nq += s.blocks.quantized(i) ? 1.0 : 0.0;
+    r.te_weight_cache = bytes::base(s.format.weight_copy_bytes * s.lin * nq);
+    r.quantized_block = bytes{};
+  }
   if (s.ddp && !s.megatron) r.ddp_buckets = bytes::base((s.off_opt ? 2 : s.w) * s.Pt);  // offload: bf16 gradients
   if (s.megatron && !s.zero1) r.bf16_model = bytes::base(2 * s.P / s.n);
   if (s.zero1 && s.master == master_weights::fp32) r.zero1_params = bytes::base(2 * s.P);
@@ -1270,7 +1280,7 @@ inline memory_terms compute_memory_terms(const model_spec& m, const training_con
   base.gradients = t.states.accumulated_gradients;  // kept across micro-batches (Megatron: the main-gradient buffer)
   base.activations = act.in_flight + act.offload_in_flight;  // pipeline: the other micro-batches in flight; offloaded checkpoints in flight
   // Megatron's bf16 model / the distributed optimizer's replicated bf16 parameters, every moment (0 otherwise)
-  base.compute_weights = wc.bf16_model + wc.zero1_params;
+  base.compute_weights = wc.bf16_model + wc.zero1_params + wc.te_weight_cache;
 
   const double root = wc.fsdp_root.raw();
   const double kept_all = wc.grad_op_all.raw();

@@ -24,26 +24,38 @@ namespace bwplan {
 /// `layers + 2` units are split as evenly as possible with the first `(layers + 2) % S` stages one unit more,
 /// and the first and last stage give one unit to the embedding and the head. So `layers % pp ≠ 0` is allowed
 /// (uneven split), and the first and last stage hold one block fewer than the others when the split is even.
+///
+/// `megatron`: Megatron-Core's split (`--stack megatron`). By default it divides the decoder blocks evenly over
+/// the stages, `layers / S` each, the embedding and the head on top of the first and last
+/// (megatron/core/transformer/transformer_layer.py `get_transformer_layer_offset`, transformer_block.py
+/// `get_num_layers_to_build`); where `layers + 2` divides and `layers` does not, the recipes count the embedding and
+/// the loss as a layer each (`account_for_embedding_in_pipeline_split`, `account_for_loss_in_pipeline_split`, as
+/// Megatron-Bridge's Llama 3.1 405B and Qwen3 235B recipes set them: torchtitan's split above); otherwise an explicit
+/// layout (`pipeline_model_parallel_layout`, Megatron-Bridge's DeepSeek-V3 recipes) places the blocks, taken here as
+/// the even split of the decoder blocks with the first `layers % S` stages one block more.
 /// S = 1: every block. Returns 0 for an `s` outside [0, S).
-[[nodiscard]] constexpr std::int64_t stage_blocks(std::int64_t layers, std::int64_t S, std::int64_t s) noexcept {
+[[nodiscard]] constexpr std::int64_t stage_blocks(std::int64_t layers, std::int64_t S, std::int64_t s, bool megatron = false) noexcept {
   if (S <= 1) return s == 0 ? layers : 0;
   if (s < 0 || s >= S) return 0;
+  if (megatron && (layers % S == 0 || (layers + 2) % S != 0)) return layers / S + (s < layers % S ? 1 : 0);
   const std::int64_t units = layers + 2, per = units / S, extra = units % S;
   return per + (s < extra ? 1 : 0) - (s == 0 ? 1 : 0) - (s == S - 1 ? 1 : 0);
 }
 
 /// Index of the first decoder block of virtual stage `s` of `S` (see stage_blocks).
-[[nodiscard]] constexpr std::int64_t stage_first_block(std::int64_t layers, std::int64_t S, std::int64_t s) noexcept {
+[[nodiscard]] constexpr std::int64_t stage_first_block(std::int64_t layers, std::int64_t S, std::int64_t s, bool megatron = false) noexcept {
   if (S <= 1 || s <= 0) return 0;
+  if (megatron && (layers % S == 0 || (layers + 2) % S != 0)) return s * (layers / S) + std::min(s, layers % S);
   const std::int64_t units = layers + 2, per = units / S, extra = units % S;
   return s * per + std::min(s, extra) - 1;  // units before s, less the embedding unit
 }
 
 /// Whether `layers` blocks can be split over `S` virtual stages with at least one decoder block on every stage
 /// (the first and last included): ⌊(layers + 2) / S⌋ ≥ 2. torchtitan accepts a first stage holding only the
-/// embedding (its check is ⌊(layers + 2) / S⌋ ≥ 1); bwplan does not model such a stage.
-[[nodiscard]] constexpr bool pipeline_split_ok(std::int64_t layers, std::int64_t S) noexcept {
-  return S <= 1 || (layers + 2) / S >= 2;
+/// embedding (its check is ⌊(layers + 2) / S⌋ ≥ 1); bwplan does not model such a stage. Megatron's split
+/// (`megatron`, see stage_blocks): `layers ≥ S`.
+[[nodiscard]] constexpr bool pipeline_split_ok(std::int64_t layers, std::int64_t S, bool megatron = false) noexcept {
+  return S <= 1 || (megatron ? layers >= S : (layers + 2) / S >= 2);
 }
 
 /// One pipeline rank as the memory and throughput terms see it: the decoder blocks it holds (all its virtual
@@ -101,10 +113,11 @@ struct pipeline_rank {
   const std::int64_t S = static_cast<std::int64_t>(c.pp) * v;
   p.blocks = 0;
   p.dense_blocks = 0;
-  p.first_block = stage_first_block(layers, S, r);
+  const bool mg = c.stack == training_stack::megatron;
+  p.first_block = stage_first_block(layers, S, r, mg);
   for (int j = 0; j < v; ++j) {
     const std::int64_t s = r + static_cast<std::int64_t>(j) * c.pp;
-    const std::int64_t n = stage_blocks(layers, S, s), first = stage_first_block(layers, S, s);
+    const std::int64_t n = stage_blocks(layers, S, s, mg), first = stage_first_block(layers, S, s, mg);
     p.blocks += n;
     p.dense_blocks += std::max<std::int64_t>(0, std::min(first + n, dense_leading) - first);
   }
@@ -128,10 +141,11 @@ struct pipeline_rank {
 }
 
 /// The pipeline ranks whose compute per micro-batch can be the longest: the rank with the most blocks among
-/// those without the head (rank 1, or rank 0 when pp = 2) and the last rank (the LM head and the loss).
+/// those without the head (rank 1, or rank 0 when pp = 2; Megatron's split gives its extra blocks to the first
+/// stages: rank 0) and the last rank (the LM head and the loss).
 [[nodiscard]] constexpr int bottleneck_ranks(const training_config& c, int (&out)[2]) noexcept {
   if (c.pp <= 1) { out[0] = 0; return 1; }
-  out[0] = c.pp > 2 ? 1 : 0;
+  out[0] = c.pp > 2 && c.stack != training_stack::megatron ? 1 : 0;
   out[1] = c.pp - 1;
   return 2;
 }
@@ -158,15 +172,16 @@ struct pipeline_rank {
 }
 
 /// The model-dependent pipeline rule: every virtual stage holds at least one decoder block
-/// (pipeline_split_ok). Empty when it holds.
+/// (pipeline_split_ok, with Megatron's split under `--stack megatron`). Empty when it holds.
 [[nodiscard]] inline std::vector<plan_violation> pipeline_violations(const model_spec& m, const training_config& c) {
   if (c.pp <= 1) return {};
   const std::int64_t S = static_cast<std::int64_t>(c.pp) * c.virtual_stages();
-  if (pipeline_split_ok(m.layers, S)) return {};
+  const bool mg = c.stack == training_stack::megatron;
+  if (pipeline_split_ok(m.layers, S, mg)) return {};
   return {{"pp", "/pp", "pipeline parallelism " + std::to_string(c.pp) + (c.virtual_stages() > 1 ? " x vpp " + std::to_string(c.vpp) : "") +
                             " = " + std::to_string(S) + " stages leaves a stage without a decoder block: the " + std::to_string(m.layers) +
-                            " layers of " + m.name + " + embedding + head split over at most " + std::to_string((m.layers + 2) / 2) +
-                            " stages"}};
+                            " layers of " + m.name + (mg ? " split over at most " + std::to_string(m.layers) + " stages (Megatron's split)"
+                                                         : " + embedding + head split over at most " + std::to_string((m.layers + 2) / 2) + " stages")}};
 }
 
 /// Throws plan_error with the first of pipeline_violations(m, c).

@@ -82,7 +82,7 @@ struct plan_request {
     if (pp > 1 && sh != sharding::none && sh != sharding::optimizer) continue;
     for (int v : req.vpps) {
       if (v < 1 || (pp == 1 && v != 1)) continue;
-      if (layers > 0 && !pipeline_split_ok(layers, static_cast<std::int64_t>(pp) * v)) continue;
+      if (layers > 0 && !pipeline_split_ok(layers, static_cast<std::int64_t>(pp) * v, req.stack == training_stack::megatron)) continue;
       if (std::find(out.begin(), out.end(), std::pair{pp, v}) == out.end()) out.emplace_back(pp, v);
     }
   }

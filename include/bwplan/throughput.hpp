@@ -381,6 +381,17 @@ struct linear_gemm {
   return n;
 }
 
+/// GEMM weights one GPU holds per block of `L` blocks, averaged over them: Σ blocks/L · in · out · groups of the
+/// linears (block_linears: ÷ tp; routed experts ÷ ep, all of this GPU's experts). Elements, not bytes.
+[[nodiscard]] constexpr double local_block_weights(const std::array<linear_gemm, 16>& linears, int n, double L) noexcept {
+  double w = 0;
+  for (int i = 0; i < n; ++i) {
+    const linear_gemm& g = linears[static_cast<std::size_t>(i)];
+    w += g.blocks * g.in * g.out * g.groups;
+  }
+  return L > 0 ? w / L : 0.0;
+}
+
 /// The dimensions of one training step on one GPU that the throughput terms read (docs/methodology.md symbols).
 struct throughput_shape {
   double T = 0;      ///< tokens of one micro-batch each GPU computes: micro-batch × sequence ÷ (tp · cp)
@@ -430,6 +441,16 @@ struct throughput_shape {
   bool amp = false;  ///< autocast over fp32 weights (fp32 residual stream)
   bool compiled = false;       ///< torch.compile of the blocks: Inductor fuses their element-wise ops (block_elementwise)
   bool compiled_loss = false;  ///< the loss runs under torch.compile (torchtitan, torchtune with compile)
+  /// Transformer Engine caches a low-precision block's quantized weights from the step's first micro-batch and
+  /// reuses them in the others (Megatron-Core `TELinear.forward` / `TEGroupedLinear.forward` pass
+  /// `is_first_microbatch`, megatron/core/extensions/transformer_engine.py; TransformerEngine
+  /// transformer_engine/pytorch/module/linear.py and grouped_linear.py, `Linear.forward` "allows caching of the FP8
+  /// versions of the weights"): weights are cast once per step, not per micro-batch
+  bool cached_weight_casts = false;
+  /// GEMM weights this GPU holds per block, averaged over its blocks: Σ blocks/L · in·out·groups over `linears`
+  /// (÷ tp; every routed expert of this GPU, E/ep, not the activated ones `lin` counts). What a low-precision block
+  /// quantizes and QLoRA dequantizes (local_block_weights).
+  double lin_local = 0;
   int gpn = 1;       ///< GPUs per node (per NVLink domain, where it spans instances) the job uses, min(domain, world)
   format_traits format;  ///< traits of the compute format on this GPU
   // --- fine-tuning (docs/finetune.md)
@@ -505,6 +526,8 @@ struct throughput_shape {
   r.sdpa = gpu.attention;
   r.kv_attention = r.sdpa == attention_kernel::flash2 ? r.q : r.kv;
   r.n_linears = block_linears(m, c, r.T * c.tp, r.linears);
+  r.lin_local = local_block_weights(r.linears, r.n_linears, r.L);
+  r.cached_weight_casts = c.stack == training_stack::megatron;
   r.adapters = c.adapters();
   r.qlora = c.finetune == finetune_mode::qlora;
   r.gather = c.fp8_all_gather ? r.Pc + r.root_gemm : 2 * r.Pc;
@@ -561,6 +584,7 @@ struct throughput_shape {
     r.gather = c.fp8_all_gather ? r.Pc + r.root_gemm : 2 * r.Pc;
     // the rank's linears, counted over its own blocks (L above): block_gemms weighs each by blocks / L
     r.n_linears = block_linears(m, c, r.T * c.tp, r.linears, &st);
+    r.lin_local = local_block_weights(r.linears, r.n_linears, r.L);
     factored = whole > 0 ? factored * (r.Pc * c.tp / whole) : 0;
     r.state = optimizer_state_bytes(c.optim, r.w, r.P, factored);
   }
@@ -835,7 +859,9 @@ struct block_elementwise_bytes {
 ///   reduce-scatter input (`6·P`); torch `_fsdp_collectives.py` `foreach_all_gather`, `foreach_reduce`;
 /// - quantization casts of low-precision blocks, fused into the producing kernels (TE fused norm+cast, torch.compile
 ///   epilogues): the quantized write, twice per micro-batch for activations and for weights read in bf16 (FSDP
-///   re-gathers them);
+///   re-gathers them). The weights are the ones this GPU holds (lin_local: ÷ tp, all its routed experts); under
+///   Transformer Engine's first-micro-batch cache (cached_weight_casts, `--stack megatron`) they are read and
+///   written once per step, ÷ ga per micro-batch;
 /// - ring attention (cp > 1, torch `_SDPAMerger` with `convert_to_f32`): per forward pass (and recompute) of a block
 ///   the first partial output is cast to fp32 (6 B per element of q) and each later step merges its fp32 partial
 ///   output (`out − sigmoid(lse_b − lse)·(out − out_b)`: 38 B, or 19 B on half the rows plus a 8 B `torch.cat` when
@@ -870,7 +896,10 @@ struct block_elementwise_bytes {
   }
   const double act_elems = T * (2 * h + q + s.f);
   const double dual = ft.weight_copy_bytes > 0 ? ft.weight_copy_bytes / std::max(ft.quantized_bytes, 1e-9) : 1;
-  double quant_bytes = s.nq * (2 * act_elems * dual * ft.quantized_bytes + 2 * s.lin * (2 + dual * ft.quantized_bytes));
+  // the weights: read in bf16 and written in the format's copies, in forward and again in backward, or once per step
+  // where Transformer Engine caches them (cached_weight_casts); this GPU's weights, lin_local
+  const double weight_casts = s.cached_weight_casts ? 1 / std::max(1.0, s.ga) : 2.0;
+  double quant_bytes = s.nq * (2 * act_elems * dual * ft.quantized_bytes + weight_casts * s.lin_local * (2 + dual * ft.quantized_bytes));
   if (ft.backward_rescale) {
     // fp32 outputs of the input- and weight-gradient GEMMs written (4 B), read by the scaling kernel (4 B) and written
     // in their dtype (2 B): the input gradients T·Σ in and the weight gradients of every low-precision linear
@@ -879,7 +908,7 @@ struct block_elementwise_bytes {
       const linear_gemm& g = s.linears[static_cast<std::size_t>(i)];
       rows_in += g.blocks / std::max(1.0, s.L) * g.rows * g.groups * g.in;
     }
-    quant_bytes += s.nq * 10 * (rows_in + s.lin);
+    quant_bytes += s.nq * 10 * (rows_in + s.lin_local);
   }
   const double elementwise = T * (s.L * (blk.forward + blk.backward) + s.recompute_passes * blk.forward);
   double ring = 0;
@@ -898,7 +927,7 @@ struct block_elementwise_bytes {
   r.quantization = bytes::base(quant_bytes);
   // QLoRA: every 4-bit linear reads its packed weight and writes a bf16 copy per use: forward, backward and the
   // recompute of checkpointed blocks (bitsandbytes `dequantize_4bit`, `MatMul4Bit.forward/backward`)
-  const double dequant_bytes = s.qlora ? (s.L * 2 + s.nck) * s.lin * (nf4_bytes_per_param + 2) : 0;
+  const double dequant_bytes = s.qlora ? (s.L * 2 + s.nck) * s.lin_local * (nf4_bytes_per_param + 2) : 0;
   r.dequantization = bytes::base(dequant_bytes);
   r.time = seconds::base((elementwise + ring + loss_bytes + cast_bytes + quant_bytes + dequant_bytes) / s.hbm);
   return r;
@@ -1185,6 +1214,13 @@ struct cp_collectives {
 /// (`_templated_ring_attention`, `_templated_ring_attention_backward`, `_AllGatherRotater`, `_AllToAllRotater`);
 /// torchtitan `create_context_parallel_ctx` @ 9dec370.
 ///
+/// Megatron (`--stack megatron`) runs Transformer Engine's ring instead (Megatron-Core `cp_comm_type = "p2p"`, the
+/// default in megatron/core/transformer/transformer_config.py; TransformerEngine `AttnFuncWithCPAndKVP2P`,
+/// transformer_engine/pytorch/attention.py): at every one of the cp − 1 later steps each rank sends the K/V chunk it
+/// holds, `2·2·b·(s/cp)·kv/tp` bytes at the model's own KV width, to the next rank on a side stream while the
+/// current step's attention kernel runs; the backward sends K/V and dK/dV together and returns the last dK/dV after
+/// the loop (exposed). Each transfer waits only for what its step's kernel does not cover.
+///
 /// Compiled blocks (throughput_shape::compiled) expose all of it: torchtitan compiles each block with
 /// `torch.compile(block, fullgraph=True)` (torchtitan 9dec370, torchtitan/parallelisms/parallelize_llama.py
 /// `apply_compile`), so the ring and its collectives are traced into the block's graph; a functional collective traced
@@ -1209,6 +1245,20 @@ struct cp_collectives {
   const attention_terms at = attention_time(s, c, k);
   const double step_f = at.layer_forward.raw() / cp, step_b = at.layer_backward.raw() / cp;
   const double fwd_passes = s.L + s.nck + (c.ac.mode == ac_mode::selective_attn ? s.L : 0);
+  if (c.stack == training_stack::megatron) {
+    // Transformer Engine's P2P ring (Megatron-Core `cp_comm_type` "p2p"): each step sends the K/V chunk it holds,
+    // at the model's KV width, to the next rank while that step's attention runs; backward sends K/V and dK/dV,
+    // and returns the last dK/dV after the loop
+    const double kv = 2 * 2 * s.b * (s.s / cp) * s.kv / c.tp;
+    const double pf = collective_time(collective_kind::all_gather, bytes::base(2 * kv), pair, gpu, inst, k).raw();
+    const double pb = collective_time(collective_kind::all_gather, bytes::base(2 * 2 * kv), pair, gpu, inst, k).raw();
+    const double te_total = fwd_passes * (cp - 1) * pf + s.L * ((cp - 1) * pb + pf);
+    const double te_exposed = fwd_passes * (cp - 1) * std::max(0.0, pf - step_f) +
+                              s.L * ((cp - 1) * std::max(0.0, pb - step_b) + pf);
+    r.total = seconds::base(s.ga * te_total);
+    r.exposed = seconds::base(s.ga * te_exposed);
+    return r;
+  }
   const double total = fwd_passes * ag + s.L * (ag + cp * p2p);
   const double exposed = s.compiled ? total
                                     : fwd_passes * std::max(0.0, ag - step_f) +
