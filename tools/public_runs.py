@@ -153,6 +153,11 @@ def mapping(row):
             notes.append("stack not modelled: Megatron-Core MoE (data-parallel sharding not stated) as FSDP2")
     if megatron and "CUDA graphs" in stack:
         notes.append("CUDA graphs")
+    if megatron and row["tp"] > 1:
+        # Megatron-Bridge's performance presets overlap the tensor-parallel collectives with the GEMMs through
+        # Transformer Engine's userbuffers (megatron/bridge/training/comm_overlap.py, the userbuffers_*_h*_tp* configs
+        # its Llama 3 70B / 405B presets pick per GPU); bwplan has no such setting and prices the collectives exposed
+        notes.append("TP communication overlap (Transformer Engine userbuffers) not modelled")
     prec = row["precision"]
     if prec != "bf16":
         args += ["--precision", prec]
