@@ -65,6 +65,7 @@ struct recommend_options {
   bool optimizer_in_backward = false;  ///< --optimizer-in-backward
   bool no_sequence_parallel = false;   ///< --no-sequence-parallel
   bool fsdp_embedding_units = false;   ///< --fsdp-embedding-units
+  bool tp_comm_overlap = false;        ///< --tp-comm-overlap
   std::string offload = "none";     ///< --offload none | auto | a list of optimizer, params, activations
 };
 
@@ -581,6 +582,9 @@ runner register_recommend(CLI::App& app, context& ctx) {
   sub->add_flag("--fsdp-embedding-units", o->fsdp_embedding_units,
                 "FSDP plans shard the embedding and the LM head as units of their own (torchtune custom_sharded_layers; "
                 "torchtitan since 2025-07); plans without FSDP are skipped");
+  sub->add_flag("--tp-comm-overlap", o->tp_comm_overlap,
+                "plans with tp > 1 overlap the tensor-parallel collectives with the GEMMs (Megatron-LM --tp-comm-overlap, "
+                "Transformer Engine userbuffers; --stack megatron)");
   sub->add_option("--offload", o->offload,
                   "CPU offload of every plan: none, a list of optimizer, params, activations, or auto (search the sets; "
                   "docs/finetune.md#cpu-offload)")
@@ -730,6 +734,10 @@ runner register_recommend(CLI::App& app, context& ctx) {
       if (o->fsdp_embedding_units && (req.stack == training_stack::megatron || o->optimizer_in_backward))
         throw invalid_request("--fsdp-embedding-units: FSDP2 units of their own need FSDP plans; --stack megatron and "
                               "--optimizer-in-backward plan none");
+      req.tp_comm_overlap = o->tp_comm_overlap;
+      if (o->tp_comm_overlap && (req.stack != training_stack::megatron || o->no_sequence_parallel))
+        throw invalid_request("--tp-comm-overlap: modelled as Megatron-LM's with Transformer Engine userbuffers; use it with "
+                              "--stack megatron and sequence parallel");
       if (o->no_sequence_parallel && req.stack != training_stack::megatron)
         throw invalid_request("--no-sequence-parallel: modelled as Megatron-LM's tensor parallelism without --sequence-parallel; "
                               "use it with --stack megatron");

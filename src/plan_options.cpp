@@ -92,6 +92,9 @@ void add_plan_options(CLI::App* sub, const std::shared_ptr<plan_options>& o) {
   sub->add_flag("--fsdp-embedding-units", o->fsdp_embedding_units,
                 "FSDP2 shards the token embedding and the LM head as units of their own, gathered only while they run "
                 "(torchtune custom_sharded_layers ['tok_embeddings', 'output']; torchtitan since 2025-07; --sharding full or hybrid)");
+  sub->add_flag("--tp-comm-overlap", o->tp_comm_overlap,
+                "overlap the tensor-parallel all-gathers and reduce-scatters with the GEMMs (Megatron-LM --tp-comm-overlap, "
+                "Transformer Engine userbuffers, as Megatron-Bridge's performance presets; --stack megatron)");
 }
 
 std::string plan_flag(std::string_view field) {
@@ -108,7 +111,8 @@ std::string plan_flag(std::string_view field) {
       {"lora_alpha", "--lora-alpha"},    {"lora_targets", "--lora-targets"}, {"lora_dropout", "--lora-dropout"},
       {"stack", "--stack"},              {"compile", "--compile"},     {"expandable_segments", "--expandable-segments"},
       {"offload", "--offload"},          {"optimizer_in_backward", "--optimizer-in-backward"},
-      {"sequence_parallel", "--no-sequence-parallel"}, {"fsdp_embedding_units", "--fsdp-embedding-units"}};
+      {"sequence_parallel", "--no-sequence-parallel"}, {"fsdp_embedding_units", "--fsdp-embedding-units"},
+      {"tp_comm_overlap", "--tp-comm-overlap"}};
   const auto it = flags.find(field);
   return std::string(it == flags.end() ? field : it->second);
 }
@@ -237,6 +241,7 @@ resolved_plan resolve_plan(const context& ctx, const hardware_catalog& cat, cons
   if (from_flag("--optimizer-in-backward", "optimizer_in_backward")) c.optimizer_in_backward = o.optimizer_in_backward;
   if (from_flag("--no-sequence-parallel", "sequence_parallel")) c.sequence_parallel = !o.no_sequence_parallel;
   if (from_flag("--fsdp-embedding-units", "fsdp_embedding_units")) c.fsdp_embedding_units = o.fsdp_embedding_units;
+  if (from_flag("--tp-comm-overlap", "tp_comm_overlap")) c.tp_comm_overlap = o.tp_comm_overlap;
   if (from_flag("--offload", "offload")) {
     const auto off = parse_offload(o.offload);
     if (!off)

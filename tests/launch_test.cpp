@@ -169,6 +169,7 @@ TEST_CASE("contract: every plan field has a contract entry, and every contract p
   p.training.optimizer_in_backward = true;         // so is optimizer_in_backward
   p.training.sequence_parallel = false;            // and sequence_parallel when off
   p.training.fsdp_embedding_units = true;          // and fsdp_embedding_units when set
+  p.training.tp_comm_overlap = true;               // and tp_comm_overlap when set
   p.global_batch = 64;
   p.check.disable = {"BWP007"};
   std::set<std::string> plan_keys;
@@ -257,6 +258,11 @@ TEST_CASE("contract: the trainer's refusals, decided from the plan", "[contract]
     std::string all;
     for (const auto& v : io::trainer_refusals(k, q)) all += v.field + ": " + v.message + "\n";
     CHECK_THAT(all, Catch::Contains("sequence_parallel: sequence_parallel false: the reference trainer cannot run it (T-no-sequence-parallel)"));
+    q.training.sequence_parallel = true;  // Megatron's TP communication overlap: refused by its own entry too
+    q.training.tp_comm_overlap = true;
+    all.clear();
+    for (const auto& v : io::trainer_refusals(k, q)) all += v.field + ": " + v.message + "\n";
+    CHECK_THAT(all, Catch::Contains("tp_comm_overlap: tp_comm_overlap true: the reference trainer cannot run it (T-tp-comm-overlap)"));
   }
   CHECK_THAT(first([](training_config& c) { c.format = compute_format::mxfp8; }), Catch::StartsWith("precision: precision mxfp8: the reference trainer cannot run it (T-mxfp8-torch)"));
   CHECK_THAT(first([](training_config& c) { c.format = compute_format::nvfp4; c.tp = 2; }), Catch::Contains("(T-nvfp4-tp)"));

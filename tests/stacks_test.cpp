@@ -731,3 +731,62 @@ TEST_CASE("stacks: distributed-optimizer instances shard the states within each 
   REQUIRE(!violations(fsdp).empty());
   CHECK(violations(fsdp).front().field == "shard_group");
 }
+
+// Megatron-LM's --tp-comm-overlap (Transformer Engine userbuffers): the tensor-parallel collectives of a micro-batch
+// run under its block GEMMs, so it exposes only what they exceed of those GEMMs plus the last of the 4 chunks of each
+// reduce-scatter (half of the collectives' time): per step ga · (max(0, C − G) + C / 8) instead of ga · C.
+TEST_CASE("stacks: tp_comm_overlap hides Megatron's tensor-parallel collectives behind the GEMMs, and travels", "[stacks][plan][throughput]") {
+  const model_spec m = test::llama_8b();
+  const gpu_spec g = h100();
+  training_config c;
+  c.world_size = 8;
+  c.gpus_per_node = 8;
+  c.tp = 8;
+  c.micro_batch = 1;
+  c.seq_len = 8192;
+  c.grad_accum = 4;
+  c.shard = sharding::optimizer;
+  c.master = master_weights::fp32;
+  c.stack = training_stack::megatron;
+  const throughput_estimate off = estimate_throughput(m, c, g);
+  training_config on = c;
+  on.tp_comm_overlap = true;
+  CHECK(violations(on).empty());
+  const throughput_terms t = compute_throughput_terms(m, on, g, nullptr);
+  REQUIRE(t.comm.tp_overlap);
+  const double C = t.comm.tensor_parallel.raw() / 4, G = (t.compute.gemm.high_precision + t.compute.gemm.low_precision).raw();
+  REQUIRE(C > 0);
+  const throughput_estimate e = estimate_throughput(m, on, g);
+  CHECK(e.exposed.tensor_parallel.raw() == Approx(4 * (std::max(0.0, C - G) + C / 8)));
+  CHECK(off.exposed.tensor_parallel.raw() == Approx(4 * C));
+  CHECK(e.comm.tensor_parallel == off.comm.tensor_parallel);  // the same bytes, less of them waited for
+  CHECK(e.step.raw() == Approx(off.step.raw() - (off.exposed.tensor_parallel - e.exposed.tensor_parallel).raw()));
+  // Megatron's only, with sequence parallel
+  training_config hf = on;
+  hf.stack = training_stack::hf;
+  hf.shard = sharding::full;
+  REQUIRE(!violations(hf).empty());
+  CHECK(violations(hf).front().field == "tp_comm_overlap");
+  training_config nosp = on;
+  nosp.sequence_parallel = false;
+  REQUIRE(!violations(nosp).empty());
+  CHECK(violations(nosp).front().field == "tp_comm_overlap");
+  plan p;
+  p.model = "Llama-3.1-8B";
+  p.target = {"ml.p5.48xlarge", "h100", 1, 8};
+  p.training = on;
+  check_plan_key_travels(p, "tp_comm_overlap", true, "--tp-comm-overlap", "TP communication overlap");
+  const auto j = estimate_json({"Llama-3.1-8B", "--gpu", "h100", "--gpus", "8", "--tp", "8", "--stack", "megatron", "--sharding",
+                                "optimizer", "--master", "fp32", "--tp-comm-overlap"});
+  CHECK(j["config"]["tp_comm_overlap"] == true);
+  auto r = run_cli({"estimate", "Llama-3.1-8B", "--gpu", "h100", "--gpus", "8", "--tp", "8", "--tp-comm-overlap"});
+  CHECK(r.code == 2);
+  CHECK(r.err.find("tp-comm-overlap") != std::string::npos);
+  CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
+  r = run_cli({"recommend", "Llama-3.1-8B", "--instance", "ml.p5.48xlarge", "--tp-comm-overlap"});
+  CHECK(r.code == 2);  // the search needs --stack megatron
+  r = run_cli({"recommend", "Llama-3.1-8B", "--instance", "ml.p5.48xlarge", "--stack", "megatron", "--tp-comm-overlap", "--format", "json"});
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  for (const auto& pl : nlohmann::json::parse(r.out)["plans"]) CHECK(pl["config"]["tp_comm_overlap"] == (pl["config"]["tp"] > 1));
+}

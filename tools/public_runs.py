@@ -59,6 +59,11 @@ FA2_STACKS = ("torchtitan 9dec370", "torch 2.7")
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+
+# GPUs for which Megatron-Bridge's performance scripts pick a Transformer Engine userbuffers configuration
+# (COMM_OVERLAP_CONFIG_MAP: llama3_70b and llama31_405b on h100, b200, gb200)
+TP_OVERLAP_GPUS = {"h100", "b200", "gb200"}
+
 def shared_dir():
     env = os.environ.get("BWPLAN_SHARED_DIR")
     return env if env else os.path.join(ROOT, "..", "shared")
@@ -153,11 +158,16 @@ def mapping(row):
             notes.append("stack not modelled: Megatron-Core MoE (data-parallel sharding not stated) as FSDP2")
     if megatron and "CUDA graphs" in stack:
         notes.append("CUDA graphs")
-    if megatron and row["tp"] > 1:
-        # Megatron-Bridge's performance presets overlap the tensor-parallel collectives with the GEMMs through
-        # Transformer Engine's userbuffers (megatron/bridge/training/comm_overlap.py, the userbuffers_*_h*_tp* configs
-        # its Llama 3 70B / 405B presets pick per GPU); bwplan has no such setting and prices the collectives exposed
-        notes.append("TP communication overlap (Transformer Engine userbuffers) not modelled")
+    if megatron and "distributed optimizer" in stack and row["tp"] > 1:
+        # Megatron-Bridge's performance scripts overlap the tensor-parallel collectives with the GEMMs through
+        # Transformer Engine's userbuffers: COMM_OVERLAP_CONFIG_MAP (scripts/performance/utils/helpers.py) names a
+        # userbuffers config (megatron/bridge/training/comm_overlap.py) for Llama 3 70B and 3.1 405B on H100, B200
+        # and GB200; it has none for GB300, whose rows keep the collectives exposed
+        if row["gpu"] in TP_OVERLAP_GPUS:
+            args += ["--tp-comm-overlap"]
+            notes.append("TP communication overlap (--tp-comm-overlap)")
+        else:
+            notes.append("TP communication overlap of the recipe not stated for this GPU: collectives exposed")
     prec = row["precision"]
     if prec != "bf16":
         args += ["--precision", prec]

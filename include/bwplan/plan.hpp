@@ -231,6 +231,7 @@ inline std::string shortest(double v) {
   if (c.optimizer_in_backward) a.emplace_back("--optimizer-in-backward");
   if (!c.sequence_parallel) a.emplace_back("--no-sequence-parallel");
   if (c.fsdp_embedding_units) a.emplace_back("--fsdp-embedding-units");
+  if (c.tp_comm_overlap) a.emplace_back("--tp-comm-overlap");
   return a;
 }
 
@@ -308,6 +309,7 @@ inline std::string shortest(double v) {
   if (c.optimizer_in_backward) s += ", optimizer in backward";
   if (!c.sequence_parallel) s += ", no sequence parallel";
   if (c.fsdp_embedding_units) s += ", embedding and head as FSDP units";
+  if (c.tp_comm_overlap) s += ", TP communication overlap";
   return s;
 }
 
@@ -355,7 +357,8 @@ struct setting_column {
           {"offload", "offload", offload_to_string(c.offload)},
           {"optimizer_in_backward", "opt. in bwd", c.optimizer_in_backward ? "yes" : "no"},
           {"sequence_parallel", "seq. par.", c.sequence_parallel ? "yes" : "no"},
-          {"fsdp_embedding_units", "emb. units", c.fsdp_embedding_units ? "yes" : "no"}};
+          {"fsdp_embedding_units", "emb. units", c.fsdp_embedding_units ? "yes" : "no"},
+          {"tp_comm_overlap", "TP overlap", c.tp_comm_overlap ? "yes" : "no"}};
 }
 
 /// Which of setting_columns() to show for `rows`: the core columns (micro-batch, sequence, accumulation, DP,

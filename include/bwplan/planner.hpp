@@ -60,6 +60,9 @@ struct plan_request {
   /// candidates without FSDP (full or hybrid), with pipeline parallelism or with the hf stack's chunked loss are then
   /// skipped.
   bool fsdp_embedding_units = false;
+  /// Megatron's tensor-parallel communication overlap (training_config::tp_comm_overlap) on every candidate with
+  /// tp > 1; stack megatron only.
+  bool tp_comm_overlap = false;
   /// Without expandable_segments: a candidate over the line whose replayed step fits with `expandable_segments:True`
   /// is kept with that setting (the plan carries it; the SageMaker job sets PYTORCH_CUDA_ALLOC_CONF).
   bool allow_expandable_segments = true;
@@ -215,6 +218,7 @@ struct plan_result {
             c.optimizer_in_backward = req.optimizer_in_backward;
             c.sequence_parallel = req.sequence_parallel;
             c.fsdp_embedding_units = req.fsdp_embedding_units;
+            c.tp_comm_overlap = req.tp_comm_overlap && c.tp > 1;
             if (c.fsdp_embedding_units && ((c.shard != sharding::full && c.shard != sharding::hybrid) || c.pp > 1 ||
                                            (c.stack == training_stack::hf && c.loss == loss_impl::chunked)))
               continue;  // the rules of violations(): FSDP, pp 1, not Liger's fused loss

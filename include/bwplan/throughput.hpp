@@ -1285,6 +1285,10 @@ struct communication_terms {
   seconds ddp_all_reduce;    ///< per step
   bool ddp = false;          ///< DDP over more than one GPU
   seconds tensor_parallel;   ///< per step
+  /// training_config::tp_comm_overlap: the block GEMMs of one micro-batch that the tensor-parallel collectives run
+  /// under (gemm_terms high + low precision); 0 without the overlap
+  seconds tp_overlap_gemm;
+  bool tp_overlap = false;   ///< training_config::tp_comm_overlap with tp > 1
   seconds context_parallel;  ///< per step
   seconds context_parallel_exposed;  ///< per step: what ring attention waits for (context_parallel_communication)
   seconds expert_parallel;   ///< per step
@@ -1331,6 +1335,10 @@ struct communication_terms {
   return {seconds::base(dp), t.tensor_parallel, t.context_parallel, t.expert_parallel, seconds::base(p2p)};
 }
 
+/// Chunks a pipelined userbuffers reduce-scatter is split into (Megatron-Bridge `PipelineOverlapCfg(num_splits=4)`,
+/// the fprop reduce-scatters of its `userbuffers_*` presets, megatron/bridge/training/comm_overlap.py).
+inline constexpr double tp_overlap_splits = 4;
+
 /// What of each parallelism's communication is not hidden behind compute (`micro_batch` = compute of one
 /// micro-batch, `attention` = its attention part).
 ///
@@ -1338,7 +1346,15 @@ struct communication_terms {
 /// micro-batch's collectives over its compute is exposed, plus the first unit's gather (FSDP2 docs, implicit
 /// prefetching). The HSDP and DDP all-reduces overlap with the backward (2/3 of the compute, less what FSDP
 /// already uses) and expose at least the last bucket (1/L of it) (DDP bucketing, PyTorch DDP design notes).
-/// Sequence-parallel collectives are not overlapped (no async TP). The MoE all-to-all of one micro-batch overlaps the
+/// Sequence-parallel collectives are not overlapped (no async TP), except under training_config::tp_comm_overlap
+/// (Megatron + Transformer Engine userbuffers): each all-gather is a ring exchange whose chunks the column-parallel
+/// GEMM consumes as they arrive, each reduce-scatter follows its row-parallel GEMM split into `tp_overlap_splits`
+/// chunks, and the backward's collectives run under the weight-gradient GEMMs (bulk overlap); a micro-batch exposes
+/// what its collectives exceed of its block GEMMs, plus the last chunk of every reduce-scatter (TransformerEngine
+/// transformer_engine/pytorch/module/base.py `initialize_ub`; Megatron-Bridge megatron/bridge/training/comm_overlap.py
+/// `TransformerLayerTPOverlapCfg`, `PipelineOverlapCfg(num_splits=4)` for the fprop reduce-scatters,
+/// `RingExchangeOverlapCfg` for the all-gathers, `BulkOverlapCfg` for the dgrad/wgrad ones). The SMs the
+/// pipelined reduce-scatters take from the GEMMs (`num_sm`) are not priced. The MoE all-to-all of one micro-batch overlaps the
 /// compute of another when the step has two or more (below); with one it is all exposed. Ring attention exposes what
 /// context_parallel_communication computed step by step (`attention` is kept for callers; the per-step overlap is in
 /// the communication terms).
@@ -1387,7 +1403,15 @@ struct communication_terms {
   // micro-batch's compute, and one micro-batch's worth (the first forward, the last backward) stays exposed.
   const double ep_mb = t.expert_parallel.raw() / std::max(1.0, ga);
   const double ep_exposed = ga < 2 ? t.expert_parallel.raw() : (ga - 1) * std::max(0.0, ep_mb - t_mb) + ep_mb;
-  return {seconds::base(dp_exposed), t.tensor_parallel, t.context_parallel_exposed, seconds::base(ep_exposed), seconds::base(pp_exposed)};
+  // Transformer Engine's userbuffers (tp_comm_overlap): each collective runs in chunks under its own GEMM's chunks;
+  // what one micro-batch's collectives exceed of its block GEMMs is exposed, and so is the last of the
+  // tp_overlap_splits chunks of every reduce-scatter (half of the collectives' time)
+  double tp_exposed = t.tensor_parallel.raw();
+  if (t.tp_overlap) {
+    const double tp_mb = tp_exposed / std::max(1.0, ga);
+    tp_exposed = ga * (std::max(0.0, tp_mb - t.tp_overlap_gemm.raw()) + 0.5 * tp_mb / tp_overlap_splits);
+  }
+  return {seconds::base(dp_exposed), seconds::base(tp_exposed), t.context_parallel_exposed, seconds::base(ep_exposed), seconds::base(pp_exposed)};
 }
 
 }  // namespace terms
@@ -1427,6 +1451,10 @@ namespace detail {
   t.compute.launch = terms::launch_time(t.shape, k);
   t.optimizer = terms::optimizer_time(t.shape);
   t.comm = terms::communication(m, t.shape, c, gpu, inst, k);
+  if (c.tp_comm_overlap && c.tp > 1) {
+    t.comm.tp_overlap = true;
+    t.comm.tp_overlap_gemm = t.compute.gemm.high_precision + t.compute.gemm.low_precision;
+  }
   t.offload = terms::offload_time(t.shape, t.compute.micro_batch().raw());
   t.forward_per_micro_batch = flops::base(forward_flops_per_token(m, c.seq_len) * t.shape.T);
   t.tokens_per_step = t.shape.T * t.shape.ga * c.world_size;  // = micro-batch tokens × accumulation × data-parallel degree

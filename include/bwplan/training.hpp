@@ -332,6 +332,11 @@ struct training_config {
   /// to the end of backward. Needs sharding full or hybrid and pp 1; no effect with tied embeddings (the one matrix
   /// is used at both ends of the step). docs/stacks.md#fsdp-embedding-units
   bool fsdp_embedding_units = false;
+  /// Megatron-LM's `--tp-comm-overlap`: Transformer Engine's userbuffers overlap the tensor-parallel all-gathers and
+  /// reduce-scatters with the GEMMs of the same linears (megatron/core/model_parallel_config.py `tp_comm_overlap`;
+  /// TransformerEngine `initialize_ub`), as Megatron-Bridge's performance presets set it. Needs stack megatron
+  /// and sequence parallel; no effect at tp 1. docs/scaling.md#tp-comm-overlap
+  bool tp_comm_overlap = false;
 
   [[nodiscard]] bool operator==(const training_config&) const = default;
 
@@ -496,6 +501,10 @@ struct training_config {
   });
   need(!c.fsdp_embedding_units || c.pp == 1, "fsdp_embedding_units",
        [&] { return "the embedding and LM head as FSDP units of their own are modelled without pipeline parallelism, got pp " + s(c.pp); });
+  need(!c.tp_comm_overlap || (c.stack == training_stack::megatron && c.sequence_parallel), "tp_comm_overlap", [&] {
+    return std::string("the tensor-parallel communication overlap is Megatron-LM's with Transformer Engine userbuffers (stack "
+                       "megatron, sequence parallel), got stack ") + to_string(c.stack) + (c.sequence_parallel ? "" : " without sequence parallel");
+  });
   need(!c.optimizer_in_backward || c.stack == training_stack::torchtune, "optimizer_in_backward", [&] {
     return std::string("the optimizer step in backward is modelled as torchtune's optimizer_in_bwd (stack torchtune), got stack ") +
            to_string(c.stack);

@@ -473,6 +473,7 @@ inline std::string expected(const contract_field& f) {
   if (key == "optimizer_in_backward") return c.optimizer_in_backward;
   if (key == "sequence_parallel") return c.sequence_parallel;
   if (key == "fsdp_embedding_units") return c.fsdp_embedding_units;
+  if (key == "tp_comm_overlap") return c.tp_comm_overlap;
   throw config_error(k.file, "/fields", "plan field '" + std::string(key) + "' of the training contract is unknown to this bwplan");
 }
 
@@ -549,6 +550,7 @@ inline std::optional<condition_value> refusal_value(const plan& p, std::string_v
   if (key == "optimizer_in_backward") return name(c.optimizer_in_backward ? "true" : "false");
   if (key == "sequence_parallel") return name(c.sequence_parallel ? "true" : "false");
   if (key == "fsdp_embedding_units") return name(c.fsdp_embedding_units ? "true" : "false");
+  if (key == "tp_comm_overlap") return name(c.tp_comm_overlap ? "true" : "false");
   if (key == "gpu") return name(p.target.gpu);
   if (key == "model") return name(p.model);
   return std::nullopt;

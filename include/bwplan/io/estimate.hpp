@@ -54,6 +54,7 @@ namespace bwplan::io {
           {"optimizer_in_backward", c.optimizer_in_backward},
           {"sequence_parallel", c.sequence_parallel},
           {"fsdp_embedding_units", c.fsdp_embedding_units},
+          {"tp_comm_overlap", c.tp_comm_overlap},
           {"lora", c.adapters() ? nlohmann::ordered_json{{"rank", c.lora.rank},
                                                           {"alpha", c.lora.alpha},
                                                           {"targets", lora_targets_to_string(c.lora.targets)},
