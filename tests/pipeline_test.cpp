@@ -437,10 +437,18 @@ TEST_CASE("pipeline: Megatron's layer split under --stack megatron", "[pipeline]
   c.stack = training_stack::megatron;
   c.shard = sharding::optimizer;
   CHECK(pipeline_violations(llama_1b(), c).empty());
-  // rank 3 of 8 holds virtual stages 3 and 11, one block each; the bottleneck rank without the head is rank 0
+  // rank 3 of 8 holds virtual stages 3 and 11, one block each
   CHECK(pipeline_rank_of(c, 16, 0, 3).blocks == 2);
-  int out[2];
-  REQUIRE(bottleneck_ranks(c, out) == 2);
+  // the ranks that can be the slowest: 0 (Megatron's extra blocks, a MoE model's dense ones), 1 (where the embedding
+  // and loss count as layers: Llama 3.1 405B over PP 8 × VP 8, rank 0 holds 15 blocks and rank 1 16) and the last
+  int out[3];
+  REQUIRE(bottleneck_ranks(c, out) == 3);
   CHECK(out[0] == 0);
-  CHECK(out[1] == 7);
+  CHECK(out[1] == 1);
+  CHECK(out[2] == 7);
+  training_config big = c;
+  big.vpp = 8;
+  big.grad_accum = 64;
+  CHECK(pipeline_rank_of(big, 126, 0, 0).blocks == 15);
+  CHECK(pipeline_rank_of(big, 126, 0, 1).blocks == 16);
 }

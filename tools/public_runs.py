@@ -63,6 +63,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # GPUs for which Megatron-Bridge's performance scripts pick a Transformer Engine userbuffers configuration
 # (COMM_OVERLAP_CONFIG_MAP: llama3_70b and llama31_405b on h100, b200, gb200)
 TP_OVERLAP_GPUS = {"h100", "b200", "gb200"}
+TP_OVERLAP_MODELS = {"Llama-3.1-70B", "Llama-3.1-405B"}
 
 def shared_dir():
     env = os.environ.get("BWPLAN_SHARED_DIR")
@@ -163,11 +164,11 @@ def mapping(row):
         # Transformer Engine's userbuffers: COMM_OVERLAP_CONFIG_MAP (scripts/performance/utils/helpers.py) names a
         # userbuffers config (megatron/bridge/training/comm_overlap.py) for Llama 3 70B and 3.1 405B on H100, B200
         # and GB200; it has none for GB300, whose rows keep the collectives exposed
-        if row["gpu"] in TP_OVERLAP_GPUS:
+        if row["gpu"] in TP_OVERLAP_GPUS and row["model"] in TP_OVERLAP_MODELS:
             args += ["--tp-comm-overlap"]
             notes.append("TP communication overlap (--tp-comm-overlap)")
         else:
-            notes.append("TP communication overlap of the recipe not stated for this GPU: collectives exposed")
+            notes.append("TP communication overlap of the recipe not stated for this GPU or model: collectives exposed")
     prec = row["precision"]
     if prec != "bf16":
         args += ["--precision", prec]

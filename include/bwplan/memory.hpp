@@ -45,7 +45,7 @@ struct memory_breakdown {
   bytes parameters;        ///< parameters as the optimizer keeps them (fp32 master or bf16), sharded under FSDP
   bytes optimizer_states;  ///< AdamW exp_avg and exp_avg_sq
   bytes gradients;         ///< gradients held (sharded under FSDP)
-  bytes compute_weights;   ///< bf16 weight copies: autocast cache, FSDP2 all-gathered blocks and root module
+  bytes compute_weights;   ///< weight copies: autocast's bf16 cache, FSDP2 all-gathered blocks and root module, low-precision copies (Megatron: te_weight_cache)
   bytes activations;       ///< tensors saved for backward: per-block activations, checkpoints, recompute
   bytes logits;            ///< logits and cross-entropy buffers (fp32 upcast, log-softmax, their gradients)
   bytes transient;         ///< working buffers at that moment: activation gradients, reduce-scatter input, optimizer temporaries

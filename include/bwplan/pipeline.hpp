@@ -141,13 +141,18 @@ struct pipeline_rank {
 }
 
 /// The pipeline ranks whose compute per micro-batch can be the longest: the rank with the most blocks among
-/// those without the head (rank 1, or rank 0 when pp = 2; Megatron's split gives its extra blocks to the first
-/// stages: rank 0) and the last rank (the LM head and the loss).
-[[nodiscard]] constexpr int bottleneck_ranks(const training_config& c, int (&out)[2]) noexcept {
+/// those without the head and the last rank (the LM head and the loss). Which rank holds the most blocks depends on
+/// the split: rank 1 under torchtitan's (rank 0 gives a unit to the embedding), rank 0 under Megatron's even or
+/// laid-out split (the extra blocks go to the first stages) and rank 1 again where Megatron counts the embedding and
+/// the loss (stage_blocks); a MoE model's leading dense blocks sit on rank 0. So ranks 0, 1 (pp > 2) and pp − 1.
+/// Returns how many of `out` are set (1 for pp = 1).
+[[nodiscard]] constexpr int bottleneck_ranks(const training_config& c, int (&out)[3]) noexcept {
   if (c.pp <= 1) { out[0] = 0; return 1; }
-  out[0] = c.pp > 2 && c.stack != training_stack::megatron ? 1 : 0;
-  out[1] = c.pp - 1;
-  return 2;
+  int n = 0;
+  out[n++] = 0;
+  if (c.pp > 2) out[n++] = 1;
+  out[n++] = c.pp - 1;
+  return n;
 }
 
 /// Whether configuration `c` keeps its model states in the distributed-optimizer (ZeRO-1) layout: bf16

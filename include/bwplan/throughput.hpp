@@ -1289,6 +1289,9 @@ struct communication_terms {
   /// under (gemm_terms high + low precision); 0 without the overlap
   seconds tp_overlap_gemm;
   bool tp_overlap = false;   ///< training_config::tp_comm_overlap with tp > 1
+  /// Share of the tensor-parallel collectives' time that is forward reduce-scatters (the pipelined ones):
+  /// ½ · (L + nck) / (2L + nck), forward and recompute passes over all passes, half of each pass's pairs
+  double tp_forward_rs_share = 0;
   seconds context_parallel;  ///< per step
   seconds context_parallel_exposed;  ///< per step: what ring attention waits for (context_parallel_communication)
   seconds expert_parallel;   ///< per step
@@ -1350,7 +1353,8 @@ inline constexpr double tp_overlap_splits = 4;
 /// (Megatron + Transformer Engine userbuffers): each all-gather is a ring exchange whose chunks the column-parallel
 /// GEMM consumes as they arrive, each reduce-scatter follows its row-parallel GEMM split into `tp_overlap_splits`
 /// chunks, and the backward's collectives run under the weight-gradient GEMMs (bulk overlap); a micro-batch exposes
-/// what its collectives exceed of its block GEMMs, plus the last chunk of every reduce-scatter (TransformerEngine
+/// what its collectives exceed of its block GEMMs, plus the last chunk of every forward reduce-scatter, at most all of
+/// them (TransformerEngine
 /// transformer_engine/pytorch/module/base.py `initialize_ub`; Megatron-Bridge megatron/bridge/training/comm_overlap.py
 /// `TransformerLayerTPOverlapCfg`, `PipelineOverlapCfg(num_splits=4)` for the fprop reduce-scatters,
 /// `RingExchangeOverlapCfg` for the all-gathers, `BulkOverlapCfg` for the dgrad/wgrad ones). The SMs the
@@ -1405,11 +1409,12 @@ inline constexpr double tp_overlap_splits = 4;
   const double ep_exposed = ga < 2 ? t.expert_parallel.raw() : (ga - 1) * std::max(0.0, ep_mb - t_mb) + ep_mb;
   // Transformer Engine's userbuffers (tp_comm_overlap): each collective runs in chunks under its own GEMM's chunks;
   // what one micro-batch's collectives exceed of its block GEMMs is exposed, and so is the last of the
-  // tp_overlap_splits chunks of every reduce-scatter (half of the collectives' time)
+  // tp_overlap_splits chunks of every pipelined (forward) reduce-scatter; never more than without the overlap
   double tp_exposed = t.tensor_parallel.raw();
   if (t.tp_overlap) {
     const double tp_mb = tp_exposed / std::max(1.0, ga);
-    tp_exposed = ga * (std::max(0.0, tp_mb - t.tp_overlap_gemm.raw()) + 0.5 * tp_mb / tp_overlap_splits);
+    const double tail = t.tp_forward_rs_share * tp_mb / tp_overlap_splits;
+    tp_exposed = ga * std::min(tp_mb, std::max(0.0, tp_mb - t.tp_overlap_gemm.raw()) + tail);
   }
   return {seconds::base(dp_exposed), seconds::base(tp_exposed), t.context_parallel_exposed, seconds::base(ep_exposed), seconds::base(pp_exposed)};
 }
@@ -1454,6 +1459,8 @@ namespace detail {
   if (c.tp_comm_overlap && c.tp > 1) {
     t.comm.tp_overlap = true;
     t.comm.tp_overlap_gemm = t.compute.gemm.high_precision + t.compute.gemm.low_precision;
+    const double L = t.shape.L, nck = t.shape.nck;
+    t.comm.tp_forward_rs_share = L > 0 ? 0.5 * (L + nck) / (2 * L + nck) : 0.0;
   }
   t.offload = terms::offload_time(t.shape, t.compute.micro_batch().raw());
   t.forward_per_micro_batch = flops::base(forward_flops_per_token(m, c.seq_len) * t.shape.T);
@@ -1525,7 +1532,7 @@ inline throughput_terms compute_throughput_terms(const model_spec& m, const trai
 /// sequence-parallel collectives, ring-attention K/V exchange, expert all-to-all (collective_time or all_to_all_time for
 /// each call); the overlap model (exposed_communication) decides what is exposed. `inst` may be null (no EFA). @sa docs/methodology.md#throughput
 ///
-/// Pipeline parallelism: the step of the slowest rank (bottleneck_ranks: the one with the most blocks and the
+/// Pipeline parallelism: the step of the slowest rank (bottleneck_ranks: those that can hold the most blocks and the
 /// last, which runs the LM head and the loss), with its bubble and its sends; `pipeline_rank` says which.
 /// docs/scaling.md#pipeline-parallelism
 [[nodiscard]] inline throughput_estimate estimate_throughput(const model_spec& m, const training_config& c,
@@ -1535,7 +1542,7 @@ inline throughput_terms compute_throughput_terms(const model_spec& m, const trai
   validate(c);  // once for every rank
   detail::validate_moe(m, c);
   validate_pipeline(m, c);
-  int ranks[2];
+  int ranks[3];
   const int n = bottleneck_ranks(c, ranks);
   throughput_estimate best;
   for (int i = 0; i < n; ++i) {
