@@ -51,6 +51,18 @@ instance_spec p5() {
   return i;
 }
 
+/// Llama 3 8B long-context runs on one node of 8 GPUs: micro-batch 1 × `seq`, context parallel `cp` (the rest of the
+/// eight GPUs data-parallel); each test sets the stack, sharding and checkpointing it checks.
+training_config long_context(std::int64_t seq, int cp) {
+  training_config c;
+  c.world_size = 8;
+  c.gpus_per_node = 8;
+  c.micro_batch = 1;
+  c.seq_len = seq;
+  c.cp = cp;
+  return c;
+}
+
 }  // namespace
 
 // torchtitan (arXiv:2410.06511, figures as quoted in issue 4): Llama 3.1 8B, FSDP2, bf16 compute / fp32 master,
@@ -220,12 +232,7 @@ TEST_CASE("context parallel: ring attention fall-off from 32K/CP1 to 256K/CP8 an
   gpu_spec g = cat.gpu("h100-96gb");
   g.attention = attention_kernel::flash2;  // the 2024 stack's FlashAttention-2 (--attention-kernel fa2)
   auto run = [&](int cp, std::int64_t seq) {
-    training_config c;
-    c.world_size = 8;
-    c.gpus_per_node = 8;
-    c.micro_batch = 1;
-    c.seq_len = seq;
-    c.cp = cp;
+    training_config c = long_context(seq, cp);
     c.ac = checkpointing::full();
     c.shard = sharding::full;
     c.format = compute_format::fp8;
@@ -250,12 +257,7 @@ TEST_CASE("context parallel under torch.compile: the ring's collectives are expo
   gpu_spec g = cat.gpu("h100-96gb");
   g.attention = attention_kernel::flash2;
   auto run = [&](bool compiled) {
-    training_config c;
-    c.world_size = 8;
-    c.gpus_per_node = 8;
-    c.micro_batch = 1;
-    c.seq_len = 262144;
-    c.cp = 8;
+    training_config c = long_context(262144, 8);
     c.ac = checkpointing::full();
     c.shard = sharding::full;
     c.format = compute_format::fp8;
@@ -536,13 +538,7 @@ TEST_CASE("context parallel under Megatron: Transformer Engine's P2P ring at the
   hardware_catalog cat = cli::context{std::cout, std::cerr}.catalog();
   const model_spec m = io::load_model(std::string(BWPLAN_SOURCE_DIR) + "/configs/models/llama-3.1-8b.json");
   const gpu_spec g = cat.gpu("h100");
-  training_config c;
-  c.world_size = 8;
-  c.gpus_per_node = 8;
-  c.micro_batch = 1;
-  c.seq_len = 65536;
-  c.cp = 4;
-  c.ac = checkpointing::none();
+  training_config c = long_context(65536, 4);
   c.shard = sharding::optimizer;
   c.stack = training_stack::megatron;
   const throughput_calibration k{};

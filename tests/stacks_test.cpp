@@ -739,16 +739,11 @@ TEST_CASE("stacks: distributed-optimizer instances shard the states within each 
 TEST_CASE("stacks: tp_comm_overlap hides Megatron's tensor-parallel collectives behind the GEMMs, and travels", "[stacks][plan][throughput]") {
   const model_spec m = test::llama_8b();
   const gpu_spec g = h100();
-  training_config c;
-  c.world_size = 8;
-  c.gpus_per_node = 8;
+  training_config c = megatron_tp4();  // 8 GPUs, distributed optimizer, 8192 tokens
   c.tp = 8;
   c.micro_batch = 1;
-  c.seq_len = 8192;
   c.grad_accum = 4;
-  c.shard = sharding::optimizer;
   c.master = master_weights::fp32;
-  c.stack = training_stack::megatron;
   const throughput_estimate off = estimate_throughput(m, c, g);
   training_config on = c;
   on.tp_comm_overlap = true;

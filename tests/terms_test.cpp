@@ -51,6 +51,13 @@ training_config one_gpu(master_weights mw = master_weights::fp32) {
   return c;
 }
 
+/// One GPU, bf16 master weights, every block in fp8 (the weight-cast tests).
+training_config fp8_gpu() {
+  training_config c = one_gpu(master_weights::bf16);
+  c.format = compute_format::fp8;
+  return c;
+}
+
 training_config fsdp8(master_weights mw = master_weights::fp32) {
   training_config c = one_gpu(mw);
   c.world_size = 8;
@@ -602,8 +609,7 @@ TEST_CASE("terms: a low-precision block quantizes this GPU's weights, 1/tp of th
   const model_spec m = llama_1b();
   const gpu_spec g = h100();
   const throughput_calibration k{};
-  training_config c1 = one_gpu(master_weights::bf16);
-  c1.format = compute_format::fp8;
+  const training_config c1 = fp8_gpu();
   training_config c4 = c1;
   c4.world_size = 4;
   c4.gpus_per_node = 4;
@@ -628,8 +634,7 @@ TEST_CASE("terms: Transformer Engine casts Megatron's weights once per step and 
   const model_spec m = llama_1b();
   const gpu_spec g = h100();
   const throughput_calibration k{};
-  training_config hf = one_gpu(master_weights::bf16);
-  hf.format = compute_format::fp8;
+  training_config hf = fp8_gpu();
   hf.grad_accum = 8;
   training_config mg = hf;
   mg.stack = training_stack::megatron;
