@@ -280,7 +280,7 @@ TEST_CASE("terms: transient working sets and the allocator", "[terms][memory]") 
   c.optimizer = optimizer_impl::foreach;
   const memory_terms t = compute_memory_terms(m, c, g);
   CHECK(t.transient.activation_gradients.raw() == (4 * h + 4 * F) * T);
-  // unsharded bf16 gradient 2·Pb + its fp32 copy 4·Pb + the gathered blocks 4·Pb
+  // unsharded bf16 gradient 2·Pb + the previous block's fp32 reduce-scatter input 4·Pb + the gathered blocks 4·Pb
   CHECK(t.transient.block_gradient_buffers.raw() == 2 * Pb + 4 * Pb + 4 * Pb);
   CHECK(t.transient.root_reduce_scatter.raw() == 6 * (emb + h));
   CHECK(t.transient.optimizer.raw() == 4 * P / 8);

@@ -289,15 +289,21 @@ class caching_allocator {
 };
 
 
-/// What the step trace needs of one single-GPU, unsharded training run (all sizes in elements or tokens).
+/// What the step trace needs of one training run on one GPU, or of one rank of FSDP2 full sharding over `shards`
+/// data-parallel ranks (all sizes in elements or tokens).
 struct step_shape {
   std::int64_t hidden = 0, layers = 0, heads = 0, kv_heads = 0, head_dim = 0, intermediate = 0, vocab = 0;
   std::int64_t micro_batch = 1, seq = 0;
   bool tied = false;      ///< LM head shares the embedding
   bool qkv_bias = false;  ///< Q/K/V projections carry a bias
   bool amp = true;        ///< fp32 weights, gradients and AdamW states under torch.autocast(bf16); else all bf16
-  bool fsdp2 = false;     ///< FSDP2 `fully_shard` per block and root on one GPU, MixedPrecisionPolicy(param bf16,
-                          ///< reduce fp32): fp32 sharded weights, gradients and states, bf16 compute (amp ignored)
+  bool fsdp2 = false;     ///< FSDP2 `fully_shard` per block and root, MixedPrecisionPolicy(param bf16, reduce fp32):
+                          ///< fp32 sharded weights, gradients and states, bf16 compute (amp ignored)
+  std::int64_t shards = 1;  ///< FSDP2: ranks each parameter is sharded over (dim 0, padded to a multiple of it)
+  /// FSDP2: the model is built on the meta device and `to_empty` allocates only the shards (the reference trainer,
+  /// apps/train/bwtrain/model.py `build_on_meta`, and torchtitan); else it is built on the GPU and `fully_shard`
+  /// copies each parameter into its shard (measure.py's one-GPU FSDP2 recipe)
+  bool meta_init = false;
   bool foreach_adamw = false;      ///< `AdamW(foreach=True)` (else fused)
   std::vector<bool> checkpointed;  ///< per block: recomputed in backward (torch.utils.checkpoint, non-reentrant)
   std::uint64_t workspace = 0;     ///< cuBLAS/cuBLASLt workspaces, allocated at the first matmul
@@ -341,6 +347,8 @@ inline replay_result replay_step_trace(const step_shape& m, caching_allocator& a
   const u64 seq = static_cast<u64>(m.seq), T = static_cast<u64>(m.micro_batch) * seq;
   const std::size_t L = static_cast<std::size_t>(m.layers);
   const bool fsdp = m.fsdp2, amp = m.amp && !fsdp, gqa = m.kv_heads != m.heads;
+  const u64 N = fsdp && m.shards > 1 ? static_cast<u64>(m.shards) : 1;  // FSDP2 shard count
+  const bool meta = fsdp && m.meta_init;
   const u64 R = amp ? 4 : 2;                 // residual stream bytes
   const u64 W = (amp || fsdp) ? 4 : 2;       // stored parameter, gradient and AdamW state bytes
   const u64 GW = amp ? 4 : 2;                // bytes of the embedding gradient autograd produces
@@ -350,12 +358,13 @@ inline replay_result replay_step_trace(const step_shape& m, caching_allocator& a
 
   // parameters: embedding, per block [attn_norm, wq(, bq), wk(, bk), wv(, bv), wo, ffn_norm, w1, w3, w2], norm(, out)
   enum : std::size_t { an, wq, bq, wk, bk, wv, bv, wo, fn, w1, w3, w2, nparam };
-  std::vector<u64> numel;  // parameter order
-  numel.push_back(V * h);
+  std::vector<u64> numel, dim0;  // parameter order: elements, and the size of dim 0 (the dimension FSDP2 shards)
+  numel.push_back(V * h); dim0.push_back(V);
   for (std::size_t i = 0; i < L; ++i) {
     const u64 n[nparam] = {h, q * h, q, kv * h, kv, kv * h, kv, h * q, h, F * h, F * h, h * F};
+    const u64 d[nparam] = {h, q, q, kv, kv, kv, kv, h, h, F, F, h};
     for (std::size_t k = 0; k < nparam; ++k)
-      if (m.qkv_bias || (k != bq && k != bk && k != bv)) numel.push_back(n[k]);
+      if (m.qkv_bias || (k != bq && k != bk && k != bv)) { numel.push_back(n[k]); dim0.push_back(d[k]); }
   }
   const std::size_t per_block = m.qkv_bias ? nparam : nparam - 3;
   auto pidx = [&](std::size_t i, std::size_t k) {  // index of parameter k of block i
@@ -363,13 +372,23 @@ inline replay_result replay_step_trace(const step_shape& m, caching_allocator& a
     if (!m.qkv_bias) off -= (k > bq) + (k > bk) + (k > bv);
     return 1 + i * per_block + off;
   };
-  numel.push_back(h);  // final norm
+  numel.push_back(h); dim0.push_back(h);  // final norm
   std::vector<int> param;
-  for (const u64 n : numel) param.push_back(A(4 * n));
-  int head_tmp = A(4 * V * h);  // nn.Linear(h, V) weight, replaced by the embedding when tied
-  if (m.tied) Fr(head_tmp);
-  else { numel.push_back(V * h); param.push_back(head_tmp); }
+  if (meta) {  // built on the meta device: nothing on the GPU until to_empty allocates the shards (below)
+    if (!m.tied) { numel.push_back(V * h); dim0.push_back(V); }
+    param.assign(numel.size(), -1);
+  } else {
+    for (const u64 n : numel) param.push_back(A(4 * n));
+    int head_tmp = A(4 * V * h);  // nn.Linear(h, V) weight, replaced by the embedding when tied
+    if (m.tied) Fr(head_tmp);
+    else { numel.push_back(V * h); dim0.push_back(V); param.push_back(head_tmp); }
+  }
   const std::size_t head = m.tied ? 0 : numel.size() - 1;
+  // FSDP2 shards dim 0 into N chunks of ceil(dim0 / N) rows (`_chunk_with_empty`) and pads every rank's shard to the
+  // first's (FSDPParam._init_sharded_param); the unsharded parameter and the all-gather are N padded shards
+  // (FSDPParam.init_all_gather_outputs). Without FSDP2, or on one rank, a shard is the whole parameter.
+  auto shard = [&](std::size_t k) { return (dim0[k] + N - 1) / N * (numel[k] / dim0[k]); };
+  auto padded = [&](std::size_t k) { return N * shard(k); };
   // FSDP2 groups: each block, then the root (embedding, final norm, untied head)
   std::vector<std::vector<std::size_t>> groups(L + 1);
   for (std::size_t i = 0; i < L; ++i)
@@ -378,9 +397,11 @@ inline replay_result replay_step_trace(const step_shape& m, caching_allocator& a
   if (!m.tied) groups[L].push_back(head);
   if (!amp && !fsdp)  // model.to(bfloat16): each parameter cast, then the fp32 tensor dropped
     for (std::size_t k = 0; k < numel.size(); ++k) { const int nb = A(2 * numel[k]); a.free(param[k]); param[k] = nb; }
-  if (fsdp)  // fully_shard: each parameter copied into its padded shard (FSDPParam._init_sharded_param), old dropped
+  if (meta)  // module.to_empty(device=cuda): each parameter's padded fp32 shard, in parameter order
+    for (std::size_t k = 0; k < numel.size(); ++k) param[k] = A(4 * shard(k));
+  else if (fsdp)  // fully_shard: each parameter copied into its padded shard (FSDPParam._init_sharded_param), old dropped
     for (const auto& g : groups)
-      for (const std::size_t k : g) { const int nb = A(4 * numel[k]); a.free(param[k]); param[k] = nb; }
+      for (const std::size_t k : g) { const int nb = A(4 * shard(k)); a.free(param[k]); param[k] = nb; }
   const int tokens = A(8 * (T + static_cast<u64>(m.micro_batch)));
   const int inp = A(8 * T), lab = A(8 * T);
   (void)tokens; (void)inp; (void)lab;
@@ -455,30 +476,32 @@ inline replay_result replay_step_trace(const step_shape& m, caching_allocator& a
       sv(b.mid);
       return out;
     };
-    // FSDP2 (one GPU): the all-gather output, a flat bf16 buffer on the copy-in stream (1), kept until the next
-    // group's all-gather; then each parameter's unsharded bf16 tensor on the compute stream (foreach_all_gather,
-    // foreach_all_gather_copy_out). Post-backward: an fp32 reduce-scatter input on the compute stream, the bf16
-    // gradients dropped, the fp32 output on the reduce-scatter stream (2); the sharded gradients are views of it
-    // (foreach_reduce). Source: torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py, _fsdp_param_group.py.
+    // FSDP2: the all-gather output, a flat bf16 buffer of the group's N padded shards on the copy-in stream (1; this
+    // rank's all-gather input is a view of it), kept until the next group's all-gather; then each parameter's
+    // unsharded bf16 tensor on the compute stream (foreach_all_gather, foreach_all_gather_copy_out). Post-backward:
+    // an fp32 reduce-scatter input of the padded unsharded gradients on the compute stream, the bf16 gradients
+    // dropped, the fp32 output, one padded shard per parameter, on the reduce-scatter stream (2); the sharded
+    // gradients are views of it (foreach_reduce). Source: torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py,
+    // _fsdp_param_group.py, _fsdp_param.py.
     int ag = -1, rs_in = -1;
     auto unshard = [&](std::size_t g) {
       u64 n = 0;
-      for (const std::size_t k : groups[g]) n += numel[k];
+      for (const std::size_t k : groups[g]) n += padded(k);
       const int buf = a.malloc(2 * n, 1);
       Fr(ag);
       ag = buf;
-      for (const std::size_t k : groups[g]) unsharded[k] = A(2 * numel[k]);
+      for (const std::size_t k : groups[g]) unsharded[k] = A(2 * padded(k));
     };
     auto reshard = [&](std::size_t g) { for (const std::size_t k : groups[g]) Fr(unsharded[k]); };
     auto post_backward = [&](std::size_t g) {
       u64 n = 0;
-      for (const std::size_t k : groups[g]) n += numel[k];
+      for (const std::size_t k : groups[g]) n += padded(k);
+      reshard(g);  // post_backward_reshard: the unsharded parameters go before the reduce
+      Fr(rs_in);   // the previous group's reduce_scatter_state is dropped before foreach_reduce
       const int in = A(4 * n);
-      for (const std::size_t k : groups[g]) Fr(ug[k]);
-      rs_out[g] = a.malloc(4 * n, 2);
-      Fr(rs_in);
+      for (const std::size_t k : groups[g]) Fr(ug[k]);  // unsharded_grads.clear() after the copy-in
+      rs_out[g] = a.malloc(4 * n / N, 2);
       rs_in = in;
-      reshard(g);
     };
     // ---- forward
     if (fsdp) unshard(L);
@@ -624,16 +647,16 @@ inline replay_result replay_step_trace(const step_shape& m, caching_allocator& a
       grads[norm] = A(W * h);
     }
     // ---- optimizer
-    if (!states) {
-      for (const u64 n : numel) {
-        if (!m.foreach_adamw) (void)A(4);  // fused: state['step'] on the device
-        (void)A(W * n); (void)A(W * n);    // exp_avg, exp_avg_sq
+    if (!states) {  // of each parameter's (sharded) local tensor
+      for (std::size_t k = 0; k < numel.size(); ++k) {
+        if (!m.foreach_adamw) (void)A(4);                // fused: state['step'] on the device
+        (void)A(W * shard(k)); (void)A(W * shard(k));    // exp_avg, exp_avg_sq
       }
       states = true;
     }
     if (m.foreach_adamw) {  // _multi_tensor_adamw: torch._foreach_sqrt(exp_avg_sqs), one list
       std::vector<int> tmp;
-      for (const u64 n : numel) tmp.push_back(A(W * n));
+      for (std::size_t k = 0; k < numel.size(); ++k) tmp.push_back(A(W * shard(k)));
       for (int& t : tmp) Fr(t);
     }
     for (int& g : grads) Fr(g);  // zero_grad(set_to_none=True), parameter order

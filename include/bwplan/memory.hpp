@@ -999,6 +999,9 @@ struct transient_buffers {
   bytes block_gradient_buffers;  ///< a block's weight gradients before they are reduced or accumulated
   bytes checkpointed_forward;    ///< intermediates of a checkpointed block's forward (nothing saved), T·6F
   bytes root_reduce_scatter;     ///< FSDP2 root gradients at the end of backward (bf16 + fp32 copy; with emb_units the embedding's)
+  /// the root's bf16 gradients and the last block's fp32 reduce-scatter input `4·Pb` (fp32 master), alive with the gathered
+  /// root until the root's post_backward reshards it and drops that input
+  bytes root_before_reshard;
   /// emb_units: the head unit's unsharded bf16 gradient and its copy in the reduce dtype (fp32 with fp32 master
   /// weights) for the reduce-scatter right after the loss backward
   bytes head_reduce_scatter;
@@ -1042,7 +1045,8 @@ struct transient_buffers {
     r.block_gradient_buffers = bytes{};  // (megatron/core/tensor_parallel/layers.py L600-602, `wgrad_gemm_accum_fp32`)
   else if (s.zero1)  // a block's bf16 weight gradients before they are added into the main-grad buffer
     r.block_gradient_buffers = bytes::base(2 * s.Pb);
-  else
+  else  // FSDP2: the bf16 gradients, the previous block's fp32 reduce-scatter input (held in reduce_scatter_state until
+        // this block's post_backward) and the gathered blocks
     r.block_gradient_buffers = bytes::base(s.fsdp ? 2 * s.Pb + (fp32_master ? 4 * s.Pb : 0) + wc.fsdp_gathered.raw()
                                                   : (s.off_opt ? 6 * s.Pb : (s.accum ? 2 * s.lin : s.w * s.Pb)));
   // optimizer in backward: one weight's gradient while it is stepped, with the step's foreach temporary (the
@@ -1052,6 +1056,7 @@ struct transient_buffers {
   r.checkpointed_forward = bytes::base(s.T * (6 * s.F));
   const double root_grads = s.emb_units ? s.root_params - s.head_w : s.root_params;  // the embedding (and norm) unit
   r.root_reduce_scatter = bytes::base(s.fsdp && !s.adapters ? 2 * root_grads + (fp32_master ? 4 * root_grads : 0) : 0);
+  r.root_before_reshard = bytes::base(s.fsdp && !s.adapters ? 2 * root_grads + (fp32_master ? 4 * s.Pb : 0) : 0);
   if (s.emb_units && !s.adapters) r.head_reduce_scatter = bytes::base(2 * s.head_w + (fp32_master ? 4 * s.head_w : 0));
   if (foreach_adamw && !s.megatron && !s.off_opt)  // (offload: the step and its temporaries are on the host)
     r.optimizer = bytes::base(s.w * (s.in_bwd ? s.largest_param : s.Pt / s.n));  // in backward: one parameter's step at a time
@@ -1140,7 +1145,7 @@ struct allocator_overheads {
 /// The caching-allocator replay of one configuration: the step trace's shape (alloc::step_shape) when the
 /// configuration is one the trace describes, the allocator settings and the policy.
 struct allocator_replay {
-  bool replayable = false;  ///< one GPU (unsharded, or FSDP2 full sharding with fp32 master), tp = cp = 1, one
+  bool replayable = false;  ///< one GPU (unsharded), or FSDP2 full sharding with fp32 master on 1..N ranks, tp = cp = 1, one
                             ///< micro-batch, bf16 GEMMs, standard loss, no or whole-block checkpointing, a dense
                             ///< Llama-layout model (see replayable())
   runtime_overheads::replay_policy policy = runtime_overheads::replay_policy::always;
@@ -1150,11 +1155,14 @@ struct allocator_replay {
 };
 
 /// Whether the step trace (alloc::replay_step_trace) describes configuration `c` of `m`: the eager decoder of
-/// `measure.py` / the reference trainer on one GPU (full fine-tune, AdamW). Other configurations keep the cheap bound
-/// (fragmentation_slack, reduce_scatter_pool).
+/// `measure.py` / the reference trainer (full fine-tune, AdamW) on one GPU, or on each rank of FSDP2 full sharding
+/// over the whole data-parallel mesh (no tensor, context or pipeline parallelism; a shard group narrower than the mesh
+/// is hybrid sharding, not traced). Other configurations keep the cheap bound (fragmentation_slack,
+/// reduce_scatter_pool).
 [[nodiscard]] inline bool replayable(const model_spec& m, const training_config& c) noexcept {
+  const bool one_rank_or_fsdp = c.world_size == 1 || (c.shard == sharding::full && c.shard_size() == c.world_size);
   return !m.is_moe() && !m.is_mla() && m.gated_mlp && !m.layer_norm && m.norms_per_block == 2 && !m.o_bias &&
-         !m.mlp_bias && m.positions == 0 && !m.qk_norm && c.world_size == 1 && c.tp == 1 && c.cp == 1 && c.pp == 1 &&
+         !m.mlp_bias && m.positions == 0 && !m.qk_norm && one_rank_or_fsdp && c.tp == 1 && c.cp == 1 && c.pp == 1 &&
          c.shard != sharding::optimizer && (!c.sharded() || (c.shard == sharding::full && c.master == master_weights::fp32)) && c.grad_accum == 1 && c.loss == loss_impl::standard && c.format == compute_format::bf16 &&
          (c.ac.mode == ac_mode::none || c.ac.mode == ac_mode::full) && !c.fp8_all_gather &&
          !c.adapters() && c.optim == optimizer_kind::adamw && c.offload == 0 &&  // the trace is a full fine-tune with AdamW on the GPU
@@ -1171,13 +1179,15 @@ struct allocator_replay {
   r.band = rt.replay_band;
   r.settings = rt.allocator;
   r.settings.expandable_segments = c.expandable_segments;
-  if (!r.replayable) return r;
+  if (!r.replayable || r.policy == runtime_overheads::replay_policy::never) return r;  // (no trace to build)
   alloc::step_shape& t = r.shape;
   t.hidden = m.hidden; t.layers = m.layers; t.heads = m.heads; t.kv_heads = m.kv_heads; t.head_dim = m.head_dim;
   t.intermediate = m.intermediate; t.vocab = m.vocab; t.micro_batch = c.micro_batch; t.seq = c.seq_len;
   t.tied = m.tied_embeddings; t.qkv_bias = m.qkv_bias;
   t.amp = s.amp;
   t.fsdp2 = s.fsdp;
+  t.shards = s.fsdp ? c.shard_size() : 1;
+  t.meta_init = s.fsdp && t.shards > 1;  // the reference trainer builds on the meta device (measure.py: one GPU, on the device)
   t.foreach_adamw = c.optimizer == optimizer_impl::foreach;
   t.checkpointed.resize(static_cast<std::size_t>(m.layers));
   for (std::int64_t i = 0; i < m.layers; ++i) t.checkpointed[static_cast<std::size_t>(i)] = s.blocks.checkpointed(i);
@@ -1395,9 +1405,16 @@ inline memory_terms compute_memory_terms(const model_spec& m, const training_con
   memory_breakdown after_bwd = base;
   after_bwd.gradients = t.states.gradients;
   after_bwd.activations = bytes{};  // every micro-batch's backward has run
-  {  // end of backward: FSDP root reduce-scatter
+  {  // end of backward: FSDP root reduce-scatter. FSDPParamGroup.post_backward takes the unsharded gradients, reshards
+     // (frees the gathered root), drops the last block's reduce-scatter input and only then foreach_reduce allocates the
+     // root's: the gathered root is alive with the bf16 gradients and that input, the fp32 copy with the bf16 gradients
+     // after both are gone (torch/distributed/fsdp/_fully_shard/_fsdp_param_group.py `post_backward`,
+     // /work/shared/reference/allocator.md §6)
     memory_breakdown eb = after_bwd;
     eb.compute_weights = base.compute_weights + wc.fsdp_root + wc.fsdp_embedding_unit;  // (an embedding unit: gathered for its backward)
+    eb.transient = t.transient.root_before_reshard;
+    bwd_peak = std::max(bwd_peak, consider(eb, step_phase::backward));
+    eb.compute_weights = base.compute_weights;
     eb.transient = t.transient.root_reduce_scatter;
     bwd_peak = std::max(bwd_peak, consider(eb, step_phase::backward));
   }

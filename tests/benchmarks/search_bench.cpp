@@ -25,7 +25,9 @@ const fixture& fx() {
   return f;
 }
 
-// One candidate: memory + throughput estimate (what the search does per configuration).
+// One candidate: memory + throughput estimate (what the search does per configuration), on the cheap path: this
+// FSDP2 layout is one the caching-allocator replay traces, which the search runs only for candidates near the fit line
+// (BM_replay_fsdp_step prices one such replay).
 void BM_evaluate_candidate(benchmark::State& state) {
   const auto& f = fx();
   const auto& gpu = f.cat.gpu("b200");
@@ -34,11 +36,13 @@ void BM_evaluate_candidate(benchmark::State& state) {
   c.world_size = 8;
   c.shard = sharding::full;
   c.ac = checkpointing::full(2);
+  runtime_overheads cheap;
+  cheap.replay = runtime_overheads::replay_policy::never;
   std::int64_t mbs = 1;
   for (auto _ : state) {
     c.micro_batch = mbs;
     mbs = mbs == 64 ? 1 : mbs * 2;
-    const auto me = estimate_memory(f.m70, c, gpu);
+    const auto me = estimate_memory(f.m70, c, gpu, cheap);
     const auto te = estimate_throughput(f.m70, c, gpu, &inst);
     benchmark::DoNotOptimize(me.peak_allocated);
     benchmark::DoNotOptimize(te.tokens_per_s);
@@ -46,6 +50,24 @@ void BM_evaluate_candidate(benchmark::State& state) {
   state.counters["candidates_per_s"] = benchmark::Counter(static_cast<double>(state.iterations()), benchmark::Counter::kIsRate);
 }
 BENCHMARK(BM_evaluate_candidate);
+
+// One caching-allocator replay of an FSDP2 rank (Llama-3.1-70B, 8 × B200, micro-batch 1 × 8192, every-2 checkpointing):
+// what `estimate` adds to the cheap path, and the search for each candidate near the fit line.
+void BM_replay_fsdp_step(benchmark::State& state) {
+  const auto& f = fx();
+  const auto& gpu = f.cat.gpu("b200");
+  training_config c;
+  c.world_size = 8;
+  c.shard = sharding::full;
+  c.ac = checkpointing::full(2);
+  c.micro_batch = 1;
+  c.seq_len = 8192;
+  for (auto _ : state) {
+    const auto me = estimate_memory(f.m70, c, gpu);
+    benchmark::DoNotOptimize(me.peak_reserved);
+  }
+}
+BENCHMARK(BM_replay_fsdp_step)->Unit(benchmark::kMillisecond);
 
 // One LoRA candidate (issue 14): Llama-3.1-70B, r 16 on all linears, 8 × H200, FSDP, every-2 checkpointing.
 void BM_evaluate_candidate_lora(benchmark::State& state) {
