@@ -149,3 +149,95 @@ TEST_CASE("memory: a q/k norm saves 6 B per element of q and k (Qwen3), with and
     CHECK(with - without == Approx(6 * (q + kv)));
   }
 }
+
+// The search's hot path sums over blocks per class (block_layout::count) and evaluates the backward walk only at the
+// ends of each (quantization range, residue) progression (terms::block_backward_peak). Both against the plain loops
+// over every block, on the bundled configs, every checkpointing period 1..12, fp8 with bf16 first/last blocks and
+// pipeline stages.
+TEST_CASE("memory: block class counts and the backward walk's ends equal the walk over every block", "[memory]") {
+  SECTION("block_layout::count against counting block by block") {
+    for (std::int64_t L : {1, 2, 7, 16, 80, 126}) {
+      for (int every : {1, 2, 3, 5, 8, 13}) {
+        for (auto [qf, qe] : {std::pair<std::int64_t, std::int64_t>{0, L}, {L, L}, {1, L - 1}, {L / 3, L / 2}}) {
+          terms::block_layout b;
+          b.layers = L;
+          b.q_first = qf;
+          b.q_end = std::max(qf, qe);
+          b.ac = checkpointing::full(every);
+          for (std::int64_t a = 0; a <= L; a += std::max<std::int64_t>(1, L / 7)) {
+            terms::block_layout::class_counts want;
+            for (std::int64_t i = a; i < L; ++i) {
+              const bool q = b.quantized(i), ck = b.checkpointed(i);
+              (q ? (ck ? want.low_recomputed : want.low) : (ck ? want.high_recomputed : want.high)) += 1;
+            }
+            const auto got = b.count(a, L);
+            INFO("L " << L << " every " << every << " q [" << b.q_first << ", " << b.q_end << ") from " << a);
+            CHECK(got.low_recomputed == want.low_recomputed);
+            CHECK(got.low == want.low);
+            CHECK(got.high_recomputed == want.high_recomputed);
+            CHECK(got.high == want.high);
+          }
+        }
+      }
+    }
+  }
+  SECTION("terms::block_backward_peak against the walk over every block") {
+    const auto configs = std::filesystem::path(BWPLAN_SOURCE_DIR) / "configs";
+    hardware_catalog cat;
+    io::load_catalog(cat, configs / "hardware" / "catalog.json");
+    const gpu_spec& gpu = cat.gpu("b200");
+    runtime_overheads cheap;
+    cheap.replay = runtime_overheads::replay_policy::never;
+    int compared = 0, inner_peaks = 0;
+    for (const char* name : {"llama-3.1-70b", "llama-3.1-8b", "qwen3-0.6b", "gpt2-xl", "mixtral-8x7b-v0.1"}) {
+      const model_spec m = io::load_model(configs / "models" / (std::string(name) + ".json"));
+      for (int every = 0; every <= 12; ++every) {
+        for (compute_format f : {compute_format::bf16, compute_format::fp8}) {
+          for (sharding sh : {sharding::full, sharding::grad_op, sharding::none}) {
+            training_config c;
+            c.world_size = 8;
+            c.shard = sh;
+            c.ac = every == 0 ? checkpointing::none() : checkpointing::full(every);
+            c.format = f;
+            c.micro_batch = 2;
+            c.seq_len = 4096;
+            if (f == compute_format::fp8) c.bf16_layers = bf16_blocks{1, 2, -1};
+            if (sh == sharding::none) c.master = master_weights::bf16;  // autocast off: the copies term is 0 either way
+            const memory_terms t = compute_memory_terms(m, c, gpu, cheap);
+            const auto& s = t.shape;
+            const auto& act = t.activations;
+            const auto& wc = t.weights;
+            // the walk block by block (the loop compose_memory ran before block_backward_peak)
+            const double tr = t.transient.activation_gradients.raw() + t.transient.block_gradient_buffers.raw() +
+                              t.transient.dequantized_weight.raw() + t.transient.offload_staging.raw();
+            double acts = act.all_blocks.raw(), cw = wc.autocast_after_forward.raw(), grads = 123.0, best = -1;
+            std::int64_t best_i = -1;
+            for (std::int64_t i = s.blocks.layers - 1; i >= 0; --i) {
+              const bool ck = s.blocks.checkpointed(i), qz = s.blocks.quantized(i);
+              const auto& inv = qz ? act.low_precision : act.high_precision;
+              const double saved_i = act.kept(inv, ck);
+              const double rebuilt = terms::recompute(saved_i, inv.block_saved * act.T);
+              const double extra = (ck ? wc.autocast_block.raw() : 0) + (qz ? wc.quantized_block.raw() : 0) +
+                                   wc.grad_op_block.raw() * static_cast<double>(i + 1);
+              const double v = 1000.0 + acts + rebuilt + cw + extra + grads + tr;
+              if (v > best) { best = v; best_i = i; }
+              acts -= saved_i;
+              cw -= !ck ? wc.autocast_block.raw() : 0.0;
+              grads += t.states.block_gradient.raw();
+            }
+            const auto got = terms::block_backward_peak(t, 1000.0, 123.0);
+            INFO(name << " every " << every << " format " << static_cast<int>(f) << " sharding " << static_cast<int>(sh));
+            CHECK(got.block == best_i);
+            CHECK(got.total == Approx(best).epsilon(1e-12));
+            CHECK(got.total == Approx(1000.0 + got.activations + got.compute_weights + got.gradients + got.transient).epsilon(1e-12));
+            ++compared;
+            if (best_i > 0 && best_i < s.blocks.layers - 1) ++inner_peaks;
+          }
+        }
+      }
+    }
+    CHECK(compared == 5 * 13 * 2 * 3);
+    // not only the ends of the model: some largest moments sit at an inner block
+    CHECK(inner_peaks > 0);
+  }
+}

@@ -86,7 +86,10 @@ struct gpu_spec {
     return std::min(1.0, power_limit_w / rated);
   }
   /// Whether the GPUs of a node talk over NVLink (false: over PCIe).
-  [[nodiscard]] bool has_nvlink() const noexcept { return interconnect == "nvlink"; }
+  [[nodiscard]] bool has_nvlink() const noexcept { return std::string_view(interconnect) == "nvlink"; }
+  /// Whether `architecture` is `a` (compared as string views: the lengths first, no strlen; the search asks per
+  /// collective).
+  [[nodiscard]] bool architecture_is(std::string_view a) const noexcept { return std::string_view(architecture) == a; }
   /// The host link per direction (CPU offload): host_link_per_direction, or when the catalog has none the PCIe rate
   /// of a PCIe GPU and PCIe 5.0 x16 (64 GB/s) for an NVLink GPU.
   [[nodiscard]] byte_rate host_link() const noexcept {

@@ -138,6 +138,34 @@ struct block_layout {
   [[nodiscard]] constexpr std::int64_t checkpointed_blocks() const noexcept {
     return ac.recomputes_blocks() ? (layers + ac.every - 1) / ac.every : 0;
   }
+
+  /// Blocks of one range per class (see count).
+  struct class_counts {
+    std::int64_t low_recomputed = 0, low = 0, high_recomputed = 0, high = 0;  ///< quantized / not, checkpointed / not
+  };
+  /// How many blocks of [a, b) (clamped to [0, layers)) fall in each class: run in the compute format or not
+  /// (quantized), recomputed whole or not (checkpointed). Closed form with a few 32-bit divisions: the search sums over
+  /// the blocks of every candidate several times, and a division per block (`i % every`) was half of a candidate's time
+  /// on the project's AMD EPYC development machine.
+  [[nodiscard]] constexpr class_counts count(std::int64_t a, std::int64_t b) const noexcept {
+    class_counts r;
+    a = std::max<std::int64_t>(a, 0);
+    b = std::min(b, layers);
+    if (b <= a) return r;
+    const std::int64_t qa = std::clamp(q_first, a, b), qb = std::clamp(q_end, qa, b);
+    const std::int64_t every = ac.recomputes_blocks() && ac.every > 0 ? ac.every : 0;
+    auto below = [every](std::int64_t n) -> std::int64_t {  // blocks in [0, n) with i % every == 0
+      if (every == 0 || n <= 0) return 0;
+      const auto e = static_cast<std::uint32_t>(every);
+      return static_cast<std::int64_t>((static_cast<std::uint32_t>(n) + e - 1) / e);
+    };
+    const std::int64_t rec = below(b) - below(a), rec_q = below(qb) - below(qa);
+    r.low_recomputed = rec_q;
+    r.low = (qb - qa) - rec_q;
+    r.high_recomputed = rec - rec_q;
+    r.high = (b - a) - (qb - qa) - (rec - rec_q);
+    return r;
+  }
 };
 
 /// The dimensions of one training step on one GPU that the memory terms read (the symbols of
@@ -802,8 +830,12 @@ struct saved_activations {
     r.offload_in_flight = bytes::base(2 * r.checkpoint.raw());
     r.offloaded_checkpoints = bytes::base(static_cast<double>(s.blocks.checkpointed_blocks()) * r.checkpoint.raw());
   }
-  double all = r.embedding_mask.raw();
-  for (std::int64_t i = 0; i < s.blocks.layers; ++i) all += r.block(i);
+  // every block's kept bytes, summed per class (block_layout::count)
+  const auto n = s.blocks.count(0, s.blocks.layers);
+  const double all = r.embedding_mask.raw() + static_cast<double>(n.low_recomputed) * r.kept(r.low_precision, true) +
+                     static_cast<double>(n.low) * r.kept(r.low_precision, false) +
+                     static_cast<double>(n.high_recomputed) * r.kept(r.high_precision, true) +
+                     static_cast<double>(n.high) * r.kept(r.high_precision, false);
   r.all_blocks = bytes::base(all);
   if (s.in_flight > 1) r.in_flight = bytes::base((s.in_flight - 1) * (all + r.final_saved.raw()));
   return r;
@@ -967,8 +999,10 @@ struct weight_copies {
   r.autocast_blocks = bytes::base(s.amp ? 2 * s.lin * L : 0);
   r.autocast_all = bytes::base(2 * s.gemm_weights * (s.amp ? 1 : 0));
   double after = 0;  // a sum of zeros without autocast
-  if (amp_block != 0)
-    for (std::int64_t i = 0; i < s.blocks.layers; ++i) after += !s.blocks.checkpointed(i) ? amp_block : 0.0;
+  if (amp_block != 0) {  // the blocks not recomputed keep their copies
+    const auto n = s.blocks.count(0, s.blocks.layers);
+    after = amp_block * static_cast<double>(n.low + n.high);
+  }
   r.autocast_after_forward = bytes::base(after);
   r.fsdp_root = bytes::base(s.fsdp ? 2 * (s.emb_units ? s.root_params - s.emb_w - s.head_w : s.root_params) : 0);
   r.fsdp_head_unit = bytes::base(s.emb_units ? 2 * s.head_w : 0);
@@ -1262,6 +1296,112 @@ inline memory_terms compute_memory_terms(const model_spec& m, const training_con
   return detail::memory_terms_of(m, c, gpu, rt, stage);
 }
 
+namespace terms {
+
+/// The largest moment of the block-by-block backward walk (compose_memory): which block and what is alive.
+struct block_backward_moment {
+  std::int64_t block = -1;   ///< the block running its backward at the largest moment; -1 for a model without blocks
+  double total = -1;         ///< `static_part` + the four below, bytes
+  double activations = 0;    ///< saved activations of the blocks ≤ block (its own rebuilt by the recompute), bytes
+  double compute_weights = 0;  ///< autocast copies, the quantized copy of the block, grad-op kept blocks, bytes
+  double gradients = 0;      ///< the gradients of the head and of the blocks above, bytes
+  double transient = 0;      ///< activation gradients, block gradient buffers, dequantized weight, offload staging, bytes
+};
+
+/// The largest moment of the walk over blocks L−1 … 0 of `t` in backward, over `static_part` (model states, workspace,
+/// buckets, the FSDP root: what every moment holds, bytes) and `head_grad` (the head's gradient alive from the loss
+/// backward on, bytes). The first largest moment in the walk's order wins.
+///
+/// The moment block i runs its backward holds the activations of blocks ≤ i (its own rebuilt by the recompute;
+/// torch.utils.checkpoint non-reentrant), the autocast copies of the blocks ≤ i not recomputed, the gradients of the
+/// blocks above and the working set. From one block of a class (quantized or not, recomputed or not) to the next of
+/// that class, in one quantization range, the moment changes by the same amount, so along the blocks of one range with
+/// one residue i mod every it is linear in i and largest at either end. Those ends (at most 2 · 3 · every blocks) are
+/// all it evaluates, highest block first; the sums above a block are counted per class (block_layout::count). A
+/// checkpointing period above 8 walks every block. Same values as the walk over every block (tests/memory_test.cpp).
+[[nodiscard]] inline block_backward_moment block_backward_peak(const memory_terms& t, double static_part, double head_grad) noexcept {
+  const memory_shape& s = t.shape;
+  const saved_activations& act = t.activations;
+  const weight_copies& wc = t.weights;
+  const std::int64_t L = s.blocks.layers;
+  const double saved_all = act.all_blocks.raw();
+  const double gres = t.states.block_gradient.raw();
+  const double tr = t.transient.activation_gradients.raw() + t.transient.block_gradient_buffers.raw() +
+                    t.transient.dequantized_weight.raw() + t.transient.offload_staging.raw();
+  const double amp_block = wc.autocast_block.raw();
+  const double kept_block = wc.grad_op_block.raw();
+  const double wcopy = wc.quantized_block.raw();
+  const double cw0 = wc.autocast_after_forward.raw();
+  const std::int64_t every = s.blocks.ac.recomputes_blocks() && s.blocks.ac.every > 0 ? s.blocks.ac.every : 0;
+  const std::int64_t qf = std::clamp<std::int64_t>(s.blocks.q_first, 0, L), qe = std::clamp<std::int64_t>(s.blocks.q_end, qf, L);
+  const double kept_lo_ck = act.kept(act.low_precision, true), kept_lo = act.kept(act.low_precision, false);
+  const double kept_hi_ck = act.kept(act.high_precision, true), kept_hi = act.kept(act.high_precision, false);
+  std::int64_t best_i = -1;
+  double best_block = -1, best_acts = 0, best_cw = 0, best_grads = 0, best_tr = 0;
+  auto visit = [&](std::int64_t i) {  // the moment of block i's backward
+    const bool ck = every > 0 && static_cast<std::uint32_t>(i) % static_cast<std::uint32_t>(every) == 0, qz = s.blocks.quantized(i);
+    const activation_inventory& inv = qz ? act.low_precision : act.high_precision;
+    const double saved_i = act.kept(inv, ck);
+    const double rebuilt = recompute(saved_i, inv.block_saved * act.T);
+    const double extra_cw = (ck ? amp_block : 0) + (qz ? wcopy : 0) + kept_block * static_cast<double>(i + 1);
+    // blocks above i: done with their backward (activations freed, gradients kept)
+    const auto n = s.blocks.count(i + 1, L);
+    const std::int64_t above = L - 1 - i;
+    const double freed = static_cast<double>(n.low_recomputed) * kept_lo_ck + static_cast<double>(n.low) * kept_lo +
+                         static_cast<double>(n.high_recomputed) * kept_hi_ck + static_cast<double>(n.high) * kept_hi;
+    const double acts = saved_all - freed;
+    const double cw = cw0 - amp_block * static_cast<double>(n.low + n.high);
+    const double grads = head_grad + gres * static_cast<double>(above);
+    const double v = static_part + acts + rebuilt + cw + extra_cw + grads + tr;
+    if (v > best_block) {
+      best_block = v; best_i = i;
+      best_acts = acts + rebuilt; best_cw = cw + extra_cw; best_grads = grads; best_tr = tr;
+    }
+  };
+  {
+    // the ends of each (range, residue) progression, highest block first; a long period walks every block
+    const std::int64_t period = every > 0 ? every : 1;
+    constexpr std::int64_t max_ends = 48;
+    std::int64_t ends[max_ends];
+    std::int64_t n_ends = 0;
+    if (6 * period <= max_ends) {
+      const std::int64_t cuts[4] = {0, qf, qe, L};
+      for (int k = 2; k >= 0; --k) {
+        const std::int64_t a = cuts[k], b = cuts[k + 1];
+        if (b <= a) continue;
+        std::int64_t hi[max_ends / 6], lo[max_ends / 6];
+        std::int64_t nr = 0;
+        for (std::int64_t j = b - 1; j >= a && j > b - 1 - period; --j) {  // one block of each residue, the highest
+          hi[nr] = j;
+          lo[nr] = a + ((j - a) % period);  // the lowest block with j's residue
+          ++nr;
+        }
+        // highest blocks first (they are above every lowest one of another residue except within the last period)
+        std::int64_t merged[max_ends / 3];
+        std::int64_t nm = 0;
+        for (std::int64_t r = 0; r < nr; ++r) merged[nm++] = hi[r];
+        for (std::int64_t r = 0; r < nr; ++r)
+          if (lo[r] != hi[r]) merged[nm++] = lo[r];
+        std::sort(merged, merged + nm, [](std::int64_t x, std::int64_t y) { return x > y; });
+        for (std::int64_t r = 0; r < nm; ++r) ends[n_ends++] = merged[r];
+      }
+      for (std::int64_t r = 0; r < n_ends; ++r) visit(ends[r]);
+    } else {
+      for (std::int64_t i = L - 1; i >= 0; --i) visit(i);
+    }
+  }
+  block_backward_moment r;
+  r.block = best_i;
+  r.total = best_block;
+  r.activations = best_acts;
+  r.compute_weights = best_cw;
+  r.gradients = best_grads;
+  r.transient = best_tr;
+  return r;
+}
+
+}  // namespace terms
+
 /// The liveness walk over one steady-state step: adds the terms at the moments each is alive and keeps the
 /// largest moment of each phase.
 ///
@@ -1368,32 +1508,10 @@ inline memory_terms compute_memory_terms(const model_spec& m, const training_con
   }
   const double head_grad = s.loss == loss_impl::chunked && s.stack == training_stack::hf ? t.loss.head_gradient.raw()
                                                                                           : t.states.head_gradient.raw();
-  const double gres = t.states.block_gradient.raw();
-  const double tr = t.transient.activation_gradients.raw() + t.transient.block_gradient_buffers.raw() +
-                    t.transient.dequantized_weight.raw() + t.transient.offload_staging.raw();
-  const double amp_block = wc.autocast_block.raw();
-  const double kept_block = wc.grad_op_block.raw();
-  const double wcopy = wc.quantized_block.raw();
-  // Walk blocks L-1 … 0; the best candidate is rebuilt as a breakdown afterwards.
-  double acts = saved_all, cw = wc.autocast_after_forward.raw(), grads = head_grad, best_block = -1;
-  std::int64_t best_i = -1;
-  double best_acts = 0, best_cw = 0, best_grads = 0, best_tr = 0;
   const double static_part = base.total().raw() + root;
-  for (std::int64_t i = L - 1; i >= 0; --i) {
-    const bool ck = s.blocks.checkpointed(i), qz = s.blocks.quantized(i);
-    const terms::activation_inventory& inv = qz ? act.low_precision : act.high_precision;
-    const double saved_i = act.kept(inv, ck);
-    const double recompute = terms::recompute(saved_i, inv.block_saved * act.T);
-    const double extra_cw = (ck ? amp_block : 0) + (qz ? wcopy : 0) + kept_block * static_cast<double>(i + 1);
-    const double v = static_part + acts + recompute + cw + extra_cw + grads + tr;
-    if (v > best_block) {
-      best_block = v; best_i = i;
-      best_acts = acts + recompute; best_cw = cw + extra_cw; best_grads = grads; best_tr = tr;
-    }
-    acts -= saved_i;
-    cw -= !ck ? amp_block : 0.0;
-    grads += gres;
-  }
+  const terms::block_backward_moment bm = terms::block_backward_peak(t, static_part, head_grad);
+  const std::int64_t best_i = bm.block;
+  const double best_acts = bm.activations, best_cw = bm.compute_weights, best_grads = bm.gradients, best_tr = bm.transient;
   if (best_i >= 0) {
     memory_breakdown b = base;  // (its activations and compute weights: base's plus the walk's, below)
     b.activations = base.activations + bytes::base(best_acts);

@@ -137,7 +137,7 @@ struct format_traits {
 /// Traits of format `f` on `gpu` (FP8 transposes depend on the architecture: Hopper and Ada FP8 GEMMs are
 /// TN-only, so they keep a transposed copy; Blackwell does not). @sa docs/precision.md
 [[nodiscard]] inline format_traits traits(compute_format f, const gpu_spec& gpu) noexcept {
-  const bool hopper = gpu.architecture == "hopper" || gpu.architecture == "ada";
+  const bool hopper = gpu.architecture_is("hopper") || gpu.architecture_is("ada");
   format_traits t;
   switch (f) {
     case compute_format::bf16: break;
@@ -166,7 +166,7 @@ struct format_traits {
 [[nodiscard]] inline bool supports(const gpu_spec& gpu, compute_format f) noexcept {
   const precision_info& p = info(f);
   if (!gpu.peak(p.catalog_key)) return false;
-  return !p.blackwell_only || gpu.architecture == "blackwell";
+  return !p.blackwell_only || gpu.architecture_is("blackwell");
 }
 
 /// Formats a `--numerics` tier tries on `gpu`, in table order (docs/precision.md#recommendation).

@@ -185,9 +185,9 @@ struct comm_group {
   const double ring = k.collective_latency_s + (steps - inter_steps) * k.nvlink_step_s + inter_steps * k.efa_step_s + t_bw;
   double best = ring;
   // NVLS (NVLink SHARP, in-switch reduction) needs NVSwitch gen 3 or newer: Hopper and Blackwell NVLink nodes only
-  const bool nvls = gpu.has_nvlink() && (gpu.architecture == "hopper" || gpu.architecture == "blackwell");
+  const bool nvls = gpu.has_nvlink() && (gpu.architecture_is("hopper") || gpu.architecture_is("blackwell"));
   if (ar && N <= 1 && n > 2 && nvls) {  // NVLS within a node
-    const double eff = gpu.architecture == "blackwell" ? k.nvls_efficiency_blackwell : k.nvls_efficiency_hopper;
+    const double eff = gpu.architecture_is("blackwell") ? k.nvls_efficiency_blackwell : k.nvls_efficiency_hopper;
     best = std::min(best, k.nvls_latency_s + factor * S / (2 * nvl * eff));
   }
   if (ar && N > 1) {  // double binary tree: same bandwidth term, logarithmic latency across nodes
