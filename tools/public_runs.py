@@ -60,9 +60,14 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 
-# GPUs for which Megatron-Bridge's performance scripts pick a Transformer Engine userbuffers configuration
-# (COMM_OVERLAP_CONFIG_MAP: llama3_70b and llama31_405b on h100, b200, gb200)
-TP_OVERLAP_GPUS = {"h100", "b200", "gb200"}
+# GPUs for which Megatron-Bridge's performance scripts pick a Transformer Engine userbuffers configuration for
+# Llama 3 70B and 3.1 405B with tp > 1 (tp_comm_overlap on, off only for nvfp4): h100, b200, gb200 and gb300 in the
+# configs of both containers the rows come from, scripts/performance/configs/llama/llama31_llm_pretrain.py
+# (llama31_405b_pretrain_config_gb300 / _gb200 / _b200: userbuffers_fp8_b200_h16384_tp4_cp2_mbs1_seqlen8192; _h100:
+# userbuffers_fp8_h100_h16384_tp8_cp2_mbs1_seqlen8192) at 644f59721 (2025-12-19, 25.11) and 383b610dc (2026-02-28, 26.02),
+# and llama3_llm_pretrain.py (llama3_70b_pretrain_config_gb300 / _gb200: userbuffers_*_b200_h8192_tp2_mbs1_seqlen8192)
+# at 383b610dc. (An older COMM_OVERLAP_CONFIG_MAP in scripts/performance/utils/helpers.py had no GB300 entry.)
+TP_OVERLAP_GPUS = {"h100", "b200", "gb200", "gb300"}
 TP_OVERLAP_MODELS = {"Llama-3.1-70B", "Llama-3.1-405B"}
 
 def shared_dir():
@@ -161,9 +166,9 @@ def mapping(row):
         notes.append("CUDA graphs")
     if megatron and "distributed optimizer" in stack and row["tp"] > 1:
         # Megatron-Bridge's performance scripts overlap the tensor-parallel collectives with the GEMMs through
-        # Transformer Engine's userbuffers: COMM_OVERLAP_CONFIG_MAP (scripts/performance/utils/helpers.py) names a
-        # userbuffers config (megatron/bridge/training/comm_overlap.py) for Llama 3 70B and 3.1 405B on H100, B200
-        # and GB200; it has none for GB300, whose rows keep the collectives exposed
+        # Transformer Engine's userbuffers: the per-GPU llama configs name a userbuffers config
+        # (megatron/bridge/training/comm_overlap.py) for Llama 3 70B and 3.1 405B on H100, B200, GB200 and GB300
+        # (TP_OVERLAP_GPUS above)
         if row["gpu"] in TP_OVERLAP_GPUS and row["model"] in TP_OVERLAP_MODELS:
             args += ["--tp-comm-overlap"]
             notes.append("TP communication overlap (--tp-comm-overlap)")
