@@ -378,6 +378,40 @@ TEST_CASE("sharding modes: memory and communication order across two nodes", "[s
   (void)cat;
 }
 
+// torchtitan's per-op selective checkpointing saves the sequence-parallel reduce-scatters' outputs but not the
+// all-gathers' (`_save_list` in torchtitan/parallelisms/parallelize_llama.py @9dec370): the backward's recompute of a
+// block gathers its attention and MLP inputs again, two all-gathers of the replica's T·tp tokens per block and
+// micro-batch beyond the forward's and backward's four pairs. Without checkpointing no recompute, with full
+// checkpointing the whole pair is recomputed.
+TEST_CASE("tensor parallel under per-op SAC: the recompute gathers the sequence-parallel inputs again", "[scaling][tp]") {
+  const model_spec m = cli::context{std::cout, std::cerr}.model("Llama-3.1-8B");
+  const gpu_spec g = h100();
+  const instance_spec i = p5();
+  training_config c;
+  c.world_size = 16;
+  c.gpus_per_node = 8;
+  c.tp = 8;
+  c.micro_batch = 4;
+  c.seq_len = 8192;
+  c.grad_accum = 2;
+  c.shard = sharding::full;
+  auto tp_comm = [&](checkpointing ac) {
+    training_config x = c;
+    x.ac = ac;
+    return compute_throughput_terms(m, x, g, &i).comm.tensor_parallel.raw();
+  };
+  const double none = tp_comm(checkpointing::none()), sac = tp_comm(checkpointing::selective_op());
+  const double full = tp_comm(checkpointing::full());
+  const auto sh = compute_throughput_terms(m, c, g, &i).shape;
+  const double act = 2 * sh.T * c.tp * sh.h;  // bf16 activations of the replica's tokens
+  const throughput_calibration k;
+  const double ag = collective_time(collective_kind::all_gather, bytes::base(act),
+                                           terms::comm_group_of(c.tp, 1, sh.gpn), g, &i, k).raw();
+  const double L = static_cast<double>(m.layers);
+  CHECK(sac - none == Approx(c.grad_accum * 2 * L * ag));
+  CHECK(full > sac);  // a whole block recomputed: its reduce-scatters too
+}
+
 TEST_CASE("tensor and context parallel divide memory and add their communication", "[scaling][tp][cp]") {
   const model_spec m = cli::context{std::cout, std::cerr}.model("Llama-3.1-70B");
   const gpu_spec g = h100();

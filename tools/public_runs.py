@@ -53,8 +53,10 @@ MULTI_NODE_HOST = {"h100-96gb": "grand-teton-h100-96gb", "h100": "ml.p5.48xlarge
                    "gb300": "dgx-gb300-nvl72"}
 GPUS_PER_NODE = 8
 UNSTATED = "hardware not stated"
-# stacks whose SDPA ran FlashAttention-2 on Hopper: torchtitan 9dec370 (torch 2024-12-23) and torch 2.7 nightly (2025-02)
-FA2_STACKS = ("torchtitan 9dec370", "torch 2.7")
+# stacks whose SDPA ran FlashAttention-2 on Hopper: torchtitan 9dec370 (torch 2024-12-23), torch 2.7 nightly (2025-02) and
+# torchtitan 820504e (2025-06), whose ScaledDotProductAttention sets FLASH_ATTENTION first with set_priority=True and
+# puts cuDNN first only on SM100 (torchtitan/models/attention.py `_init_backend` @820504e)
+FA2_STACKS = ("torchtitan 9dec370", "torch 2.7", "torchtitan 820504e")
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -184,6 +186,8 @@ def mapping(row):
             notes.append("float8 all-gather with pipeline parallelism not modelled: bf16 all-gather priced")
         else:
             args += ["--fp8-all-gather"]
+    if "torchtitan#1207" in row["notes"]:
+        notes.append("the source calls this vanilla-TP float8 rowwise baseline low (pytorch/torchtitan#1207)")
     if not megatron and "AsyncTP" in stack:
         notes.append("stack not modelled: AsyncTP (all-gather and reduce-scatter fused into the matmuls in symmetric "
                      "memory) priced as sequence parallel's collectives")

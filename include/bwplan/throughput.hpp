@@ -1184,18 +1184,25 @@ struct pipeline_p2p {
 /// activations of the replica's T·tp tokens. Without sequence parallel (training_config::sequence_parallel false,
 /// Megatron-LM's default) one all-reduce of the same activations in place of each pair: after each row-parallel
 /// linear in forward, before each column-parallel one in backward (Megatron-Core tensor_parallel/mappings.py
-/// `_ReduceFromModelParallelRegion`, `_CopyToModelParallelRegion`). Sources: Korthikanti et al. 2022
-/// (arXiv:2205.05198) sequence parallelism; torchtitan `parallelize` (SequenceParallel).
+/// `_ReduceFromModelParallelRegion`, `_CopyToModelParallelRegion`). Per-op selective checkpointing (`selective-op`,
+/// torchtitan's policy) saves the reduce-scatters' outputs but not the all-gathers' (`_save_list` has
+/// `_c10d_functional.reduce_scatter_tensor`, not `all_gather_into_tensor`: torchtitan/parallelisms/parallelize_llama.py
+/// @9dec370, the same list at 820504e), so the backward's recompute of each block gathers the attention and MLP inputs
+/// again: two more all-gathers per block. Sources: Korthikanti et al. 2022 (arXiv:2205.05198) sequence parallelism;
+/// torchtitan `parallelize` (SequenceParallel).
 [[nodiscard]] inline seconds tensor_parallel_communication(const throughput_shape& s, const training_config& c, const gpu_spec& gpu,
                                                            const instance_spec* inst, const throughput_calibration& k) noexcept {
   if (c.tp <= 1) return seconds{};
   const double act = 2 * s.T * c.tp * s.h;
   const comm_group tg = comm_group_of(c.tp, 1, s.gpn);
-  const double per = c.sequence_parallel
-                         ? collective_time(collective_kind::all_gather, bytes::base(act), tg, gpu, inst, k).raw() +
-                               collective_time(collective_kind::reduce_scatter, bytes::base(act), tg, gpu, inst, k).raw()
-                         : collective_time(collective_kind::all_reduce, bytes::base(act), tg, gpu, inst, k).raw();
-  return seconds::base(s.ga * (2 * 2 * s.L + 2 * s.nck) * per);
+  if (!c.sequence_parallel) {
+    const double ar = collective_time(collective_kind::all_reduce, bytes::base(act), tg, gpu, inst, k).raw();
+    return seconds::base(s.ga * (2 * 2 * s.L + 2 * s.nck) * ar);
+  }
+  const double ag = collective_time(collective_kind::all_gather, bytes::base(act), tg, gpu, inst, k).raw();
+  const double rs = collective_time(collective_kind::reduce_scatter, bytes::base(act), tg, gpu, inst, k).raw();
+  const double sac_gathers = c.ac.mode == ac_mode::selective_op ? 2 * s.L : 0.0;  // recomputed, not saved
+  return seconds::base(s.ga * ((2 * 2 * s.L + 2 * s.nck) * (ag + rs) + sac_gathers * ag));
 }
 
 /// Context-parallel communication of one step and the part of it not hidden behind ring attention's own kernels.
