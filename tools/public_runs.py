@@ -29,7 +29,8 @@ stated", and left out of the checked set: the median and max bounds apply to the
 virtual pipeline size (a `vp` field, or "VP n" in its stack or notes). Runs across nodes of NVIDIA's DGX systems run on
 the SageMaker instance of the same GPU and scale-out bandwidth per GPU (MULTI_NODE_HOST; GB300 NVL72 on a public
 host). `--scale` scores the repository's Megatron-Bridge pipeline-parallel and MoE rows
-(tests/data/megatron-bridge-scale-runs.jsonl) into a second section, without a bound; `--runs FILE` prints the table
+(tests/data/megatron-bridge-scale-runs.jsonl) and torchtitan's 2-D / 3-D / 4-D and AsyncTP-page rows
+(tests/data/torchtitan-scale-runs.jsonl) into a second section, without a bound; `--runs FILE` prints the table
 of any file in the same schema. Standard library only.
 """
 import argparse
