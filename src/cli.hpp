@@ -129,6 +129,7 @@ struct plan_options {
   bool no_sequence_parallel = false;   ///< --no-sequence-parallel
   bool fsdp_embedding_units = false;   ///< --fsdp-embedding-units
   bool tp_comm_overlap = false;        ///< --tp-comm-overlap
+  bool moe_a2a_overlap = false;        ///< --moe-a2a-overlap
   std::string plan_file;           ///< --plan FILE: settings read from a plan file; flags given as well override them
   const CLI::App* app = nullptr;   ///< the subcommand whose flags were parsed (set by add_plan_options)
 };
@@ -139,7 +140,7 @@ void require_support(const hardware_catalog& cat, const gpu_spec& gpu, compute_f
 
 /// Registers MODEL, --plan and the plan flags (--gpu, --instance, --nodes, --gpus, --mbs, --seq, --grad-accum,
 /// --ac, --ac-every, --master, --sharding, --shard-group, --tp, --cp, --ep, --pp, --pp-schedule, --vpp, --optimizer-impl, --loss,
-/// --precision, --bf16-layers, --fp8-all-gather, fine-tuning, --stack, --compile, --expandable-segments, --offload, --optimizer-in-backward, --no-sequence-parallel, --fsdp-embedding-units, --tp-comm-overlap) on `sub`, writing
+/// --precision, --bf16-layers, --fp8-all-gather, fine-tuning, --stack, --compile, --expandable-segments, --offload, --optimizer-in-backward, --no-sequence-parallel, --fsdp-embedding-units, --tp-comm-overlap, --moe-a2a-overlap) on `sub`, writing
 /// into `o`.
 void add_plan_options(CLI::App* sub, const std::shared_ptr<plan_options>& o);
 

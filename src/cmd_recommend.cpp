@@ -66,6 +66,7 @@ struct recommend_options {
   bool no_sequence_parallel = false;   ///< --no-sequence-parallel
   bool fsdp_embedding_units = false;   ///< --fsdp-embedding-units
   bool tp_comm_overlap = false;        ///< --tp-comm-overlap
+  bool moe_a2a_overlap = false;        ///< --moe-a2a-overlap
   std::string offload = "none";     ///< --offload none | auto | a list of optimizer, params, activations
 };
 
@@ -585,6 +586,9 @@ runner register_recommend(CLI::App& app, context& ctx) {
   sub->add_flag("--tp-comm-overlap", o->tp_comm_overlap,
                 "plans with tp > 1 overlap the tensor-parallel collectives with the GEMMs (Megatron-LM --tp-comm-overlap, "
                 "Transformer Engine userbuffers; --stack megatron)");
+  sub->add_flag("--moe-a2a-overlap", o->moe_a2a_overlap,
+                "plans with ep > 1 overlap each micro-batch's MoE all-to-all with another's compute (Megatron-Core "
+                "overlap_moe_expert_parallel_comm)");
   sub->add_option("--offload", o->offload,
                   "CPU offload of every plan: none, a list of optimizer, params, activations, or auto (search the sets; "
                   "docs/finetune.md#cpu-offload)")
@@ -735,6 +739,7 @@ runner register_recommend(CLI::App& app, context& ctx) {
         throw invalid_request("--fsdp-embedding-units: FSDP2 units of their own need FSDP plans; --stack megatron and "
                               "--optimizer-in-backward plan none");
       req.tp_comm_overlap = o->tp_comm_overlap;
+      req.moe_a2a_overlap = o->moe_a2a_overlap;
       if (o->tp_comm_overlap && (req.stack != training_stack::megatron || o->no_sequence_parallel))
         throw invalid_request("--tp-comm-overlap: modelled as Megatron-LM's with Transformer Engine userbuffers; use it with "
                               "--stack megatron and sequence parallel");

@@ -95,6 +95,10 @@ void add_plan_options(CLI::App* sub, const std::shared_ptr<plan_options>& o) {
   sub->add_flag("--tp-comm-overlap", o->tp_comm_overlap,
                 "overlap the tensor-parallel all-gathers and reduce-scatters with the GEMMs (Megatron-LM --tp-comm-overlap, "
                 "Transformer Engine userbuffers, as Megatron-Bridge's performance presets; --stack megatron)");
+  sub->add_flag("--moe-a2a-overlap", o->moe_a2a_overlap,
+                "overlap each micro-batch's MoE all-to-all with another micro-batch's compute (Megatron-Core "
+                "overlap_moe_expert_parallel_comm, as Megatron-Bridge's H100 MoE presets set it); without it the "
+                "all-to-all is waited for where it is issued");
 }
 
 std::string plan_flag(std::string_view field) {
@@ -112,7 +116,7 @@ std::string plan_flag(std::string_view field) {
       {"stack", "--stack"},              {"compile", "--compile"},     {"expandable_segments", "--expandable-segments"},
       {"offload", "--offload"},          {"optimizer_in_backward", "--optimizer-in-backward"},
       {"sequence_parallel", "--no-sequence-parallel"}, {"fsdp_embedding_units", "--fsdp-embedding-units"},
-      {"tp_comm_overlap", "--tp-comm-overlap"}};
+      {"tp_comm_overlap", "--tp-comm-overlap"}, {"moe_a2a_overlap", "--moe-a2a-overlap"}};
   const auto it = flags.find(field);
   return std::string(it == flags.end() ? field : it->second);
 }
@@ -242,6 +246,7 @@ resolved_plan resolve_plan(const context& ctx, const hardware_catalog& cat, cons
   if (from_flag("--no-sequence-parallel", "sequence_parallel")) c.sequence_parallel = !o.no_sequence_parallel;
   if (from_flag("--fsdp-embedding-units", "fsdp_embedding_units")) c.fsdp_embedding_units = o.fsdp_embedding_units;
   if (from_flag("--tp-comm-overlap", "tp_comm_overlap")) c.tp_comm_overlap = o.tp_comm_overlap;
+  if (from_flag("--moe-a2a-overlap", "moe_a2a_overlap")) c.moe_a2a_overlap = o.moe_a2a_overlap;
   if (from_flag("--offload", "offload")) {
     const auto off = parse_offload(o.offload);
     if (!off)

@@ -170,6 +170,7 @@ TEST_CASE("contract: every plan field has a contract entry, and every contract p
   p.training.sequence_parallel = false;            // and sequence_parallel when off
   p.training.fsdp_embedding_units = true;          // and fsdp_embedding_units when set
   p.training.tp_comm_overlap = true;               // and tp_comm_overlap when set
+  p.training.moe_a2a_overlap = true;               // and moe_a2a_overlap when set
   p.global_batch = 64;
   p.check.disable = {"BWP007"};
   std::set<std::string> plan_keys;
@@ -264,6 +265,8 @@ TEST_CASE("contract: the trainer's refusals, decided from the plan", "[contract]
     for (const auto& v : io::trainer_refusals(k, q)) all += v.field + ": " + v.message + "\n";
     CHECK_THAT(all, Catch::Contains("tp_comm_overlap: tp_comm_overlap true: the reference trainer cannot run it (T-tp-comm-overlap)"));
   }
+  CHECK_THAT(first([](training_config& c) { c.moe_a2a_overlap = true; }),
+             Catch::StartsWith("moe_a2a_overlap: moe_a2a_overlap true: the reference trainer cannot run it (T-moe-a2a-overlap)"));
   CHECK_THAT(first([](training_config& c) { c.format = compute_format::mxfp8; }), Catch::StartsWith("precision: precision mxfp8: the reference trainer cannot run it (T-mxfp8-torch)"));
   CHECK_THAT(first([](training_config& c) { c.format = compute_format::nvfp4; c.tp = 2; }), Catch::Contains("(T-nvfp4-tp)"));
   CHECK_THAT(first([](training_config& c) { c.format = compute_format::nvfp4; c.shard = sharding::none; }), Catch::Contains("(T-nvfp4-autocast)"));

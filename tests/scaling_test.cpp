@@ -203,8 +203,15 @@ TEST_CASE("moe: expert all-to-all across two nodes, hierarchical and overlapped 
   c.ep = 16;
   c.shard = sharding::full;
   c.grad_accum = 64;
+  // without the overlap (the default: Megatron-Core's overlap_moe_expert_parallel_comm is opt-in, torchtitan and the
+  // hf stack wait for each all-to-all) every all-to-all is exposed
+  const auto waited = estimate_throughput(m, c, g, &i);
+  CHECK(waited.exposed.expert_parallel.raw() == Approx(waited.comm.expert_parallel.raw()));
+  c.moe_a2a_overlap = true;
   const auto many = estimate_throughput(m, c, g, &i);
   REQUIRE(many.comm.expert_parallel.raw() > 0);
+  CHECK(many.comm.expert_parallel == waited.comm.expert_parallel);  // the same bytes, less of them waited for
+  CHECK(many.step.raw() == Approx(waited.step.raw() - (waited.exposed.expert_parallel - many.exposed.expert_parallel).raw()));
   // each later micro-batch exposes what its all-to-all exceeds of a micro-batch's compute, one micro-batch's worth stays
   const auto terms_many = compute_throughput_terms(m, c, g, &i);
   const double ep_mb = many.comm.expert_parallel.raw() / 64, t_mb = terms_many.compute.micro_batch().raw();

@@ -798,3 +798,33 @@ TEST_CASE("stacks: tp_comm_overlap hides Megatron's tensor-parallel collectives 
   }
   CHECK(with_tp > 0);  // Megatron's replicated bf16 model makes the top 8B plans on 8 H100 shard by tp
 }
+
+// moe_a2a_overlap (Megatron-Core overlap_moe_expert_parallel_comm): a plan key set per recipe (Megatron-Bridge's
+// moe_a2a_overlap, True in the H100 MoE presets, False in the Blackwell DeepSeek-V3 ones). It travels the plan file, the
+// reproduce line, estimate's JSON and recommend's plans (only those with ep > 1 carry it).
+TEST_CASE("moe_a2a_overlap travels the plan file, the reproduce line, the JSON and recommend", "[stacks][plan][moe]") {
+  plan p;
+  p.model = "Qwen3-30B-A3B";
+  p.target = {"ml.p5.48xlarge", "h100", 1, 8};
+  p.training.ep = 8;
+  p.training.grad_accum = 4;
+  p.training.moe_a2a_overlap = true;
+  check_plan_key_travels(p, "moe_a2a_overlap", true, "--moe-a2a-overlap", "MoE all-to-all overlap");
+  const std::vector<std::string> base{"Qwen3-30B-A3B", "--gpu", "h100", "--gpus", "8", "--ep", "8", "--mbs", "1",
+                                      "--seq", "4096", "--grad-accum", "8", "--stack", "megatron", "--sharding", "optimizer"};
+  auto with = base;
+  with.emplace_back("--moe-a2a-overlap");
+  const auto on = estimate_json(with), off = estimate_json(base);
+  CHECK(on["config"]["moe_a2a_overlap"] == true);
+  CHECK(off["config"]["moe_a2a_overlap"] == false);
+  const double on_ep = on["throughput"]["exposed_by_parallelism_s"]["expert_parallel"].get<double>();
+  const double off_ep = off["throughput"]["exposed_by_parallelism_s"]["expert_parallel"].get<double>();
+  CHECK(on_ep < off_ep);
+  CHECK(on["throughput"]["tokens_per_s"].get<double>() > off["throughput"]["tokens_per_s"].get<double>());
+  const auto r = run_cli({"recommend", "Qwen3-30B-A3B", "--instance", "ml.p5.48xlarge", "--moe-a2a-overlap", "--format", "json"});
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  const auto plans = nlohmann::json::parse(r.out)["plans"];
+  REQUIRE(!plans.empty());
+  for (const auto& pl : plans) CHECK(pl["config"]["moe_a2a_overlap"] == (pl["config"]["ep"] > 1));
+}

@@ -556,8 +556,13 @@ TEST_CASE("terms: overlap hides FSDP collectives behind compute, the first gathe
   CHECK(ex.data_parallel.raw() == Approx(2 * 0.01));
   CHECK(ex.tensor_parallel.raw() == 0.2);                // not overlapped
   CHECK(ex.context_parallel.raw() == Approx(0.1));  // what ring attention waits for, step by step
-  // two micro-batches: the second's all-to-all (0.025 s) hides behind the first's compute; one micro-batch's worth stays
-  CHECK(ex.expert_parallel.raw() == Approx(0.025));
+  // the MoE all-to-all is waited for where it is issued unless the plan overlaps it (moe_a2a_overlap)
+  CHECK(ex.expert_parallel.raw() == Approx(0.05));
+  // overlapped, two micro-batches: the second's all-to-all (0.025 s) hides behind the first's compute; one micro-batch's
+  // worth stays
+  terms::communication_terms ov = t;
+  ov.moe_a2a_overlap = true;
+  CHECK(terms::exposed_communication(ov, seconds::base(1.0), seconds::base(0.2)).expert_parallel.raw() == Approx(0.025));
   const auto tot = terms::communication_total(t);
   CHECK(tot.data_parallel.raw() == Approx(0.6));
   // a short micro-batch exposes the excess

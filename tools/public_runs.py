@@ -73,6 +73,30 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TP_OVERLAP_GPUS = {"h100", "b200", "gb200", "gb300"}
 TP_OVERLAP_MODELS = {"Llama-3.1-70B", "Llama-3.1-405B"}
 
+# Megatron-Bridge MoE presets that overlap the expert all-to-all with another micro-batch's compute
+# (overlap_moe_expert_parallel_comm, `moe_a2a_overlap`, default False in WorkloadBaseConfig,
+# scripts/performance/utils/utils.py @644f59721): (model, gpu, precision or None for any) -> on. H100: the Qwen3-30B-A3B
+# and DeepSeek-V3 presets set True (scripts/performance/configs/qwen/qwen3_workload_base_configs.py,
+# deepseek/deepseek_workload_base_configs.py @644f59721 and 383b610dc); the Blackwell DeepSeek-V3 presets False (same
+# files); the GB200 Qwen3-30B-A3B mxfp8 recipe of 26.06 sets it (`_enable_hybridep_full_iteration_mxfp8`,
+# src/megatron/bridge/perf_recipes/qwen/common.py, added in aad7d9ce2 2026-06-25, @067f987df).
+MOE_A2A_OVERLAP = {
+    ("Qwen3-30B-A3B", "h100", None): True,
+    ("DeepSeek-V3-Base", "h100", None): True,
+    ("Qwen3-30B-A3B", "gb200", "mxfp8"): True,
+    ("DeepSeek-V3-Base", "gb200", None): False,
+    ("DeepSeek-V3-Base", "b200", None): False,
+    ("DeepSeek-V3-Base", "gb300", None): False,
+}
+
+
+def moe_a2a_overlap(row):
+    """Whether the row's Megatron-Bridge preset overlaps the MoE all-to-all (None: no preset known)."""
+    for key in ((row["model"], row["gpu"], row["precision"]), (row["model"], row["gpu"], None)):
+        if key in MOE_A2A_OVERLAP:
+            return MOE_A2A_OVERLAP[key]
+    return None
+
 def shared_dir():
     env = os.environ.get("BWPLAN_SHARED_DIR")
     return env if env else os.path.join(ROOT, "..", "shared")
@@ -147,6 +171,15 @@ def mapping(row):
             args += ["--pp-schedule", "interleaved", "--vpp", str(vp)]
     if row["ep"] > 1:
         args += ["--ep", str(row["ep"])]
+        if "Megatron" in row["stack"]:
+            ov = moe_a2a_overlap(row)
+            if ov:
+                args += ["--moe-a2a-overlap"]
+                notes.append("MoE all-to-all overlapped (--moe-a2a-overlap), as the preset sets it")
+            elif ov is None:
+                notes.append("MoE all-to-all overlap of the preset not known: waited for")
+            else:
+                notes.append("MoE all-to-all waited for, as the preset sets it (moe_a2a_overlap False)")
     acf, acn = ac_flags(row)
     args += acf
     if acn:

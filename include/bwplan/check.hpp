@@ -316,6 +316,7 @@ inline std::string_view rule_for(const plan_violation& v) {
   req.sequence_parallel = c.sequence_parallel;          // the same tensor-parallel layout
   req.fsdp_embedding_units = c.fsdp_embedding_units;    // the same FSDP units
   req.tp_comm_overlap = c.tp_comm_overlap;              // the same tensor-parallel overlap
+  req.moe_a2a_overlap = c.moe_a2a_overlap;              // the same expert-parallel overlap
   req.offloads = {c.offload};  // the same CPU offload
   if (c.stack == training_stack::megatron) { req.shardings = {sharding::none, sharding::optimizer}; req.losses = {loss_impl::standard}; }
   if (c.adapters()) { req.tps = {1}; req.formats = {compute_format::bf16}; }

@@ -232,6 +232,7 @@ inline std::string shortest(double v) {
   if (!c.sequence_parallel) a.emplace_back("--no-sequence-parallel");
   if (c.fsdp_embedding_units) a.emplace_back("--fsdp-embedding-units");
   if (c.tp_comm_overlap) a.emplace_back("--tp-comm-overlap");
+  if (c.moe_a2a_overlap) a.emplace_back("--moe-a2a-overlap");
   return a;
 }
 
@@ -310,6 +311,7 @@ inline std::string shortest(double v) {
   if (!c.sequence_parallel) s += ", no sequence parallel";
   if (c.fsdp_embedding_units) s += ", embedding and head as FSDP units";
   if (c.tp_comm_overlap) s += ", TP communication overlap";
+  if (c.moe_a2a_overlap) s += ", MoE all-to-all overlap";
   return s;
 }
 
@@ -358,7 +360,8 @@ struct setting_column {
           {"optimizer_in_backward", "opt. in bwd", c.optimizer_in_backward ? "yes" : "no"},
           {"sequence_parallel", "seq. par.", c.sequence_parallel ? "yes" : "no"},
           {"fsdp_embedding_units", "emb. units", c.fsdp_embedding_units ? "yes" : "no"},
-          {"tp_comm_overlap", "TP overlap", c.tp_comm_overlap ? "yes" : "no"}};
+          {"tp_comm_overlap", "TP overlap", c.tp_comm_overlap ? "yes" : "no"},
+          {"moe_a2a_overlap", "A2A overlap", c.moe_a2a_overlap ? "yes" : "no"}};
 }
 
 /// Which of setting_columns() to show for `rows`: the core columns (micro-batch, sequence, accumulation, DP,

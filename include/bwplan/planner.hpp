@@ -63,6 +63,9 @@ struct plan_request {
   /// Megatron's tensor-parallel communication overlap (training_config::tp_comm_overlap) on every candidate with
   /// tp > 1; stack megatron only.
   bool tp_comm_overlap = false;
+  /// The MoE all-to-all overlapped across micro-batches (training_config::moe_a2a_overlap) on every candidate with
+  /// ep > 1.
+  bool moe_a2a_overlap = false;
   /// Without expandable_segments: a candidate over the line whose replayed step fits with `expandable_segments:True`
   /// is kept with that setting (the plan carries it; the SageMaker job sets PYTORCH_CUDA_ALLOC_CONF).
   bool allow_expandable_segments = true;
@@ -219,6 +222,7 @@ struct plan_result {
             c.sequence_parallel = req.sequence_parallel;
             c.fsdp_embedding_units = req.fsdp_embedding_units;
             c.tp_comm_overlap = req.tp_comm_overlap && c.tp > 1;
+            c.moe_a2a_overlap = req.moe_a2a_overlap && c.ep > 1;
             if (c.fsdp_embedding_units && ((c.shard != sharding::full && c.shard != sharding::hybrid) || c.pp > 1 ||
                                            (c.stack == training_stack::hf && c.loss == loss_impl::chunked)))
               continue;  // the rules of violations(): FSDP, pp 1, not Liger's fused loss

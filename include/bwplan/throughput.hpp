@@ -1302,6 +1302,7 @@ struct communication_terms {
   seconds context_parallel;  ///< per step
   seconds context_parallel_exposed;  ///< per step: what ring attention waits for (context_parallel_communication)
   seconds expert_parallel;   ///< per step
+  bool moe_a2a_overlap = false;  ///< training_config::moe_a2a_overlap with ep > 1
   zero1_collectives zero1;   ///< per step (distributed optimizer; FSDP under pipeline parallelism)
   pipeline_p2p pipeline;     ///< per step (pipeline parallelism)
   double micro_batches = 1;  ///< ga
@@ -1323,6 +1324,7 @@ struct communication_terms {
   r.context_parallel = cpc.total;
   r.context_parallel_exposed = cpc.exposed;
   r.expert_parallel = expert_parallel_communication(m, s, c, gpu, inst, k);
+  r.moe_a2a_overlap = c.moe_a2a_overlap && c.ep > 1;
   r.zero1 = zero1_communication(s, c, gpu, inst, k);
   r.pipeline = pipeline_communication(s, c, gpu, inst, k);
   r.micro_batches = s.ga;
@@ -1408,12 +1410,13 @@ inline constexpr double tp_overlap_splits = 4;
                             : 2 * (p.pp - 1) * send + std::max(0.0, p.sends * send - ga * t_mb);
   }
   (void)attention;
-  // MoE dispatch/combine: with two or more micro-batches the all-to-all of one hides behind the compute of the other
-  // (Megatron-Core `overlap_moe_expert_parallel_comm`, the "1F1B A2A overlap", which its MoE performance recipes
-  // enable; DeepEP's two-micro-batch overlap): each later micro-batch exposes only what its all-to-all exceeds of a
-  // micro-batch's compute, and one micro-batch's worth (the first forward, the last backward) stays exposed.
+  // MoE dispatch/combine: waited for where it is issued, unless the plan overlaps it (training_config::moe_a2a_overlap,
+  // Megatron-Core `overlap_moe_expert_parallel_comm`, the "1F1B A2A overlap"; DeepEP's two-micro-batch overlap): then,
+  // with two or more micro-batches, the all-to-all of one hides behind the compute of the other: each later micro-batch
+  // exposes only what its all-to-all exceeds of a micro-batch's compute, and one micro-batch's worth (the first
+  // forward, the last backward) stays exposed.
   const double ep_mb = t.expert_parallel.raw() / std::max(1.0, ga);
-  const double ep_exposed = ga < 2 ? t.expert_parallel.raw() : (ga - 1) * std::max(0.0, ep_mb - t_mb) + ep_mb;
+  const double ep_exposed = !t.moe_a2a_overlap || ga < 2 ? t.expert_parallel.raw() : (ga - 1) * std::max(0.0, ep_mb - t_mb) + ep_mb;
   // Transformer Engine's userbuffers (tp_comm_overlap): each collective runs in chunks under its own GEMM's chunks;
   // what one micro-batch's collectives exceed of its block GEMMs is exposed, and so is the last of the
   // tp_overlap_splits chunks of every pipelined (forward) reduce-scatter; never more than without the overlap

@@ -337,6 +337,14 @@ struct training_config {
   /// TransformerEngine `initialize_ub`), as Megatron-Bridge's performance presets set it. Needs stack megatron
   /// and sequence parallel; no effect at tp 1. docs/scaling.md#tp-comm-overlap
   bool tp_comm_overlap = false;
+  /// The expert-parallel all-to-all (MoE dispatch and combine) of one micro-batch overlapped with the compute of
+  /// another: Megatron-Core's `overlap_moe_expert_parallel_comm` ("1F1B A2A overlap", megatron/core/model_parallel_config.py),
+  /// as Megatron-Bridge's performance presets set it per model and GPU (`moe_a2a_overlap`, default False in
+  /// scripts/performance/utils/utils.py `WorkloadBaseConfig`; True in the H100 MoE presets, False in the Blackwell
+  /// DeepSeek-V3 ones, deepseek_workload_base_configs.py @644f59721). Off: every all-to-all is waited for where it is
+  /// issued (Megatron's alltoall dispatcher without the overlap, torchtitan's expert parallel, the hf stack). Needs two or
+  /// more micro-batches to hide anything; no effect at ep 1. docs/scaling.md#moe-a2a-overlap
+  bool moe_a2a_overlap = false;
 
   [[nodiscard]] bool operator==(const training_config&) const = default;
 

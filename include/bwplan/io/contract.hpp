@@ -474,6 +474,7 @@ inline std::string expected(const contract_field& f) {
   if (key == "sequence_parallel") return c.sequence_parallel;
   if (key == "fsdp_embedding_units") return c.fsdp_embedding_units;
   if (key == "tp_comm_overlap") return c.tp_comm_overlap;
+  if (key == "moe_a2a_overlap") return c.moe_a2a_overlap;
   throw config_error(k.file, "/fields", "plan field '" + std::string(key) + "' of the training contract is unknown to this bwplan");
 }
 
@@ -551,6 +552,7 @@ inline std::optional<condition_value> refusal_value(const plan& p, std::string_v
   if (key == "sequence_parallel") return name(c.sequence_parallel ? "true" : "false");
   if (key == "fsdp_embedding_units") return name(c.fsdp_embedding_units ? "true" : "false");
   if (key == "tp_comm_overlap") return name(c.tp_comm_overlap ? "true" : "false");
+  if (key == "moe_a2a_overlap") return name(c.moe_a2a_overlap ? "true" : "false");
   if (key == "gpu") return name(p.target.gpu);
   if (key == "model") return name(p.model);
   return std::nullopt;

@@ -55,6 +55,7 @@ namespace bwplan::io {
           {"sequence_parallel", c.sequence_parallel},
           {"fsdp_embedding_units", c.fsdp_embedding_units},
           {"tp_comm_overlap", c.tp_comm_overlap},
+          {"moe_a2a_overlap", c.moe_a2a_overlap},
           {"lora", c.adapters() ? nlohmann::ordered_json{{"rank", c.lora.rank},
                                                           {"alpha", c.lora.alpha},
                                                           {"targets", lora_targets_to_string(c.lora.targets)},

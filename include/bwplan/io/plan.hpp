@@ -88,7 +88,7 @@ namespace io {
       "grad_accum", "activation_checkpointing", "ac_every", "sharding", "shard_group", "tp", "cp", "ep", "pp",
       "pp_schedule", "vpp", "optimizer", "optimizer_impl", "loss", "finetune", "lora_rank", "lora_alpha", "lora_targets", "lora_dropout",
       "stack", "compile", "expandable_segments", "offload", "optimizer_in_backward", "sequence_parallel", "fsdp_embedding_units",
-      "tp_comm_overlap", "headroom", "check"};
+      "tp_comm_overlap", "moe_a2a_overlap", "headroom", "check"};
   return k;
 }
 
@@ -258,14 +258,15 @@ T plan_enum(const nlohmann::json& v, const std::string& file, const std::string&
       c.stack = plan_enum<training_stack>(v, file, ptr, names, std::vector<training_stack>(std::begin(all_stacks), std::end(all_stacks)));
     }
     else if (k == "compile" || k == "expandable_segments" || k == "optimizer_in_backward" || k == "sequence_parallel" ||
-             k == "fsdp_embedding_units" || k == "tp_comm_overlap") {
+             k == "fsdp_embedding_units" || k == "tp_comm_overlap" || k == "moe_a2a_overlap") {
       if (!v.is_boolean()) throw config_error(file, ptr, std::string("expected true or false, got ") + v.type_name());
       (k == "compile"               ? c.compile
        : k == "expandable_segments" ? c.expandable_segments
        : k == "optimizer_in_backward" ? c.optimizer_in_backward
        : k == "sequence_parallel"     ? c.sequence_parallel
        : k == "fsdp_embedding_units"  ? c.fsdp_embedding_units
-                                      : c.tp_comm_overlap) = v.get<bool>();
+       : k == "tp_comm_overlap"       ? c.tp_comm_overlap
+                                      : c.moe_a2a_overlap) = v.get<bool>();
     }
     else if (k == "offload") {
       const std::string t = plan_string(v, file, ptr);
@@ -356,6 +357,7 @@ T plan_enum(const nlohmann::json& v, const std::string& file, const std::string&
   if (!c.sequence_parallel) j["sequence_parallel"] = false;         // written when off, likewise
   if (c.fsdp_embedding_units) j["fsdp_embedding_units"] = true;     // written when set, likewise
   if (c.tp_comm_overlap) j["tp_comm_overlap"] = true;               // written when set, likewise
+  if (c.moe_a2a_overlap) j["moe_a2a_overlap"] = true;               // written when set, likewise
   j["headroom"] = p.headroom;
   const check_settings defaults;
   if (!(p.check == defaults)) {
