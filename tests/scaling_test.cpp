@@ -63,6 +63,19 @@ training_config long_context(std::int64_t seq, int cp) {
   return c;
 }
 
+/// Two p5-like nodes of 8 GPUs, FSDP2 full sharding over the 16: micro-batch `mbs` × `seq`, `ga` micro-batches per step;
+/// each test sets the parallelism it checks.
+training_config two_nodes(int mbs, std::int64_t seq, int ga) {
+  training_config c;
+  c.world_size = 16;
+  c.gpus_per_node = 8;
+  c.micro_batch = mbs;
+  c.seq_len = seq;
+  c.grad_accum = ga;
+  c.shard = sharding::full;
+  return c;
+}
+
 }  // namespace
 
 // torchtitan (arXiv:2410.06511, figures as quoted in issue 4): Llama 3.1 8B, FSDP2, bf16 compute / fp32 master,
@@ -195,14 +208,8 @@ TEST_CASE("moe: expert all-to-all across two nodes, hierarchical and overlapped 
   const model_spec m = cli::context{std::cout, std::cerr}.model("Qwen3-30B-A3B");
   const gpu_spec g = h100();
   const instance_spec i = p5();
-  training_config c;
-  c.micro_batch = 1;
-  c.seq_len = 4096;
-  c.world_size = 16;
-  c.gpus_per_node = 8;
+  training_config c = two_nodes(1, 4096, 64);
   c.ep = 16;
-  c.shard = sharding::full;
-  c.grad_accum = 64;
   // without the overlap (the default: Megatron-Core's overlap_moe_expert_parallel_comm is opt-in, torchtitan and the
   // hf stack wait for each all-to-all) every all-to-all is exposed
   const auto waited = estimate_throughput(m, c, g, &i);
@@ -394,14 +401,8 @@ TEST_CASE("tensor parallel under per-op SAC: the recompute gathers the sequence-
   const model_spec m = cli::context{std::cout, std::cerr}.model("Llama-3.1-8B");
   const gpu_spec g = h100();
   const instance_spec i = p5();
-  training_config c;
-  c.world_size = 16;
-  c.gpus_per_node = 8;
+  training_config c = two_nodes(4, 8192, 2);
   c.tp = 8;
-  c.micro_batch = 4;
-  c.seq_len = 8192;
-  c.grad_accum = 2;
-  c.shard = sharding::full;
   auto tp_comm = [&](checkpointing ac) {
     training_config x = c;
     x.ac = ac;

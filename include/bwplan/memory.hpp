@@ -1336,8 +1336,7 @@ struct block_backward_moment {
   const std::int64_t qf = std::clamp<std::int64_t>(s.blocks.q_first, 0, L), qe = std::clamp<std::int64_t>(s.blocks.q_end, qf, L);
   const double kept_lo_ck = act.kept(act.low_precision, true), kept_lo = act.kept(act.low_precision, false);
   const double kept_hi_ck = act.kept(act.high_precision, true), kept_hi = act.kept(act.high_precision, false);
-  std::int64_t best_i = -1;
-  double best_block = -1, best_acts = 0, best_cw = 0, best_grads = 0, best_tr = 0;
+  block_backward_moment best;  // block -1, total -1: no moment yet
   auto visit = [&](std::int64_t i) {  // the moment of block i's backward
     const bool ck = every > 0 && static_cast<std::uint32_t>(i) % static_cast<std::uint32_t>(every) == 0, qz = s.blocks.quantized(i);
     const activation_inventory& inv = qz ? act.low_precision : act.high_precision;
@@ -1353,10 +1352,7 @@ struct block_backward_moment {
     const double cw = cw0 - amp_block * static_cast<double>(n.low + n.high);
     const double grads = head_grad + gres * static_cast<double>(above);
     const double v = static_part + acts + rebuilt + cw + extra_cw + grads + tr;
-    if (v > best_block) {
-      best_block = v; best_i = i;
-      best_acts = acts + rebuilt; best_cw = cw + extra_cw; best_grads = grads; best_tr = tr;
-    }
+    if (v > best.total) best = {i, v, acts + rebuilt, cw + extra_cw, grads, tr};
   };
   {
     // the ends of each (range, residue) progression, highest block first; a long period walks every block
@@ -1390,14 +1386,7 @@ struct block_backward_moment {
       for (std::int64_t i = L - 1; i >= 0; --i) visit(i);
     }
   }
-  block_backward_moment r;
-  r.block = best_i;
-  r.total = best_block;
-  r.activations = best_acts;
-  r.compute_weights = best_cw;
-  r.gradients = best_grads;
-  r.transient = best_tr;
-  return r;
+  return best;
 }
 
 }  // namespace terms
