@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <ostream>
 
 namespace bwplan::cli {
@@ -33,17 +34,23 @@ runner register_hardware(CLI::App& app, context& ctx) {
       ctx.out << j.dump(2) << "\n";
       return success;
     }
-    ctx.out << fmt::format("{:<7} {:<10} {:>10} {:>10} {:>9} {:>11} {:>8} {:>8} {:>8}\n", "GPU", "arch", "HBM GiB", "usable GiB",
-                           "HBM TB/s", "NVLink GB/s", "BF16 TF", "FP8 TF", "FP4 TF");
+    // the id columns are as wide as their longest entry (a100-40gb, h100-96gb, ml.p6e-gb200.36xlarge), so that every
+    // row lines up under its header
+    std::size_t gw = 3, aw = 4, iw = 8, igw = 3;
+    for (const auto& g : cat.gpus()) { gw = std::max(gw, g.id.size()); aw = std::max(aw, g.architecture.size()); }
+    for (const auto& i : cat.instances()) { iw = std::max(iw, i.id.size()); igw = std::max(igw, i.gpu.size()); }
+    ctx.out << fmt::format("{:<{}} {:<{}} {:>10} {:>10} {:>9} {:>11} {:>8} {:>8} {:>8}\n", "GPU", gw, "arch", aw, "HBM GiB",
+                           "usable GiB", "HBM TB/s", "NVLink GB/s", "BF16 TF", "FP8 TF", "FP4 TF");
     for (const auto& g : cat.gpus()) {
       auto tf = [&](const char* f) { auto p = g.peak(f); return p ? fmt::format("{:.0f}", p->in(tflop_per_s)) : std::string("-"); };
-      ctx.out << fmt::format("{:<7} {:<10} {:>10.2f} {:>10.2f} {:>9.2f} {:>11.0f} {:>8} {:>8} {:>8}\n", g.id, g.architecture,
-                             g.hbm_total.in(gib), g.cuda_capacity().in(gib), g.hbm_bandwidth.in(tb_per_s),
+      ctx.out << fmt::format("{:<{}} {:<{}} {:>10.2f} {:>10.2f} {:>9.2f} {:>11.0f} {:>8} {:>8} {:>8}\n", g.id, gw, g.architecture,
+                             aw, g.hbm_total.in(gib), g.cuda_capacity().in(gib), g.hbm_bandwidth.in(tb_per_s),
                              g.nvlink_per_direction.in(gb_per_s), tf("bf16"), tf("fp8"), tf("fp4"));
     }
-    ctx.out << fmt::format("\n{:<22} {:<6} {:>5} {:>10} {:>10}  {}\n", "instance", "GPU", "GPUs", "EFA Gb/s", "USD/hour", "price");
+    ctx.out << fmt::format("\n{:<{}} {:<{}} {:>5} {:>10} {:>10}  {}\n", "instance", iw, "GPU", igw, "GPUs", "EFA Gb/s", "USD/hour",
+                           "price");
     for (const auto& i : cat.instances())
-      ctx.out << fmt::format("{:<22} {:<6} {:>5} {:>10.0f} {:>10.2f}  {}\n", i.id, i.gpu, i.gpus_per_node,
+      ctx.out << fmt::format("{:<{}} {:<{}} {:>5} {:>10.0f} {:>10.2f}  {}\n", i.id, iw, i.gpu, igw, i.gpus_per_node,
                              i.efa_per_node.raw() * 8 / 1e9, i.price_per_hour_usd, i.price_note);
     return success;
   };

@@ -172,6 +172,22 @@ TEST_CASE("cli: hardware lists the catalog", "[cli]") {
   for (const char* s : {"h100", "h200", "b200", "b300", "ml.p5.48xlarge", "ml.p5e.48xlarge", "ml.p5en.48xlarge",
                         "ml.p6-b200.48xlarge", "ml.p6-b300.48xlarge"})
     CHECK_THAT(r.out, Catch::Contains(s));
+  // every row lines up under its header: the second column starts where "arch" / "GPU" does, also after the
+  // long ids (a100-40gb, h100-96gb; the table used to shift those rows by two characters)
+  std::istringstream in(r.out);
+  std::string line, header;
+  int rows = 0;
+  while (std::getline(in, line)) {
+    if (line.empty()) { header.clear(); continue; }
+    if (header.empty()) { header = line; continue; }
+    const std::size_t col = header.find(header.rfind("GPU", 0) == 0 ? "arch" : "GPU ");
+    REQUIRE(col != std::string::npos);
+    INFO(line);
+    CHECK(line[col - 1] == ' ');
+    CHECK(line[col] != ' ');
+    ++rows;
+  }
+  CHECK(rows >= 12);
 }
 
 TEST_CASE("cli: recommend plans MoE models with expert parallelism (Mixtral, Qwen3-30B-A3B on one p6-b200)", "[cli]") {
