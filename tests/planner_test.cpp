@@ -96,6 +96,57 @@ TEST_CASE("search_plans: ranked by tokens/s, all fitting, every candidate legal"
   }
 }
 
+TEST_CASE("search_plans: with gradient accumulation the plans near the fit line carry the replay's verdict", "[planner][allocator]") {
+  // Llama-3.1-8B, FSDP2 over one p5 node (8 x H100 80 GB), bf16, the standard loss, no or full checkpointing, 3,584-token
+  // sequences and a 4M-token global batch: every candidate accumulates (147 micro-batches of 1 down to 3 of 64), and the
+  // fastest that fits (2 x 3584 without checkpointing, 88 % of the GPU) is near the line. The search replays such a
+  // candidate only when it would be ranked (its cheap bound decides for the rest); the ranking must be the one a
+  // search replaying every candidate would give: each plan, estimated as `estimate` does (always replayed), fits, and
+  // no configuration the replay says fits is faster than the best. Before, a plan with accumulation took the cheap
+  // bound only (no plan here was replayed).
+  const model_spec m = preset("Llama-3.1-8B");
+  const gpu_spec& gpu = catalog().gpu("h100");
+  const auto& inst = catalog().instance("ml.p5.48xlarge");
+  plan_request req;
+  req.shardings = {sharding::full};
+  req.tps = {1};
+  req.formats = {compute_format::bf16};
+  req.losses = {loss_impl::standard};
+  req.checkpointings = {checkpointing::none(), checkpointing::full()};
+  req.seq_lens = {3584};
+  const plan_result r = search_plans(m, gpu, &inst, req, 3);
+  REQUIRE(!r.ranked.empty());
+  const bytes limit = (1 - req.headroom) * gpu.cuda_capacity();
+  int replayed_near_line = 0;
+  for (const auto& p : r.ranked) {
+    INFO("mbs " << p.config.micro_batch << " accum " << p.config.grad_accum << " AC " << static_cast<int>(p.config.ac.mode));
+    CHECK(p.config.grad_accum > 1);
+    const memory_estimate e = estimate_memory(m, p.config, gpu);  // what `estimate` prints for this plan
+    CHECK(e.replayed);
+    CHECK(e.device_peak() <= limit);
+    if (p.memory.replayed) {
+      ++replayed_near_line;
+      CHECK(p.memory.peak_reserved.raw() == Approx(e.peak_reserved.raw()));
+    }
+  }
+  CHECK(replayed_near_line >= 1);
+  // the reference: every candidate of the same space, replayed
+  double best = 0;
+  for (std::int64_t mbs = 1; mbs <= 64; mbs *= 2)
+    for (const checkpointing& ac : req.checkpointings) {
+      training_config c = r.ranked.front().config;
+      c.micro_batch = mbs;
+      c.ac = ac;
+      const std::int64_t step_tokens = mbs * 3584 * 8;
+      c.grad_accum = std::max<std::int64_t>(1, (req.global_batch_tokens + step_tokens - 1) / step_tokens);
+      c.expandable_segments = false;
+      const memory_estimate e = estimate_memory(m, c, gpu);
+      if (e.device_peak() > limit) continue;
+      best = std::max(best, estimate_throughput(m, c, gpu, &inst).tokens_per_s);
+    }
+  CHECK(r.ranked.front().throughput.tokens_per_s >= best * (1 - 1e-12));
+}
+
 TEST_CASE("search_fleet: instances x node counts, picked by the objective", "[planner]") {
   const model_spec m = preset("Llama-3.1-70B");
   fleet_request fr;

@@ -308,6 +308,9 @@ struct step_shape {
   std::vector<bool> checkpointed;  ///< per block: recomputed in backward (torch.utils.checkpoint, non-reentrant)
   std::uint64_t workspace = 0;     ///< cuBLAS/cuBLASLt workspaces, allocated at the first matmul
   int steps = 5;                   ///< optimizer steps replayed (AdamW states appear in the first)
+  /// micro-batches per optimizer step (gradient accumulation): each runs forward and backward, the gradients (FSDP2:
+  /// the sharded gradients) are kept across them, the optimizer steps after the last
+  std::int64_t grad_accum = 1;
 };
 
 /// Result of a replay: the allocator's counters over every step, and the allocated bytes at the moments of the
@@ -322,7 +325,7 @@ struct replay_result {
 
 /// Replays the allocation and free sequence of `steps` training steps of the eager decoder (Llama layout: RMSNorm,
 /// Q/K/V/O, RoPE, SDPA flash attention with native GQA, SwiGLU, standard loss over fp32 logits, AdamW) through
-/// caching_allocator `a`.
+/// caching_allocator `a`. Each step runs `grad_accum` micro-batches, forward and backward, then the optimizer.
 ///
 /// The sequence is what PyTorch allocates, tensor by tensor: parameters in construction order (an untied-size head
 /// allocated and dropped when tied; `model.to(bfloat16)` casting one parameter at a time); per block in forward
@@ -334,7 +337,11 @@ struct replay_result {
 /// fp32 log-softmax (saved). Backward node by node in autograd's order: the loss gradients (4+4)·T·V, the head,
 /// then per block the MLP, norm, O projection, FlashAttention-2 backward (dq, dk, dv, fp32 dq accumulator,
 /// softmax_d, GQA-expanded dk/dv), RoPE, Q/K/V; weight gradients as the matmul returns them (bf16, converted to
-/// fp32 under autocast) and kept as `.grad`; saved tensors freed as each node finishes. Optimizer: AdamW states
+/// fp32 under autocast) and kept as `.grad`; saved tensors freed as each node finishes. With gradient accumulation a
+/// later micro-batch's weight gradient is added into the `.grad` the first one left (AccumulateGrad `+=`; under autocast
+/// through its fp32 cast), and FSDP2 adds each later reduce-scatter output into the sharded gradient and drops it
+/// (`foreach_reduce`: `sharded_param.grad += new_sharded_grad`, torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py;
+/// the reference trainer reduce-scatters every micro-batch). Optimizer: AdamW states
 /// (step, exp_avg, exp_avg_sq per parameter) on the first step, foreach temporaries, gradients set to None in
 /// parameter order. Sources: `torch/nn/modules`, `torch/utils/checkpoint.py`, `torch/optim/adamw.py`,
 /// `aten/src/ATen/native/transformers/cuda/flash_attn/flash_api.cpp` (mha_bwd), `aten/src/ATen/autocast_mode.h`;
@@ -418,6 +425,9 @@ inline replay_result replay_step_trace(const step_shape& m, caching_allocator& a
   };
   for (int step = 0; step < m.steps; ++step) {
     if (step == m.steps - 1) a.reset_peak_allocated();
+    const std::int64_t micro_batches = std::max<std::int64_t>(1, m.grad_accum);
+    int last_graph[4] = {-1, -1, -1, -1};  // the last micro-batch's RoPE tables, loss and its gradient
+   for (std::int64_t micro = 0; micro < micro_batches; ++micro) {
     std::vector<block_t> blk(L);
     int head_cast = -1;
     auto wcast = [&](block_t& b, std::size_t i, std::size_t k) {  // autocast's cached bf16 copy of a weight
@@ -500,13 +510,17 @@ inline replay_result replay_step_trace(const step_shape& m, caching_allocator& a
       Fr(rs_in);   // the previous group's reduce_scatter_state is dropped before foreach_reduce
       const int in = A(4 * n);
       for (const std::size_t k : groups[g]) Fr(ug[k]);  // unsharded_grads.clear() after the copy-in
-      rs_out[g] = a.malloc(4 * n / N, 2);
+      // the reduce-scatter output on its stream; when accumulating, a later micro-batch's output is added into the
+      // sharded gradient it already holds (`sharded_param.grad += new_sharded_grad`, foreach_reduce) and dropped
+      const int out = a.malloc(4 * n / N, 2);
+      if (rs_out[g] < 0) rs_out[g] = out;
+      else a.free(out);
       rs_in = in;
     };
     // ---- forward
     if (fsdp) unshard(L);
     int x = A(R * T * h);  // embedding output (fp32 under autocast: embedding is not autocast)
-    if (step == 0 && m.workspace > 0) (void)A(m.workspace);
+    if (step == 0 && micro == 0 && m.workspace > 0) (void)A(m.workspace);  // at the first matmul
     {  // rope tables
       int inv = A(4 * hd / 2), ar = A(4 * seq), fr = A(4 * seq * hd / 2), emb = A(4 * seq * hd);
       const int cosv = A(4 * seq * hd), sinv = A(4 * seq * hd);
@@ -646,6 +660,11 @@ inline replay_result replay_step_trace(const step_shape& m, caching_allocator& a
     } else if (grads[norm] < 0) {
       grads[norm] = A(W * h);
     }
+    // an earlier micro-batch's RoPE tables and loss go before the next one runs; the last one's after the optimizer
+    // step (measure.py drops them with the step's references)
+    if (micro + 1 < micro_batches) { Fr(blk[L].cs); Fr(blk[L].sn); Fr(loss); Fr(gl); }
+    else { last_graph[0] = blk[L].cs; last_graph[1] = blk[L].sn; last_graph[2] = loss; last_graph[3] = gl; }
+   }
     // ---- optimizer
     if (!states) {  // of each parameter's (sharded) local tensor
       for (std::size_t k = 0; k < numel.size(); ++k) {
@@ -661,7 +680,7 @@ inline replay_result replay_step_trace(const step_shape& m, caching_allocator& a
     }
     for (int& g : grads) Fr(g);  // zero_grad(set_to_none=True), parameter order
     for (int& o : rs_out) Fr(o);  // FSDP2: a group's reduce-scatter output dies with its last gradient view
-    Fr(blk[L].cs); Fr(blk[L].sn); Fr(loss); Fr(gl);
+    for (int& g : last_graph) Fr(g);
   }
   res.peak_reserved = a.peak_reserved();
   res.peak_allocated = a.peak_allocated();

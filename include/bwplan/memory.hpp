@@ -1179,9 +1179,9 @@ struct allocator_overheads {
 /// The caching-allocator replay of one configuration: the step trace's shape (alloc::step_shape) when the
 /// configuration is one the trace describes, the allocator settings and the policy.
 struct allocator_replay {
-  bool replayable = false;  ///< one GPU (unsharded), or FSDP2 full sharding with fp32 master on 1..N ranks, tp = cp = 1, one
-                            ///< micro-batch, bf16 GEMMs, standard loss, no or whole-block checkpointing, a dense
-                            ///< Llama-layout model (see replayable())
+  bool replayable = false;  ///< one GPU (unsharded), or FSDP2 full sharding with fp32 master on 1..N ranks, tp = cp = 1,
+                            ///< any gradient accumulation, bf16 GEMMs, standard loss, no or whole-block checkpointing, a
+                            ///< dense Llama-layout model (see replayable())
   runtime_overheads::replay_policy policy = runtime_overheads::replay_policy::always;
   double band = 0.15;
   alloc::allocator_settings settings;
@@ -1191,13 +1191,13 @@ struct allocator_replay {
 /// Whether the step trace (alloc::replay_step_trace) describes configuration `c` of `m`: the eager decoder of
 /// `measure.py` / the reference trainer (full fine-tune, AdamW) on one GPU, or on each rank of FSDP2 full sharding
 /// over the whole data-parallel mesh (no tensor, context or pipeline parallelism; a shard group narrower than the mesh
-/// is hybrid sharding, not traced). Other configurations keep the cheap bound (fragmentation_slack,
-/// reduce_scatter_pool).
+/// is hybrid sharding, not traced), with or without gradient accumulation. Other configurations keep the cheap bound
+/// (fragmentation_slack, reduce_scatter_pool).
 [[nodiscard]] inline bool replayable(const model_spec& m, const training_config& c) noexcept {
   const bool one_rank_or_fsdp = c.world_size == 1 || (c.shard == sharding::full && c.shard_size() == c.world_size);
   return !m.is_moe() && !m.is_mla() && m.gated_mlp && !m.layer_norm && m.norms_per_block == 2 && !m.o_bias &&
          !m.mlp_bias && m.positions == 0 && !m.qk_norm && one_rank_or_fsdp && c.tp == 1 && c.cp == 1 && c.pp == 1 &&
-         c.shard != sharding::optimizer && (!c.sharded() || (c.shard == sharding::full && c.master == master_weights::fp32)) && c.grad_accum == 1 && c.loss == loss_impl::standard && c.format == compute_format::bf16 &&
+         c.shard != sharding::optimizer && (!c.sharded() || (c.shard == sharding::full && c.master == master_weights::fp32)) && c.loss == loss_impl::standard && c.format == compute_format::bf16 &&
          (c.ac.mode == ac_mode::none || c.ac.mode == ac_mode::full) && !c.fp8_all_gather &&
          !c.adapters() && c.optim == optimizer_kind::adamw && c.offload == 0 &&  // the trace is a full fine-tune with AdamW on the GPU
          c.stack == training_stack::hf && !c.compile && !c.optimizer_in_backward &&  // of the eager hf modules, one step after backward,
@@ -1223,6 +1223,10 @@ struct allocator_replay {
   t.shards = s.fsdp ? c.shard_size() : 1;
   t.meta_init = s.fsdp && t.shards > 1;  // the reference trainer builds on the meta device (measure.py: one GPU, on the device)
   t.foreach_adamw = c.optimizer == optimizer_impl::foreach;
+  // micro-batches after the second repeat its allocation sequence exactly (the gradients, FSDP2's sharded ones, already
+  // exist from the first), so the replay runs at most two per step: the same peaks as all of them (test "allocator:
+  // gradient accumulation ...") at a bounded cost in the search
+  t.grad_accum = std::min<std::int64_t>(c.grad_accum, 2);
   t.checkpointed.resize(static_cast<std::size_t>(m.layers));
   for (std::int64_t i = 0; i < m.layers; ++i) t.checkpointed[static_cast<std::size_t>(i)] = s.blocks.checkpointed(i);
   t.workspace = static_cast<std::uint64_t>(rt.cublas_workspace.raw());

@@ -162,6 +162,10 @@ struct plan_result {
   runtime_overheads rt_search = rt;
   if (rt_search.replay == runtime_overheads::replay_policy::always)
     rt_search.replay = runtime_overheads::replay_policy::near_fit_line;
+  // with gradient accumulation a candidate near the line is replayed only when it would be ranked (below)
+  runtime_overheads rt_cheap = rt_search;
+  rt_cheap.replay = runtime_overheads::replay_policy::never;
+  const bytes limit = (1.0 - req.headroom) * gpu.cuda_capacity();  // the fit line, less recommend's headroom
   const std::int64_t total = req.progress ? plan_search_size(req, world, eps.size(), m.layers) : 0;
   plan_result res;
   std::vector<plan_candidate> keep;
@@ -174,6 +178,52 @@ struct plan_result {
     if (m.positions > 0 && seq > m.positions) continue;  // learned positions (gpt2) cap the sequence
     plan_candidate best_seq{};
     bool have_seq = false;
+    // a fitting candidate into the ranking: the best per format, the best pipeline, the best of this sequence length
+    // (best_per_seq) or the top `cap`
+    auto admit = [&](const plan_candidate& pc, std::size_t fi) {
+      if (!have_format[fi] || better(pc, per_format[fi])) { per_format[fi] = pc; have_format[fi] = true; }
+      if (pc.config.pp > 1 && (!res.best_pipeline || better(pc, *res.best_pipeline))) res.best_pipeline = pc;
+      if (best_per_seq) {
+        if (!have_seq || better(pc, best_seq)) { best_seq = pc; have_seq = true; }
+        return;
+      }
+      if (keep.size() < cap || better(pc, keep.back())) {
+        keep.insert(std::upper_bound(keep.begin(), keep.end(), pc, better), pc);
+        if (keep.size() > cap) keep.pop_back();
+      }
+    };
+    // would admit() change the ranking (pp 1 candidates: the best pipeline is not theirs)?
+    auto would_rank = [&](const plan_candidate& pc, std::size_t fi) {
+      if (!have_format[fi] || better(pc, per_format[fi])) return true;
+      if (best_per_seq) return !have_seq || better(pc, best_seq);
+      return keep.size() < cap || better(pc, keep.back());
+    };
+    // Gradient accumulation: a candidate near the fit line waits in `pending` with its cheap estimate; at the end of the
+    // sequence length the waiting ones are replayed from the fastest down, each only while it would still be ranked,
+    // until the ranking is full of fitting plans (a replay costs tens of milliseconds; nearly every candidate of a large
+    // search accumulates). Ranking is by tokens/s alone, so what is never replayed could not have been ranked.
+    struct waiting { plan_candidate pc; std::size_t fi; bool cheap_fit; };
+    std::vector<waiting> pending;
+    auto resolve = [&] {
+      std::stable_sort(pending.begin(), pending.end(), [&](const waiting& a, const waiting& b) { return better(a.pc, b.pc); });
+      for (const waiting& w : pending) {
+        if (!would_rank(w.pc, w.fi)) continue;
+        training_config c = w.pc.config;
+        memory_estimate e1 = estimate_memory(m, c, gpu, rt_search);  // near the line: replayed
+        bool fit = e1.device_peak() <= limit;
+        if (!fit && e1.replayed && !c.expandable_segments && req.allow_expandable_segments) {
+          training_config ce = c;  // only the allocator setting in the way
+          ce.expandable_segments = true;
+          const memory_estimate mx = estimate_memory(m, ce, gpu, rt_search);
+          if (mx.device_peak() <= limit) { c = ce; e1 = mx; fit = true; }
+        }
+        if (fit && c.offload != 0 && inst && inst->host_memory.raw() > 0 && host_memory_per_node(e1, c) > inst->host_memory)
+          fit = false;
+        res.fitting += (fit ? 1 : 0) - (w.cheap_fit ? 1 : 0);  // the count took the cheap verdict
+        if (fit) admit(plan_candidate{c, e1, w.pc.throughput}, w.fi);
+      }
+      pending.clear();
+    };
     for (std::int64_t mbs = req.min_micro_batch; mbs >= 1 && mbs <= req.max_micro_batch; mbs *= 2) {
       const std::int64_t tokens = mbs * seq * world;
       if (tokens > req.global_batch_tokens && mbs > req.min_micro_batch) break;
@@ -242,10 +292,19 @@ struct plan_result {
             ++res.evaluated;
             if (req.progress) req.progress(res.evaluated, total);
             // the fit test (with pp, rank by rank: the first over the limit ends it)
-            const bytes limit = (1.0 - req.headroom) * gpu.cuda_capacity();
             std::optional<memory_estimate> me;
             if (c.pp <= 1) {
-              memory_estimate e1 = estimate_memory(m, c, gpu, rt_search);
+              const bool lazy = c.grad_accum > 1 && rt_search.replay == runtime_overheads::replay_policy::near_fit_line &&
+                                terms::replayable(m, c);
+              memory_estimate e1 = estimate_memory(m, c, gpu, lazy ? rt_cheap : rt_search);
+              if (lazy && std::abs(e1.device_peak().raw() / e1.capacity.raw() - 1) <= rt_search.replay_band) {
+                plan_candidate pc{c, e1, estimate_throughput(m, c, gpu, inst, k)};
+                const bool cheap_fit = e1.device_peak() <= limit &&
+                                       !(off != 0 && inst && inst->host_memory.raw() > 0 && host_memory_per_node(e1, c) > inst->host_memory);
+                res.fitting += cheap_fit ? 1 : 0;
+                if (would_rank(pc, fi)) pending.push_back({std::move(pc), fi, cheap_fit});
+                continue;
+              }
               if (e1.device_peak() > limit) {
                 // only the allocator setting in the way: the replayed step with expandable segments
                 if (!e1.replayed || c.expandable_segments || !req.allow_expandable_segments) continue;
@@ -264,17 +323,7 @@ struct plan_result {
               if (!me) continue;
             }
             ++res.fitting;
-            plan_candidate pc{c, *me, estimate_throughput(m, c, gpu, inst, k)};
-            if (!have_format[fi] || better(pc, per_format[fi])) { per_format[fi] = pc; have_format[fi] = true; }
-            if (pp > 1 && (!res.best_pipeline || better(pc, *res.best_pipeline))) res.best_pipeline = pc;
-            if (best_per_seq) {
-              if (!have_seq || better(pc, best_seq)) { best_seq = pc; have_seq = true; }
-              continue;
-            }
-            if (keep.size() < cap || better(pc, keep.back())) {
-              keep.insert(std::upper_bound(keep.begin(), keep.end(), pc, better), pc);
-              if (keep.size() > cap) keep.pop_back();
-            }
+            admit(plan_candidate{c, *me, estimate_throughput(m, c, gpu, inst, k)}, fi);
            }
            }
            }
@@ -285,6 +334,7 @@ struct plan_result {
        }
       }
     }
+    resolve();
     if (best_per_seq && have_seq) keep.push_back(best_seq);
   }
   if (best_per_seq) std::stable_sort(keep.begin(), keep.end(), better);
