@@ -34,7 +34,8 @@ struct runtime_overheads {
   bytes cublas_workspace = bytes::base(69'206'016); ///< cuBLAS/cuBLASLt workspaces + small tensors, inside the allocator (66 MiB)
   double fragmentation = 0.03;                      ///< caching-allocator slack as a share of activation churn (when not replayed)
   /// When to replay the step's allocation sequence through the caching allocator (terms::allocator_replay):
-  /// always (estimate), only when the cheap bound is within `replay_band` of capacity (the search), or never.
+  /// always (estimate), only when the cheap bound is within `replay_band` of capacity, or never. search_plans prices
+  /// candidates with `never` and replays (`always`) those in its own window that would be ranked (replay_window_low).
   enum class replay_policy { always, near_fit_line, never } replay = replay_policy::always;
   double replay_band = 0.15;  ///< near_fit_line: replay when |device peak / capacity − 1| ≤ this share
   alloc::allocator_settings allocator;  ///< `PYTORCH_CUDA_ALLOC_CONF` of the run (budget is set per estimate)

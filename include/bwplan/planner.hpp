@@ -121,7 +121,19 @@ struct plan_candidate {
   training_config config;
   memory_estimate memory;
   throughput_estimate throughput;
+  std::int64_t order = 0;  ///< its place in the search's enumeration: of two with the same tokens/s the earlier ranks first
 };
+
+/// The window of the cheap bound's device peak, as a share of capacity, in which `search_plans` takes the fit
+/// verdict of a replayable candidate from the caching-allocator replay rather than from the cheap bound: ±15 %
+/// (runtime_overheads::replay_band's default), which covers the cheap bound's reach of the replay on the measured H200
+/// rows (−12 … +10.5 %). It does not cover every layout: with FSDP2 on small GPUs the cheap bound has been found 33 %
+/// under the replay (Llama-3.1-8B over 16 A10G, full checkpointing, accumulation: 0.69 of capacity against 1.03; the
+/// root's fp32 reduce-scatter input and all-gather buffer are segments of their own that it does not hold), and a
+/// window wide enough for those took the 405B search benchmark from 11.8 to 437 ms (docs/performance.md), so such a
+/// plan can still be ranked on the cheap bound while `estimate`, which always replays, rejects it.
+inline constexpr double replay_window_low = 0.85;
+inline constexpr double replay_window_high = 1.15;
 
 /// Outcome of a search.
 struct plan_result {
@@ -137,8 +149,12 @@ struct plan_result {
 /// detail::ep_candidates) and sequence length; gradient accumulation (the micro-batches of a pipeline) follows
 /// from the global batch (`ceil(global_batch_tokens / (mbs · seq · dp))`, dp = GPUs / (tp · pp); rounded up to a
 /// multiple of pp for the interleaved schedule). Keeps candidates whose device peak is at most
-/// (1 − headroom) · capacity and ranks them by tokens/s. Returns at most `top` candidates; with
-/// `best_per_seq`, the best of each sequence length instead. Throws invalid_request for an empty search.
+/// (1 − headroom) · capacity and ranks them by tokens/s (ties: the first enumerated). Memory is the cheap bound,
+/// except for a replayable candidate (terms::replayable) whose cheap device peak is within [replay_window_low,
+/// replay_window_high] of capacity: it is replayed through the caching allocator, as `estimate` does, when it would
+/// be ranked, fastest first, and its fit verdict and memory are the replay's (`fitting` counts the cheap verdict of
+/// those never replayed). Returns at most `top` candidates; with `best_per_seq`, the best of each sequence length
+/// instead. Throws invalid_request for an empty search.
 [[nodiscard]] inline plan_result search_plans(const model_spec& m, const gpu_spec& gpu, const instance_spec* inst,
                                               const plan_request& req, std::size_t top, bool best_per_seq = false,
                                               const runtime_overheads& rt = {}, const throughput_calibration& k = {}) {
@@ -158,20 +174,20 @@ struct plan_result {
   // GPUs of one NVLink domain (NVL72: 72 over 18 instances), which bounds tensor parallelism
   const int domain = inst && inst->nvlink_domain_gpus > per_node ? inst->nvlink_domain_gpus : per_node;
   const std::vector<int> eps = detail::ep_candidates(m, world);  // MoE: expert parallelism too
-  // the search replays the caching allocator only for candidates near the fit line (the cheap bound elsewhere)
-  runtime_overheads rt_search = rt;
-  if (rt_search.replay == runtime_overheads::replay_policy::always)
-    rt_search.replay = runtime_overheads::replay_policy::near_fit_line;
-  // with gradient accumulation a candidate near the line is replayed only when it would be ranked (below)
-  runtime_overheads rt_cheap = rt_search;
+  // the search prices every candidate with the cheap bound and replays the caching allocator only for a replayable
+  // candidate in the window around the fit line that would be ranked (below), as `estimate` replays it
+  const bool replaying = rt.replay != runtime_overheads::replay_policy::never;
+  runtime_overheads rt_cheap = rt, rt_replay = rt;
   rt_cheap.replay = runtime_overheads::replay_policy::never;
+  rt_replay.replay = runtime_overheads::replay_policy::always;
   const bytes limit = (1.0 - req.headroom) * gpu.cuda_capacity();  // the fit line, less recommend's headroom
   const std::int64_t total = req.progress ? plan_search_size(req, world, eps.size(), m.layers) : 0;
   plan_result res;
   std::vector<plan_candidate> keep;
   const std::size_t cap = best_per_seq ? req.seq_lens.size() : std::max<std::size_t>(top, 1);
   auto better = [](const plan_candidate& a, const plan_candidate& b) {
-    return a.throughput.tokens_per_s > b.throughput.tokens_per_s;
+    return a.throughput.tokens_per_s > b.throughput.tokens_per_s ||
+           (a.throughput.tokens_per_s == b.throughput.tokens_per_s && a.order < b.order);
   };
   for (std::int64_t seq : req.seq_lens) {
     if (seq < 1) throw fail("seq_len", "must be >= 1, got " + std::to_string(seq));
@@ -198,29 +214,27 @@ struct plan_result {
       if (best_per_seq) return !have_seq || better(pc, best_seq);
       return keep.size() < cap || better(pc, keep.back());
     };
-    // Gradient accumulation: a candidate near the fit line waits in `pending` with its cheap estimate; at the end of the
+    // A replayable candidate in the replay window waits in `pending` with its cheap estimate; at the end of the
     // sequence length the waiting ones are replayed from the fastest down, each only while it would still be ranked,
-    // until the ranking is full of fitting plans (a replay costs tens of milliseconds; nearly every candidate of a large
-    // search accumulates). Ranking is by tokens/s alone, so what is never replayed could not have been ranked.
+    // until the ranking is full of fitting plans (a replay costs milliseconds to tens of them, and a large search has
+    // thousands of such candidates). Ranking is by tokens/s alone, so what is never replayed could not have been ranked.
     struct waiting { plan_candidate pc; std::size_t fi; bool cheap_fit; };
     std::vector<waiting> pending;
     auto resolve = [&] {
-      std::stable_sort(pending.begin(), pending.end(), [&](const waiting& a, const waiting& b) { return better(a.pc, b.pc); });
+      std::sort(pending.begin(), pending.end(), [&](const waiting& a, const waiting& b) { return better(a.pc, b.pc); });
       for (const waiting& w : pending) {
         if (!would_rank(w.pc, w.fi)) continue;
         training_config c = w.pc.config;
-        memory_estimate e1 = estimate_memory(m, c, gpu, rt_search);  // near the line: replayed
+        memory_estimate e1 = estimate_memory(m, c, gpu, rt_replay);  // what `estimate` gives for this plan
         bool fit = e1.device_peak() <= limit;
-        if (!fit && e1.replayed && !c.expandable_segments && req.allow_expandable_segments) {
-          training_config ce = c;  // only the allocator setting in the way
+        if (!fit && !c.expandable_segments && req.allow_expandable_segments) {
+          training_config ce = c;  // only the allocator setting in the way: the replayed step with expandable segments
           ce.expandable_segments = true;
-          const memory_estimate mx = estimate_memory(m, ce, gpu, rt_search);
+          const memory_estimate mx = estimate_memory(m, ce, gpu, rt_replay);
           if (mx.device_peak() <= limit) { c = ce; e1 = mx; fit = true; }
         }
-        if (fit && c.offload != 0 && inst && inst->host_memory.raw() > 0 && host_memory_per_node(e1, c) > inst->host_memory)
-          fit = false;
         res.fitting += (fit ? 1 : 0) - (w.cheap_fit ? 1 : 0);  // the count took the cheap verdict
-        if (fit) admit(plan_candidate{c, e1, w.pc.throughput}, w.fi);
+        if (fit) admit(plan_candidate{c, e1, w.pc.throughput, w.pc.order}, w.fi);
       }
       pending.clear();
     };
@@ -294,36 +308,26 @@ struct plan_result {
             // the fit test (with pp, rank by rank: the first over the limit ends it)
             std::optional<memory_estimate> me;
             if (c.pp <= 1) {
-              const bool lazy = c.grad_accum > 1 && rt_search.replay == runtime_overheads::replay_policy::near_fit_line &&
-                                terms::replayable(m, c);
-              memory_estimate e1 = estimate_memory(m, c, gpu, lazy ? rt_cheap : rt_search);
-              if (lazy && std::abs(e1.device_peak().raw() / e1.capacity.raw() - 1) <= rt_search.replay_band) {
-                plan_candidate pc{c, e1, estimate_throughput(m, c, gpu, inst, k)};
-                const bool cheap_fit = e1.device_peak() <= limit &&
-                                       !(off != 0 && inst && inst->host_memory.raw() > 0 && host_memory_per_node(e1, c) > inst->host_memory);
+              // the cheap bound; a replayable candidate in the replay window waits for resolve()
+              const memory_estimate e1 = estimate_memory(m, c, gpu, rt_cheap);
+              const double share = e1.device_peak().raw() / e1.capacity.raw();
+              if (replaying && share >= replay_window_low && share <= replay_window_high && terms::replayable(m, c)) {
+                plan_candidate pc{c, e1, estimate_throughput(m, c, gpu, inst, k), res.evaluated};
+                const bool cheap_fit = e1.device_peak() <= limit;
                 res.fitting += cheap_fit ? 1 : 0;
                 if (would_rank(pc, fi)) pending.push_back({std::move(pc), fi, cheap_fit});
                 continue;
               }
-              if (e1.device_peak() > limit) {
-                // only the allocator setting in the way: the replayed step with expandable segments
-                if (!e1.replayed || c.expandable_segments || !req.allow_expandable_segments) continue;
-                training_config ce = c;
-                ce.expandable_segments = true;
-                memory_estimate mx = estimate_memory(m, ce, gpu, rt_search);
-                if (mx.device_peak() > limit) continue;
-                c = ce;
-                e1 = mx;
-              }
+              if (e1.device_peak() > limit) continue;
               me = e1;
               // CPU offload: the node's host memory (instance_spec::host_memory; unknown for a bare GPU)
               if (off != 0 && inst && inst->host_memory.raw() > 0 && host_memory_per_node(*me, c) > inst->host_memory) continue;
             } else {
-              me = estimate_memory_within(m, c, gpu, limit, rt_search);
+              me = estimate_memory_within(m, c, gpu, limit, rt_cheap);
               if (!me) continue;
             }
             ++res.fitting;
-            admit(plan_candidate{c, *me, estimate_throughput(m, c, gpu, inst, k)}, fi);
+            admit(plan_candidate{c, *me, estimate_throughput(m, c, gpu, inst, k), res.evaluated}, fi);
            }
            }
            }
