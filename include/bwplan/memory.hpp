@@ -1226,7 +1226,8 @@ struct allocator_replay {
   t.foreach_adamw = c.optimizer == optimizer_impl::foreach;
   // micro-batches after the second repeat its allocation sequence exactly (the gradients, FSDP2's sharded ones, already
   // exist from the first), so the replay runs at most two per step: the same peaks as all of them (test "allocator:
-  // gradient accumulation ...") at a bounded cost in the search
+  // gradient accumulation ..."), except where block splitting lands differently: a review found one of 1,728
+  // configurations (no out-of-memory) 0.2 % higher with two than with three or more, none lower
   t.grad_accum = std::min<std::int64_t>(c.grad_accum, 2);
   t.checkpointed.resize(static_cast<std::size_t>(m.layers));
   for (std::int64_t i = 0; i < m.layers; ++i) t.checkpointed[static_cast<std::size_t>(i)] = s.blocks.checkpointed(i);
