@@ -76,6 +76,19 @@ training_config two_nodes(int mbs, std::int64_t seq, int ga) {
   return c;
 }
 
+/// A bundled model on two_nodes() of p5(): the model, GPU, instance and configuration a multi-node test starts from,
+/// and the estimates of a configuration on them.
+struct on_two_p5 {
+  model_spec m;
+  gpu_spec g = h100();
+  instance_spec i = p5();
+  training_config c;
+  on_two_p5(const char* preset, int mbs, std::int64_t seq, int ga)
+      : m(cli::context{std::cout, std::cerr}.model(preset)), c(two_nodes(mbs, seq, ga)) {}
+  [[nodiscard]] throughput_estimate estimate() const { return estimate_throughput(m, c, g, &i); }
+  [[nodiscard]] throughput_terms terms(const training_config& x) const { return compute_throughput_terms(m, x, g, &i); }
+};
+
 }  // namespace
 
 // torchtitan (arXiv:2410.06511, figures as quoted in issue 4): Llama 3.1 8B, FSDP2, bf16 compute / fp32 master,
@@ -205,32 +218,29 @@ TEST_CASE("collectives: p5 all-to-all bus bandwidth over 2-32 nodes follows the 
 // it exceeds of that compute is exposed (here the all-to-all is the longer of the two: about 28 % of it stays), and with
 // one micro-batch all of it is exposed.
 TEST_CASE("moe: expert all-to-all across two nodes, hierarchical and overlapped across micro-batches", "[scaling][moe]") {
-  const model_spec m = cli::context{std::cout, std::cerr}.model("Qwen3-30B-A3B");
-  const gpu_spec g = h100();
-  const instance_spec i = p5();
-  training_config c = two_nodes(1, 4096, 64);
-  c.ep = 16;
+  on_two_p5 s("Qwen3-30B-A3B", 1, 4096, 64);
+  s.c.ep = 16;
   // without the overlap (the default: Megatron-Core's overlap_moe_expert_parallel_comm is opt-in, torchtitan and the
   // hf stack wait for each all-to-all) every all-to-all is exposed
-  const auto waited = estimate_throughput(m, c, g, &i);
+  const auto waited = s.estimate();
   CHECK(waited.exposed.expert_parallel.raw() == Approx(waited.comm.expert_parallel.raw()));
-  c.moe_a2a_overlap = true;
-  const auto many = estimate_throughput(m, c, g, &i);
+  s.c.moe_a2a_overlap = true;
+  const auto many = s.estimate();
   REQUIRE(many.comm.expert_parallel.raw() > 0);
   CHECK(many.comm.expert_parallel == waited.comm.expert_parallel);  // the same bytes, less of them waited for
   CHECK(many.step.raw() == Approx(waited.step.raw() - (waited.exposed.expert_parallel - many.exposed.expert_parallel).raw()));
   // each later micro-batch exposes what its all-to-all exceeds of a micro-batch's compute, one micro-batch's worth stays
-  const auto terms_many = compute_throughput_terms(m, c, g, &i);
+  const auto terms_many = s.terms(s.c);
   const double ep_mb = many.comm.expert_parallel.raw() / 64, t_mb = terms_many.compute.micro_batch().raw();
   CHECK(many.exposed.expert_parallel.raw() == Approx(63 * std::max(0.0, ep_mb - t_mb) + ep_mb));
   CHECK(many.exposed.expert_parallel.raw() < 0.4 * many.comm.expert_parallel.raw());
-  c.grad_accum = 1;
-  const auto one = estimate_throughput(m, c, g, &i);
+  s.c.grad_accum = 1;
+  const auto one = s.estimate();
   CHECK(one.exposed.expert_parallel.raw() == Approx(one.comm.expert_parallel.raw()));
   // per call: half of each rank's 4096·8·2048·2 B crosses the node's 400 GB/s EFA (× 0.72), shared by its 8 ranks
   const double per = 4096.0 * 8 * 2048 * 2, node = 8 * per;
   const double efa = 400e9 * 0.72 * node / (node + 96.0 * 1048576);
-  const double call = all_to_all_time(bytes::base(per), comm_group{16, 8, 1}, g, &i, throughput_calibration{}).raw();
+  const double call = all_to_all_time(bytes::base(per), comm_group{16, 8, 1}, s.g, &s.i, throughput_calibration{}).raw();
   CHECK(call == Approx(0.5 * node / efa + 20e-6 + 7 * 3.4e-6 + 14e-6));
   CHECK(one.comm.expert_parallel.raw() == Approx(4 * 48 * call));
 }
@@ -398,25 +408,22 @@ TEST_CASE("sharding modes: memory and communication order across two nodes", "[s
 // micro-batch beyond the forward's and backward's four pairs. Without checkpointing no recompute, with full
 // checkpointing the whole pair is recomputed.
 TEST_CASE("tensor parallel under per-op SAC: the recompute gathers the sequence-parallel inputs again", "[scaling][tp]") {
-  const model_spec m = cli::context{std::cout, std::cerr}.model("Llama-3.1-8B");
-  const gpu_spec g = h100();
-  const instance_spec i = p5();
-  training_config c = two_nodes(4, 8192, 2);
-  c.tp = 8;
+  on_two_p5 s("Llama-3.1-8B", 4, 8192, 2);
+  s.c.tp = 8;
   auto tp_comm = [&](checkpointing ac) {
-    training_config x = c;
+    training_config x = s.c;
     x.ac = ac;
-    return compute_throughput_terms(m, x, g, &i).comm.tensor_parallel.raw();
+    return s.terms(x).comm.tensor_parallel.raw();
   };
   const double none = tp_comm(checkpointing::none()), sac = tp_comm(checkpointing::selective_op());
   const double full = tp_comm(checkpointing::full());
-  const auto sh = compute_throughput_terms(m, c, g, &i).shape;
-  const double act = 2 * sh.T * c.tp * sh.h;  // bf16 activations of the replica's tokens
+  const auto sh = s.terms(s.c).shape;
+  const double act = 2 * sh.T * s.c.tp * sh.h;  // bf16 activations of the replica's tokens
   const throughput_calibration k;
   const double ag = collective_time(collective_kind::all_gather, bytes::base(act),
-                                           terms::comm_group_of(c.tp, 1, sh.gpn), g, &i, k).raw();
-  const double L = static_cast<double>(m.layers);
-  CHECK(sac - none == Approx(c.grad_accum * 2 * L * ag));
+                                    terms::comm_group_of(s.c.tp, 1, sh.gpn), s.g, &s.i, k).raw();
+  const double L = static_cast<double>(s.m.layers);
+  CHECK(sac - none == Approx(s.c.grad_accum * 2 * L * ag));
   CHECK(full > sac);  // a whole block recomputed: its reduce-scatters too
 }
 
