@@ -64,7 +64,8 @@ struct allocator_settings {
 /// A:2478-2486); the request takes the low-address part (A:1400-1416); unsplit, the whole block counts as
 /// allocated (A:1458). free: merge with free neighbours of the same segment, back into the pool and stream it
 /// came from (A:2331-2443); segments never merge. Expandable segments (simplified): one segment per stream in
-/// the large pool whose free tail grows by whole 20 MiB pages (A:2178-2328); no unmapping. `record_stream`
+/// the large pool whose free tail grows by whole 20 MiB pages (A:2178-2328); an out of memory unmaps the whole free pages
+/// (unmap_free_pages). `record_stream`
 /// events are not modelled (the traces here hold tensors by reference, as FSDP2 does).
 class caching_allocator {
  public:
@@ -148,6 +149,7 @@ class caching_allocator {
       }
       me.size += n.size;
       me.unmapped += n.unmapped;
+      retire(nb);
     }
     if (s_.expandable_segments && !b.small && blocks_[static_cast<std::size_t>(h)].next < 0) tails_[b.stream] = h;
     insert(h);
@@ -159,6 +161,28 @@ class caching_allocator {
   [[nodiscard]] std::uint64_t peak_reserved() const noexcept { return peak_reserved_; }
   /// Resets the allocated peak to the current value (`torch.cuda.reset_peak_memory_stats`).
   void reset_peak_allocated() noexcept { peak_allocated_ = allocated_; }
+  /// The allocator's state as the next requests see it: every live block (address, size, stream, pool, allocated,
+  /// first of its segment, unmapped bytes, expandable tail) in address order, and the counters. Two equal states
+  /// answer the same sequence of requests the same way; handles, which differ, play no part in any decision.
+  [[nodiscard]] std::vector<std::uint64_t> state() const {
+    std::vector<std::pair<std::uint64_t, std::size_t>> live;
+    for (std::size_t h = 0; h < blocks_.size(); ++h)
+      if (!blocks_[h].dead) live.emplace_back(blocks_[h].addr, h);
+    std::sort(live.begin(), live.end());
+    std::set<int> tails;
+    for (const auto& [stream, t] : tails_) tails.insert(t);
+    std::vector<std::uint64_t> out{next_addr_, allocated_, reserved_, oom_ ? 1u : 0u};
+    out.reserve(out.size() + 4 * live.size());
+    for (const auto& [addr, h] : live) {
+      const block& b = blocks_[h];
+      out.push_back(addr);
+      out.push_back(b.size);
+      out.push_back(b.unmapped);
+      out.push_back(static_cast<std::uint64_t>(b.stream) << 4 | (b.small ? 1u : 0u) | (b.allocated ? 2u : 0u) |
+                    (b.prev < 0 ? 4u : 0u) | (tails.count(static_cast<int>(h)) ? 8u : 0u));
+    }
+    return out;
+  }
   /// Whether a request failed even after releasing the cache (CUDA out of memory).
   [[nodiscard]] bool oom() const noexcept { return oom_; }
   /// Rounded size of the first request that failed, bytes.
@@ -170,33 +194,76 @@ class caching_allocator {
     int stream = 0, prev = -1, next = -1;
     bool small = false, allocated = false;
     std::uint64_t unmapped = 0;  ///< expandable segments: bytes of whole pages of this free block unmapped after an out of memory
+    bool dead = false;           ///< merged into a neighbour or released: the slot waits in dead_ for reuse
+    bool whole = false;          ///< in the pools as a whole segment (what release_cached frees)
+    bool unmap = false;          ///< expandable segments: in the large pools, not yet seen by unmap_free_pages
+    bool whole_listed = false, unmap_listed = false;  ///< in whole_free_ / unmap_pending_ (lists may hold stale handles)
   };
   using key = std::tuple<std::uint64_t, std::uint64_t, int>;  // size, address, block
 
-  std::set<key>& pool(bool small, int stream) { return pools_[stream * 2 + (small ? 1 : 0)]; }
+  std::set<key>& pool(bool small, int stream) {
+    const std::size_t i = static_cast<std::size_t>(stream) * 2 + (small ? 1 : 0);
+    if (i >= pools_.size()) pools_.resize(i + 1);
+    return pools_[i];
+  }
+  // a block record, reusing the slot of one merged into a neighbour or released (handles are not kept past free())
   int new_block(std::uint64_t addr, std::uint64_t size, int stream, bool small) {
-    blocks_.push_back(block{addr, size, stream, -1, -1, small, false});
+    const block b{addr, size, stream, -1, -1, small, false};
+    if (!dead_.empty()) {
+      const int h = dead_.back();
+      dead_.pop_back();
+      blocks_[static_cast<std::size_t>(h)] = b;
+      return h;
+    }
+    blocks_.push_back(b);
     return static_cast<int>(blocks_.size() - 1);
   }
-  void insert(int h) {
-    const block& b = blocks_[static_cast<std::size_t>(h)];
-    pool(b.small, b.stream).insert({b.size, b.addr, h});
-    if (b.prev < 0 && b.next < 0 && !(s_.expandable_segments && !b.small)) whole_free_.insert(h);
-    if (s_.expandable_segments && !b.small) unmap_pending_.insert(h);
+  void retire(int h) {
+    blocks_[static_cast<std::size_t>(h)].dead = true;
+    dead_.push_back(h);
   }
-  // a block leaves the pools (handed out, merged into a neighbour, grown as a segment's tail)
+  void insert(int h) {
+    block& b = blocks_[static_cast<std::size_t>(h)];
+    pool(b.small, b.stream).insert({b.size, b.addr, h});
+    if (b.prev < 0 && b.next < 0 && !(s_.expandable_segments && !b.small)) {
+      b.whole = true;
+      if (!b.whole_listed) { b.whole_listed = true; whole_free_.push_back(h); compact(whole_free_, &block::whole, &block::whole_listed); }
+    }
+    if (s_.expandable_segments && !b.small) {
+      b.unmap = true;
+      if (!b.unmap_listed) { b.unmap_listed = true; unmap_pending_.push_back(h); compact(unmap_pending_, &block::unmap, &block::unmap_listed); }
+    }
+  }
+  // drops the stale handles of a list once they are most of it (each listed block once, in list order)
+  void compact(std::vector<int>& list, bool block::*flag, bool block::*listed) {
+    if (list.size() < 2 * blocks_.size() + 64) return;
+    for (const int h : list) blocks_[static_cast<std::size_t>(h)].*listed = false;
+    std::vector<int> keep;
+    for (const int h : list) {
+      block& b = blocks_[static_cast<std::size_t>(h)];
+      if (b.*flag && !(b.*listed)) { b.*listed = true; keep.push_back(h); }
+    }
+    list = std::move(keep);
+  }
+  // a block leaves the pools (handed out, merged into a neighbour, grown as a segment's tail); its handle may stay in
+  // the lists, which skip it by its flags
   void leave_pool(int h) {
-    whole_free_.erase(h);
-    unmap_pending_.erase(h);
+    block& b = blocks_[static_cast<std::size_t>(h)];
+    b.whole = false;
+    b.unmap = false;
   }
   // release_cached_blocks: cudaFree every free block with no neighbour (a whole segment), every stream. Those
-  // blocks are kept in whole_free_ as they enter the pools, so that a replay past the budget, which releases before
+  // blocks are listed in whole_free_ as they enter the pools, so that a replay past the budget, which releases before
   // every new segment, does not walk every free block each time (quadratic in the blocks of a deep model).
   void release_cached() {
     for (const int h : whole_free_) {
-      const block& b = blocks_[static_cast<std::size_t>(h)];
+      block& b = blocks_[static_cast<std::size_t>(h)];
+      b.whole_listed = false;
+      if (!b.whole) continue;  // left the pools since, or its slot now holds another block
+      b.whole = false;
       reserved_ -= b.size;
       pool(b.small, b.stream).erase({b.size, b.addr, h});
+      retire(h);
     }
     whole_free_.clear();
   }
@@ -223,6 +290,9 @@ class caching_allocator {
     if (!s_.expandable_segments) return;
     for (const int h : unmap_pending_) {
       block& b = blocks_[static_cast<std::size_t>(h)];
+      b.unmap_listed = false;
+      if (!b.unmap) continue;
+      b.unmap = false;
       const std::uint64_t lo = (b.addr + kLargeBuffer - 1) / kLargeBuffer, hi = (b.addr + b.size) / kLargeBuffer;
       const std::uint64_t pages = hi > lo ? (hi - lo) * kLargeBuffer : 0;
       if (pages > b.unmapped) {
@@ -238,7 +308,9 @@ class caching_allocator {
     int tail = it->second;
     const bool free_tail = tail >= 0 && !blocks_[static_cast<std::size_t>(tail)].allocated;
     const std::uint64_t have = free_tail ? blocks_[static_cast<std::size_t>(tail)].size : 0;
-    const std::uint64_t add = (size - have + kLargeBuffer - 1) / kLargeBuffer * kLargeBuffer;
+    // a free tail that already holds the request (one the max_split_size rule kept malloc from taking) maps no page
+    // (`find_expandable_block` finds the address space mapped)
+    const std::uint64_t add = have >= size ? 0 : (size - have + kLargeBuffer - 1) / kLargeBuffer * kLargeBuffer;
     const std::uint64_t remapped = free_tail ? blocks_[static_cast<std::size_t>(tail)].unmapped : 0;
     if (free_tail) blocks_[static_cast<std::size_t>(tail)].unmapped = 0;
     if (reserved_ + add + remapped > s_.budget) {
@@ -279,10 +351,11 @@ class caching_allocator {
 
   allocator_settings s_;
   std::vector<block> blocks_;
-  std::map<int, std::set<key>> pools_;
+  std::vector<int> dead_;  ///< slots of blocks_ free for reuse
+  std::vector<std::set<key>> pools_;  ///< per stream and pool: stream · 2 + small
   std::map<int, int> tails_;
-  std::set<int> whole_free_;  ///< free blocks that are a whole segment (what release_cached frees), in the pools
-  std::set<int> unmap_pending_;  ///< expandable segments: large free blocks not yet seen by unmap_free_pages
+  std::vector<int> whole_free_;     ///< free blocks that are a whole segment (block::whole), and stale handles
+  std::vector<int> unmap_pending_;  ///< expandable segments: large free blocks not yet unmapped (block::unmap), and stale handles
   std::uint64_t next_addr_ = 0, allocated_ = 0, reserved_ = 0, peak_allocated_ = 0, peak_reserved_ = 0;
   std::uint64_t oom_request_ = 0;
   bool oom_ = false;
@@ -308,6 +381,9 @@ struct step_shape {
   std::vector<bool> checkpointed;  ///< per block: recomputed in backward (torch.utils.checkpoint, non-reentrant)
   std::uint64_t workspace = 0;     ///< cuBLAS/cuBLASLt workspaces, allocated at the first matmul
   int steps = 5;                   ///< optimizer steps replayed (AdamW states appear in the first)
+  /// stop once a step leaves the allocator as the step before left it: every later step would repeat it (the peaks
+  /// are those of all `steps`); false replays every step
+  bool stop_at_steady_state = true;
   /// micro-batches per optimizer step (gradient accumulation): each runs forward and backward, the gradients (FSDP2:
   /// the sharded gradients) are kept across them, the optimizer steps after the last
   std::int64_t grad_accum = 1;
@@ -321,6 +397,7 @@ struct replay_result {
   std::uint64_t reserved = 0;        ///< reserved at the end
   bool oom = false;                  ///< a request failed after the cache was released
   std::uint64_t oom_request = 0;     ///< bytes of the first failing request
+  int steps = 0;                     ///< steps replayed (fewer than step_shape::steps at the steady state)
 };
 
 /// Replays the allocation and free sequence of `steps` training steps of the eager decoder (Llama layout: RMSNorm,
@@ -423,8 +500,13 @@ inline replay_result replay_step_trace(const step_shape& m, caching_allocator& a
     int mid = -1, y2 = -1, r2 = -1, yc1 = -1, g = -1, s = -1, yc3 = -1, u = -1, p = -1;
     int wb[nparam] = {-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1};
   };
+  // From the second step on every step makes the same requests (the first also allocates the AdamW states and the
+  // cuBLAS workspace); once a step leaves the allocator as the step before left it (caching_allocator::state), every
+  // later step starts where it started and repeats it exactly, so the replay stops there with the peaks of all `steps`
+  // (test "allocator: a replay stops at the steady state with the peaks of every step").
+  std::vector<std::uint64_t> before;
   for (int step = 0; step < m.steps; ++step) {
-    if (step == m.steps - 1) a.reset_peak_allocated();
+    a.reset_peak_allocated();  // the peak of the last step replayed: of every later step at the steady state
     const std::int64_t micro_batches = std::max<std::int64_t>(1, m.grad_accum);
     int last_graph[4] = {-1, -1, -1, -1};  // the last micro-batch's RoPE tables, loss and its gradient
    for (std::int64_t micro = 0; micro < micro_batches; ++micro) {
@@ -681,6 +763,12 @@ inline replay_result replay_step_trace(const step_shape& m, caching_allocator& a
     for (int& g : grads) Fr(g);  // zero_grad(set_to_none=True), parameter order
     for (int& o : rs_out) Fr(o);  // FSDP2: a group's reduce-scatter output dies with its last gradient view
     for (int& g : last_graph) Fr(g);
+    res.steps = step + 1;
+    if (m.stop_at_steady_state && step + 1 < m.steps) {
+      std::vector<std::uint64_t> now = a.state();
+      if (step >= 1 && now == before) break;
+      before = std::move(now);
+    }
   }
   res.peak_reserved = a.peak_reserved();
   res.peak_allocated = a.peak_allocated();

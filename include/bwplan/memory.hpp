@@ -35,7 +35,7 @@ struct runtime_overheads {
   double fragmentation = 0.03;                      ///< caching-allocator slack as a share of activation churn (when not replayed)
   /// When to replay the step's allocation sequence through the caching allocator (terms::allocator_replay):
   /// always (estimate), only when the cheap bound is within `replay_band` of capacity, or never. search_plans prices
-  /// candidates with `never` and replays (`always`) those in its own window that would be ranked (replay_window_low).
+  /// candidates with `never` and replays (`always`) the replayable ones that would be ranked (replay_ceiling).
   enum class replay_policy { always, near_fit_line, never } replay = replay_policy::always;
   double replay_band = 0.15;  ///< near_fit_line: replay when |device peak / capacity − 1| ≤ this share
   alloc::allocator_settings allocator;  ///< `PYTORCH_CUDA_ALLOC_CONF` of the run (budget is set per estimate)
@@ -1180,7 +1180,7 @@ struct allocator_overheads {
 /// The caching-allocator replay of one configuration: the step trace's shape (alloc::step_shape) when the
 /// configuration is one the trace describes, the allocator settings and the policy.
 struct allocator_replay {
-  bool replayable = false;  ///< one GPU (unsharded), or FSDP2 full sharding with fp32 master on 1..N ranks, tp = cp = 1,
+  bool replayable = false;  ///< one GPU (unsharded), or FSDP2 full or hybrid sharding with fp32 master, tp = cp = pp = 1,
                             ///< any gradient accumulation, bf16 GEMMs, standard loss, no or whole-block checkpointing, a
                             ///< dense Llama-layout model (see replayable())
   runtime_overheads::replay_policy policy = runtime_overheads::replay_policy::always;
@@ -1191,14 +1191,17 @@ struct allocator_replay {
 
 /// Whether the step trace (alloc::replay_step_trace) describes configuration `c` of `m`: the eager decoder of
 /// `measure.py` / the reference trainer (full fine-tune, AdamW) on one GPU, or on each rank of FSDP2 full sharding
-/// over the whole data-parallel mesh (no tensor, context or pipeline parallelism; a shard group narrower than the mesh
-/// is hybrid sharding, not traced), with or without gradient accumulation. Other configurations keep the cheap bound
-/// (fragmentation_slack, reduce_scatter_pool).
+/// over the whole data-parallel mesh, or of hybrid sharding (HSDP) over its shard group (no tensor, context or pipeline
+/// parallelism), with or without gradient accumulation. HSDP allocates what FSDP2 over the shard group allocates: the
+/// all-reduce across replicas runs in place on the reduce-scatter output (`foreach_reduce`,
+/// torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py: `dist.all_reduce(reduce_output, group=all_reduce_group)`).
+/// Other configurations keep the cheap bound (fragmentation_slack, reduce_scatter_pool).
 [[nodiscard]] inline bool replayable(const model_spec& m, const training_config& c) noexcept {
-  const bool one_rank_or_fsdp = c.world_size == 1 || (c.shard == sharding::full && c.shard_size() == c.world_size);
+  const bool fsdp2 = (c.shard == sharding::full && c.shard_size() == c.world_size) || c.shard == sharding::hybrid;
+  const bool one_rank_or_fsdp = c.world_size == 1 || fsdp2;
   return !m.is_moe() && !m.is_mla() && m.gated_mlp && !m.layer_norm && m.norms_per_block == 2 && !m.o_bias &&
          !m.mlp_bias && m.positions == 0 && !m.qk_norm && one_rank_or_fsdp && c.tp == 1 && c.cp == 1 && c.pp == 1 &&
-         c.shard != sharding::optimizer && (!c.sharded() || (c.shard == sharding::full && c.master == master_weights::fp32)) && c.loss == loss_impl::standard && c.format == compute_format::bf16 &&
+         c.shard != sharding::optimizer && (!c.sharded() || (fsdp2 && c.master == master_weights::fp32)) && c.loss == loss_impl::standard && c.format == compute_format::bf16 &&
          (c.ac.mode == ac_mode::none || c.ac.mode == ac_mode::full) && !c.fp8_all_gather &&
          !c.adapters() && c.optim == optimizer_kind::adamw && c.offload == 0 &&  // the trace is a full fine-tune with AdamW on the GPU
          c.stack == training_stack::hf && !c.compile && !c.optimizer_in_backward &&  // of the eager hf modules, one step after backward,
@@ -1222,7 +1225,7 @@ struct allocator_replay {
   t.amp = s.amp;
   t.fsdp2 = s.fsdp;
   t.shards = s.fsdp ? c.shard_size() : 1;
-  t.meta_init = s.fsdp && t.shards > 1;  // the reference trainer builds on the meta device (measure.py: one GPU, on the device)
+  t.meta_init = s.fsdp && c.world_size > 1;  // the reference trainer builds on the meta device (measure.py: one GPU, on the device)
   t.foreach_adamw = c.optimizer == optimizer_impl::foreach;
   // micro-batches after the second repeat its allocation sequence exactly (the gradients, FSDP2's sharded ones, already
   // exist from the first), so the replay runs at most two per step: the same peaks as all of them (test "allocator:
