@@ -67,6 +67,7 @@ void print_table(std::ostream& out, const model_spec& m, const resolved_target& 
   out << fmt::format("  {:<18} {:>10.2f} GiB\n", "context + NCCL", me.non_pytorch.in(gib));
   out << fmt::format("  {:<18} {:>10.2f} GiB of {:.2f} GiB ({:.1f}% headroom) -> {}\n\n", "device peak",
                      me.device_peak().in(gib), me.capacity.in(gib), 100 * me.headroom(), me.fits ? "fits" : "DOES NOT FIT");
+  out << "  reserved: " << reserved_source_note(m, c, me) << "\n\n";
   if (const std::string note = allocator_setting_note(me); !note.empty()) out << "  allocator: " << note << "\n\n";
   if (me.paged_states.raw() > 0)
     out << "  paged optimizer: " << paged_states_note(me) << "\n\n";

@@ -87,6 +87,7 @@ std::string estimate_markdown(const model_spec& m, const resolved_target& t, con
                    me.fits ? fmt::format("{:.1f}% free", 100 * me.headroom())
                            : fmt::format("{:.2f} GiB over", (me.device_peak() - me.capacity).in(gib)),
                    to_string(me.peak_phase));
+  s += "Peak reserved: " + reserved_source_note(m, c, me) + ".\n\n";
   if (const std::string note = allocator_setting_note(me); !note.empty()) s += "Allocator: " + note + ".\n\n";
   if (me.paged_states.raw() > 0) s += "Paged optimizer: " + paged_states_note(me) + ".\n\n";
   if (band) s += "Error band: " + band_line(me, te, *band) + ".\n\n";

@@ -277,6 +277,33 @@ TEST_CASE("bug: expandable segments with max_split_size: a free tail larger than
   CHECK_FALSE(a.oom());
 }
 
+TEST_CASE("allocator: replay_blocker names what keeps a plan from the step trace, and nothing for a traced one", "[allocator]") {
+  using namespace bwplan;
+  const model_spec m = test::llama_8b();
+  const training_config fsdp = fsdp_ranks(16, 1, 2048, true);
+  CHECK(terms::replay_blocker(m, fsdp) == nullptr);
+  CHECK(terms::replayable(m, fsdp));
+  auto blocker = [&](auto&& change) {
+    training_config c = fsdp;
+    change(c);
+    const char* b = terms::replay_blocker(m, c);
+    CHECK(terms::replayable(m, c) == (b == nullptr));
+    return std::string(b ? b : "");
+  };
+  CHECK(blocker([](training_config& c) { c.loss = loss_impl::chunked; }) == "the chunked loss");
+  CHECK(blocker([](training_config& c) { c.shard = sharding::none; }) == "DDP");
+  CHECK(blocker([](training_config& c) { c.shard = sharding::grad_op; }) == "this sharding");
+  CHECK(blocker([](training_config& c) { c.world_size = 1; c.gpus_per_node = 1; c.shard = sharding::grad_op; }) == "this sharding");
+  CHECK(blocker([](training_config& c) { c.shard = sharding::optimizer; }) == "the distributed optimizer");
+  CHECK(blocker([](training_config& c) { c.tp = 2; }) == "tensor, context or pipeline parallelism");
+  CHECK(blocker([](training_config& c) { c.format = compute_format::fp8; }) == "low-precision GEMMs");
+  CHECK(blocker([](training_config& c) { c.ac = checkpointing::selective_op(); }) == "per-op checkpointing");
+  CHECK(blocker([](training_config& c) { c.master = master_weights::bf16; }) == "FSDP2 with bf16 master weights");
+  CHECK(blocker([](training_config& c) { c.stack = training_stack::torchtitan; }) == "another stack than hf");
+  CHECK(blocker([](training_config& c) { c.shard = sharding::hybrid; }).empty());
+  CHECK(blocker([](training_config& c) { c.world_size = 1; c.gpus_per_node = 1; c.shard = sharding::none; }).empty());
+}
+
 TEST_CASE("allocator: the state is the block layout, whatever the history of handles", "[allocator]") {
   // Three 3 MiB blocks split from one 20 MiB segment and freed (two records merged away) leave what one 3 MiB block
   // allocated and freed leaves: one free 20 MiB segment. A different layout differs.

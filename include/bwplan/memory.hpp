@@ -1189,6 +1189,34 @@ struct allocator_replay {
   alloc::step_shape shape;
 };
 
+/// What keeps the step trace from describing configuration `c` of `m` (see replayable()), the first found, in words
+/// for the output ("the chunked loss"); nullptr when it describes it.
+[[nodiscard]] inline const char* replay_blocker(const model_spec& m, const training_config& c) noexcept {
+  const bool fsdp2 = (c.shard == sharding::full && c.shard_size() == c.world_size) || c.shard == sharding::hybrid;
+  if (m.is_moe()) return "a mixture of experts";
+  if (m.is_mla()) return "multi-head latent attention";
+  if (!m.gated_mlp || m.layer_norm || m.norms_per_block != 2 || m.o_bias || m.mlp_bias || m.positions != 0)
+    return "a block off the Llama layout";
+  if (m.qk_norm) return "q/k norms";
+  if (c.stack != training_stack::hf) return "another stack than hf";
+  if (c.compile) return "torch.compile";
+  if (c.tp > 1 || c.cp > 1 || c.pp > 1) return "tensor, context or pipeline parallelism";
+  if (c.shard == sharding::optimizer) return "the distributed optimizer";
+  if (c.world_size > 1 && !fsdp2) return c.shard == sharding::none ? "DDP" : "this sharding";
+  if (c.sharded() && !fsdp2) return "this sharding";
+  if (c.sharded() && c.master != master_weights::fp32) return "FSDP2 with bf16 master weights";
+  if (c.loss != loss_impl::standard) return "the chunked loss";
+  if (c.format != compute_format::bf16) return "low-precision GEMMs";
+  if (c.ac.mode != ac_mode::none && c.ac.mode != ac_mode::full) return "per-op checkpointing";
+  if (c.fp8_all_gather) return "the FP8 all-gather";
+  if (c.adapters()) return "LoRA adapters";  // the trace is a full fine-tune with AdamW on the GPU
+  if (c.optim != optimizer_kind::adamw) return "another optimizer than AdamW";
+  if (c.offload != 0) return "CPU offload";
+  if (c.optimizer_in_backward) return "the optimizer step in backward";
+  if (c.fsdp_embedding_units) return "FSDP units of their own for the embedding and head";  // (the trace: in the root)
+  return nullptr;
+}
+
 /// Whether the step trace (alloc::replay_step_trace) describes configuration `c` of `m`: the eager decoder of
 /// `measure.py` / the reference trainer (full fine-tune, AdamW) on one GPU, or on each rank of FSDP2 full sharding
 /// over the whole data-parallel mesh, or of hybrid sharding (HSDP) over its shard group (no tensor, context or pipeline
@@ -1196,17 +1224,7 @@ struct allocator_replay {
 /// all-reduce across replicas runs in place on the reduce-scatter output (`foreach_reduce`,
 /// torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py: `dist.all_reduce(reduce_output, group=all_reduce_group)`).
 /// Other configurations keep the cheap bound (fragmentation_slack, reduce_scatter_pool).
-[[nodiscard]] inline bool replayable(const model_spec& m, const training_config& c) noexcept {
-  const bool fsdp2 = (c.shard == sharding::full && c.shard_size() == c.world_size) || c.shard == sharding::hybrid;
-  const bool one_rank_or_fsdp = c.world_size == 1 || fsdp2;
-  return !m.is_moe() && !m.is_mla() && m.gated_mlp && !m.layer_norm && m.norms_per_block == 2 && !m.o_bias &&
-         !m.mlp_bias && m.positions == 0 && !m.qk_norm && one_rank_or_fsdp && c.tp == 1 && c.cp == 1 && c.pp == 1 &&
-         c.shard != sharding::optimizer && (!c.sharded() || (fsdp2 && c.master == master_weights::fp32)) && c.loss == loss_impl::standard && c.format == compute_format::bf16 &&
-         (c.ac.mode == ac_mode::none || c.ac.mode == ac_mode::full) && !c.fp8_all_gather &&
-         !c.adapters() && c.optim == optimizer_kind::adamw && c.offload == 0 &&  // the trace is a full fine-tune with AdamW on the GPU
-         c.stack == training_stack::hf && !c.compile && !c.optimizer_in_backward &&  // of the eager hf modules, one step after backward,
-         !c.fsdp_embedding_units;  // with the embedding and head in the FSDP2 root
-}
+[[nodiscard]] inline bool replayable(const model_spec& m, const training_config& c) noexcept { return replay_blocker(m, c) == nullptr; }
 
 /// The replay term of configuration `c` of `m` (see allocator_replay).
 [[nodiscard]] inline allocator_replay allocator_replay_of(const model_spec& m, const training_config& c,
@@ -1647,6 +1665,19 @@ inline void allocator_setting_check(const memory_terms& t, memory_estimate& e) {
              "runs out of memory";
     default: return "";
   }
+}
+
+/// One sentence on where peak reserved of `e` (configuration `c` of `m`) comes from: the caching-allocator replay, or
+/// the cheap bound with what keeps the step trace from describing the plan (terms::replay_blocker) and, on FSDP2
+/// across ranks, how far the replay has found the cheap bound low (docs/methodology.md#allocator).
+[[nodiscard]] inline std::string reserved_source_note(const model_spec& m, const training_config& c, const memory_estimate& e) {
+  if (e.replayed) return "the step replayed through PyTorch's caching allocator (docs/methodology.md#allocator)";
+  const char* why = terms::replay_blocker(m, c);
+  std::string r = std::string("allocated + allocator slack (the cheap bound): the caching-allocator replay does not describe ") +
+                  (why ? why : "this run (replay policy)");
+  if (c.sharded() && c.shard_size() > 1 && c.shard != sharding::optimizer)
+    r += "; on FSDP2 across ranks the replay has found up to 18 GiB more (the root's cached segments)";
+  return r;
 }
 
 /// One sentence on a paged optimizer's states of `e` (memory_estimate::paged_states), or "" without one: how much
