@@ -1669,14 +1669,27 @@ inline void allocator_setting_check(const memory_terms& t, memory_estimate& e) {
 
 /// One sentence on where peak reserved of `e` (configuration `c` of `m`) comes from: the caching-allocator replay, or
 /// the cheap bound with what keeps the step trace from describing the plan (terms::replay_blocker) and, on FSDP2
-/// across ranks, how far the replay has found the cheap bound low (docs/methodology.md#allocator).
+/// across ranks, the segments the replay of such plans keeps and this bound does not: the root's fp32 reduce-scatter
+/// input, `4·P_root/tp` bytes (reduce dtype fp32, bf16 without fp32 masters), often twice because the first step's
+/// optimizer states split the first, and its bf16 all-gather buffer `2·P_root/tp` on the all-gather stream (P_root:
+/// embedding, untied head, final norm; docs/methodology.md#allocator). GiB in the sentence.
 [[nodiscard]] inline std::string reserved_source_note(const model_spec& m, const training_config& c, const memory_estimate& e) {
   if (e.replayed) return "the step replayed through PyTorch's caching allocator (docs/methodology.md#allocator)";
   const char* why = terms::replay_blocker(m, c);
   std::string r = std::string("allocated + allocator slack (the cheap bound): the caching-allocator replay does not describe ") +
                   (why ? why : "this run (replay policy)");
-  if (c.sharded() && c.shard_size() > 1 && c.shard != sharding::optimizer)
-    r += "; on FSDP2 across ranks the replay has found up to 18 GiB more (the root's cached segments)";
+  if (c.sharded() && c.shard_size() > 1 && c.shard != sharding::optimizer && c.offload == 0) {
+    const parameter_count pc = count_parameters(m);
+    const double root = static_cast<double>(pc.embedding + pc.lm_head + pc.final_norm) / std::max(1, c.tp);
+    const double reduce = c.master == master_weights::fp32 ? 4 : 2, gib_ = 1073741824.0;
+    char buf[320];
+    std::snprintf(buf, sizeof buf,
+                  "; on FSDP2 across ranks the replay of the plans it describes keeps the root's reduce-scatter input "
+                  "(%.2f GiB here, often twice) and all-gather buffer (%.2f GiB) as segments of their own, which this bound "
+                  "does not hold",
+                  reduce * root / gib_, 2 * root / gib_);
+    r += buf;
+  }
   return r;
 }
 
