@@ -123,6 +123,7 @@ struct plan_options {
   double lora_dropout = 0;         ///< --lora-dropout
   std::string stack = "hf";        ///< --stack hf | torchtitan | torchtune | megatron
   bool compile = false;            ///< --compile
+  std::string modules = "fused";   ///< --modules fused | transformers
   bool expandable_segments = false;  ///< --expandable-segments
   std::string offload = "none";    ///< --offload none | a list of optimizer, params, activations
   bool optimizer_in_backward = false;  ///< --optimizer-in-backward

@@ -61,6 +61,7 @@ struct recommend_options {
   // the training stack (docs/stacks.md)
   std::string stack = "hf";         ///< --stack
   bool compile = false;             ///< --compile
+  std::string modules = "fused";    ///< --modules
   bool expandable_segments = false; ///< --expandable-segments
   bool optimizer_in_backward = false;  ///< --optimizer-in-backward
   bool no_sequence_parallel = false;   ///< --no-sequence-parallel
@@ -573,6 +574,9 @@ runner register_recommend(CLI::App& app, context& ctx) {
   sub->add_option("--stack", o->stack, "training stack the plans run on: hf | torchtitan | torchtune | megatron (docs/stacks.md)")
       ->option_text("hf|torchtitan|torchtune|megatron")->capture_default_str();
   sub->add_flag("--compile", o->compile, "plans use torch.compile as the stack applies it");
+  sub->add_option("--modules", o->modules,
+                  "RMSNorm and RoPE kernels of the plans' blocks (stack hf): fused | transformers (docs/stacks.md#modules)")
+      ->option_text("fused|transformers")->capture_default_str();
   sub->add_flag("--expandable-segments", o->expandable_segments,
                 "every plan runs with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (without it, a plan that fits only with it "
                 "is kept with it and says so)");
@@ -729,6 +733,11 @@ runner register_recommend(CLI::App& app, context& ctx) {
       if (!st) throw invalid_request("--stack: unknown value '" + o->stack + "'; allowed: hf, torchtitan, torchtune, megatron");
       req.stack = *st;
       req.compile = o->compile;
+      const auto mk = parse_module_kernels(o->modules);
+      if (!mk) throw invalid_request("--modules: unknown value '" + o->modules + "'; allowed: fused, transformers");
+      req.modules = *mk;
+      if (req.modules != module_kernels::fused && req.stack != training_stack::hf)
+        throw invalid_request("--modules transformers: the transformers modules are the hf stack's; use it with --stack hf");
       req.expandable_segments = o->expandable_segments;
       req.optimizer_in_backward = o->optimizer_in_backward;
       if (o->optimizer_in_backward && req.stack != training_stack::torchtune)

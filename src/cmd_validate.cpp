@@ -123,8 +123,9 @@ runner register_validate(CLI::App& app, context& ctx) {
                  "harness in `../shared/groundtruth/`), estimated by `bwplan estimate <config.json> --gpu h200 --gpus 1` with\n"
                  "the recipe mapped as amp → `--sharding none --master fp32`, fsdp2 → `--sharding full --master fp32`,\n"
                  "bf16 → `--sharding none --master bf16`, ac half → `--ac full --ac-every 2`. Memory in GiB (2^30 bytes).\n"
-                 "`impl=hf` rows ran the Hugging Face `LlamaForCausalLM` instead of the harness's own decoder (bwplan models\n"
-                 "the harness's op inventory; HF saves more in its RMSNorm). Peak reserved and the fit verdict come from the\n"
+                 "`impl=hf` rows ran the Hugging Face `LlamaForCausalLM` instead of the harness's own decoder: estimated with\n"
+                 "`--modules transformers` (transformers' eager RMSNorm and rotary tables; the harness's decoder is the default\n"
+                 "`fused`, [stacks.md](stacks.md#modules)). Peak reserved and the fit verdict come from the\n"
                  "replay of each run's allocation sequence through PyTorch's caching allocator ([methodology.md](methodology.md#allocator)).\n\n";
       ctx.out << fmt::format("## Summary\n\n| quantity | median abs. error | max abs. error | bound (core issue) |\n|---|---|---|---|\n"
                              "| peak allocated | {:.2f}% | {:.2f}% | median ≤ 5 %, max ≤ 10 % |\n"

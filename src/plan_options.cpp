@@ -76,6 +76,11 @@ void add_plan_options(CLI::App* sub, const std::shared_ptr<plan_options>& o) {
       ->option_text("hf|torchtitan|torchtune|megatron");
   sub->add_flag("--compile", o->compile,
                 "torch.compile as the stack applies it (hf: each block; torchtitan, torchtune: blocks and loss; not megatron)");
+  sub->add_option("--modules", o->modules,
+                  "RMSNorm and RoPE kernels of the hf stack's blocks: fused (F.rms_norm, RoPE in the activations' dtype; the "
+                  "reference trainer installs them; default) | transformers (transformers' LlamaRMSNorm and rotary tables as "
+                  "published: more saved bytes and element-wise traffic; docs/stacks.md#modules)")
+      ->option_text("fused|transformers");
   sub->add_flag("--expandable-segments", o->expandable_segments,
                 "run with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (the caching allocator's setting; the SageMaker job sets it)");
   sub->add_option("--offload", o->offload,
@@ -113,7 +118,7 @@ std::string plan_flag(std::string_view field) {
       {"master_weights", "--master"},    {"loss", "--loss"},           {"optimizer_impl", "--optimizer-impl"},
       {"optimizer", "--optimizer"},      {"finetune", "--finetune"},   {"lora_rank", "--lora-rank"},
       {"lora_alpha", "--lora-alpha"},    {"lora_targets", "--lora-targets"}, {"lora_dropout", "--lora-dropout"},
-      {"stack", "--stack"},              {"compile", "--compile"},     {"expandable_segments", "--expandable-segments"},
+      {"stack", "--stack"},              {"compile", "--compile"},     {"modules", "--modules"},     {"expandable_segments", "--expandable-segments"},
       {"offload", "--offload"},          {"optimizer_in_backward", "--optimizer-in-backward"},
       {"sequence_parallel", "--no-sequence-parallel"}, {"fsdp_embedding_units", "--fsdp-embedding-units"},
       {"tp_comm_overlap", "--tp-comm-overlap"}, {"moe_a2a_overlap", "--moe-a2a-overlap"}};
@@ -241,6 +246,11 @@ resolved_plan resolve_plan(const context& ctx, const hardware_catalog& cat, cons
     c.stack = *s;
   }
   if (from_flag("--compile", "compile")) c.compile = o.compile;
+  if (from_flag("--modules", "modules")) {
+    const auto k = parse_module_kernels(o.modules);
+    if (!k) throw invalid_request("--modules: unknown value '" + o.modules + "'; allowed: fused, transformers");
+    c.modules = *k;
+  }
   if (from_flag("--expandable-segments", "expandable_segments")) c.expandable_segments = o.expandable_segments;
   if (from_flag("--optimizer-in-backward", "optimizer_in_backward")) c.optimizer_in_backward = o.optimizer_in_backward;
   if (from_flag("--no-sequence-parallel", "sequence_parallel")) c.sequence_parallel = !o.no_sequence_parallel;

@@ -554,6 +554,7 @@ footer { margin-top: 32px; color: #555; font-size: 0.88em; border-top: 1px solid
     row("fine-tuning", fmt::format("{} rank {} (alpha {}) on {}, dropout {}", c.finetune == finetune_mode::qlora ? "QLoRA (NF4 base)" : "LoRA",
                                    c.lora.rank, c.lora.alpha, lora_targets_to_string(c.lora.targets), c.lora.dropout));
   row("loss", to_string(c.loss));
+  if (c.modules != module_kernels::fused) row("modules", "transformers' RMSNorm and rotary tables as published (docs/stacks.md#modules)");
   if (c.offload != 0)
     row("CPU offload", fmt::format("{}: {:.1f} GiB of host memory per GPU, {:.1f} GiB per node{}; {:.3f} s of the step on the host's "
                                    "optimizer step and the host-device copies it waits for ({:.3f} s of CPU step)",

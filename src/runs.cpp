@@ -69,6 +69,13 @@ training_config ground_truth_config(const run_line& rl) {
   if (rl.text_or("optim", "fused") == "foreach") c.optimizer = optimizer_impl::foreach;
   if (const std::string st = rl.text_or("stack", "hf"); auto s = parse_stack(st)) c.stack = *s;
   else throw config_error(rl.where, "/stack", "unknown stack '" + st + "' (hf, torchtitan, torchtune, megatron)");
+  // the ground truth's `impl: hf` rows ran transformers' LlamaForCausalLM (its RMSNorm and rotary tables as published)
+  if (rl.text_or("impl", "") == "hf") c.modules = module_kernels::transformers;
+  if (const std::string mk = rl.text_or("modules", ""); !mk.empty()) {
+    const auto k = parse_module_kernels(mk);
+    if (!k) throw config_error(rl.where, "/modules", "unknown modules '" + mk + "' (fused, transformers)");
+    c.modules = *k;
+  }
   return c;
 }
 

@@ -117,6 +117,7 @@ void apply(plan& p, const std::string& key, const std::string& v) {
   else if (key == "fsdp-embedding-units") c.fsdp_embedding_units = v == "true";
   else if (key == "tp-comm-overlap") c.tp_comm_overlap = v == "true";
   else if (key == "moe-a2a-overlap") c.moe_a2a_overlap = v == "true";
+  else if (key == "modules") c.modules = *parse_module_kernels(v);
   else if (key == "offload") {  // a set joined by '+' (',' separates the values of --vary)
     std::string list = v;
     std::replace(list.begin(), list.end(), '+', ',');
@@ -144,7 +145,7 @@ const std::vector<std::string>& sweep_keys() {
                                                 "finetune",  "optimizer", "lora-rank", "stack",  "compile",
                                                 "expandable-segments", "pp", "pp-schedule", "vpp", "offload",
                                                 "optimizer-in-backward", "sequence-parallel", "fsdp-embedding-units",
-                                                "tp-comm-overlap", "moe-a2a-overlap"};
+                                                "tp-comm-overlap", "moe-a2a-overlap", "modules"};
   return keys;
 }
 
@@ -196,6 +197,7 @@ sweep_axis parse_vary(const std::string& spec) {
     else if (a.key == "finetune") check_member(spec, item, {"full", "lora", "qlora"});
     else if (a.key == "optimizer") check_member(spec, item, {"adamw", "adamw-8bit", "paged-adamw-8bit", "adafactor", "sgd", "lion"});
     else if (a.key == "stack") check_member(spec, item, {"hf", "torchtitan", "torchtune", "megatron"});
+    else if (a.key == "modules") check_member(spec, item, {"fused", "transformers"});
     else if (a.key == "compile" || a.key == "expandable-segments" || a.key == "optimizer-in-backward" ||
              a.key == "sequence-parallel" || a.key == "fsdp-embedding-units" || a.key == "tp-comm-overlap" ||
              a.key == "moe-a2a-overlap")
@@ -296,7 +298,7 @@ const std::vector<std::string>& sweep_columns() {
       "headroom",    "fits",         "tokens_per_s", "tokens_per_s_per_gpu", "step_s",      "mfu",
       "finetune",    "optim",        "lora_rank",  "lora_targets", "stack",     "compile",          "expandable_segments",
       "pp",          "pp_schedule",  "vpp",        "offload",        "optimizer_in_backward", "sequence_parallel",
-      "fsdp_embedding_units", "tp_comm_overlap", "moe_a2a_overlap",
+      "fsdp_embedding_units", "tp_comm_overlap", "moe_a2a_overlap", "modules",
       "verdict",     "band_device_peak_gib", "tokens_per_s_low", "tokens_per_s_high"};
   return cols;
 }
@@ -351,6 +353,7 @@ std::vector<std::string> sweep_row(const model_spec& m, const sweep_point& p) {
           c.fsdp_embedding_units ? "true" : "false",
           c.tp_comm_overlap ? "true" : "false",
           c.moe_a2a_overlap ? "true" : "false",
+          to_string(c.modules),
           to_string(p.band ? verdict_of(me, p.band->memory) : me.fits ? fit_verdict::fits : fit_verdict::does_not_fit),
           p.band ? fmt::format("{:.4f}", band_top(me, p.band->memory).in(gib)) : std::string(),
           p.band ? fmt::format("{:.1f}", te.tokens_per_s * std::max(0.0, 1 - p.band->tokens_per_s)) : std::string(),
@@ -415,6 +418,7 @@ nlohmann::ordered_json sweep_json(const model_spec& m, const resolved_target& t,
                            {"fsdp_embedding_units", c.fsdp_embedding_units},
                            {"tp_comm_overlap", c.tp_comm_overlap},
                            {"moe_a2a_overlap", c.moe_a2a_overlap},
+                           {"modules", to_string(c.modules)},
                            {"peak_phase", to_string(me.peak_phase)},
                            {"peak_allocated_gib", me.peak_allocated.in(gib)},
                            {"peak_reserved_gib", me.peak_reserved.in(gib)},

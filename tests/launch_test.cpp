@@ -171,6 +171,7 @@ TEST_CASE("contract: every plan field has a contract entry, and every contract p
   p.training.fsdp_embedding_units = true;          // and fsdp_embedding_units when set
   p.training.tp_comm_overlap = true;               // and tp_comm_overlap when set
   p.training.moe_a2a_overlap = true;               // and moe_a2a_overlap when set
+  p.training.modules = module_kernels::transformers;  // and modules when not fused
   p.global_batch = 64;
   p.check.disable = {"BWP007"};
   std::set<std::string> plan_keys;

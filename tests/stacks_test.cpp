@@ -5,6 +5,7 @@
 #include "test_util.hpp"
 
 #include <bwplan/bwplan.hpp>
+#include <bwplan/io/json.hpp>
 #include <bwplan/io/plan.hpp>
 
 #include <catch2/catch.hpp>
@@ -59,7 +60,8 @@ plan torchtune_plan() {
 /// A boolean plan-file key set in `p` to `value` (the one its default is not): written as such and read back, absent
 /// from a default plan, a non-boolean refused naming `/key`; `flag` in the reproduce line and `described` in
 /// describe().
-void check_plan_key_travels(const plan& p, const std::string& key, bool value, const std::string& flag, const std::string& described) {
+void check_plan_key_travels(const plan& p, const std::string& key, const nlohmann::json& value, const std::string& flag,
+                            const std::string& described) {
   INFO(key);
   const auto j = io::plan_to_json(p);
   CHECK(j[key] == value);
@@ -108,11 +110,16 @@ TEST_CASE("stacks: the saved-activation terms of each stack, per token, hand-der
       CHECK(d.grad_temp == 0);
     }
   }
-  SECTION("torchtune: fp32 norm copies 2·2h, GQA-expanded K and V 4·(q - kv), the contiguous attention output 2q") {
+  SECTION("torchtune: fp32 norm copies 2·2h and the normalized tensor the trained scale's mul saves 2·2h, GQA-expanded K and V 4·(q - kv), the contiguous attention output 2q") {
     const auto d = terms::stack_saved_delta(m, shape(one_gpu(training_stack::torchtune)), false);
-    CHECK(d.block == 2 * 2 * h + 4 * (q - kv) + 2 * q);  // 18,432
-    CHECK(d.block == 18432);
-    CHECK(d.final_saved == 2 * h);
+    CHECK(d.block == 2 * (2 + 2) * h + 4 * (q - kv) + 2 * q);  // 26,624
+    CHECK(d.block == 26624);
+    CHECK(d.final_saved == 4 * h);
+    training_config lora = one_gpu(training_stack::torchtune);
+    lora.finetune = finetune_mode::lora;  // the scale is frozen: `x_normed * self.scale` saves nothing
+    const auto dl = terms::stack_saved_delta(m, shape(lora), false);
+    CHECK(dl.block == 2 * 2 * h + 4 * (q - kv) + 2 * q);
+    CHECK(dl.final_saved == 2 * h);
   }
   SECTION("Megatron: the fused SwiGLU keeps its input only, -2F") {
     training_config c = one_gpu(training_stack::megatron, master_weights::fp32);
@@ -131,7 +138,7 @@ TEST_CASE("stacks: the saved-activation terms of each stack, per token, hand-der
     CHECK(terms::stack_saved_delta(m, shape(c), false).block == -2 * F - 3 * 2 * h);
     training_config t = one_gpu(training_stack::torchtune);
     t.compile = true;
-    CHECK(terms::stack_saved_delta(m, shape(t), false).block == 18432 - 2 * 2 * h - 2 * F);  // -6,144
+    CHECK(terms::stack_saved_delta(m, shape(t), false).block == 26624 - 2 * 4 * h - 2 * F);  // -6,144: no norm delta
   }
   SECTION("sequence parallel through DTensor styles (tp > 1): the gathered inputs of attention, MLP and LM head") {
     for (auto s : {training_stack::hf, training_stack::torchtitan}) {
@@ -827,4 +834,116 @@ TEST_CASE("moe_a2a_overlap travels the plan file, the reproduce line, the JSON a
   const auto plans = nlohmann::json::parse(r.out)["plans"];
   REQUIRE(!plans.empty());
   for (const auto& pl : plans) CHECK(pl["config"]["moe_a2a_overlap"] == (pl["config"]["ep"] > 1));
+}
+
+namespace {
+// the ground truth's amp recipe (fp32 masters under autocast, one GPU) at 4 × 4096 with the given module kernels
+training_config amp_4x4096(module_kernels k) {
+  training_config c;
+  c.micro_batch = 4;
+  c.seq_len = 4096;
+  c.shard = sharding::none;
+  c.master = master_weights::fp32;
+  c.modules = k;
+  return c;
+}
+}  // namespace
+
+// modules (training_config::modules): the hf stack's RMSNorm and RoPE kernels. `transformers` is transformers'
+// LlamaRMSNorm.forward in eager ops (autograd saves the normalized tensor the weight's mul reads, 4 B per element of h
+// more per norm) and rotary tables in the residual dtype (fp32 RoPE under autocast); `fused` is F.rms_norm, the
+// ground truth's decoder and what the reference trainer installs (apps/train/bwtrain/model.py apply_module_kernels).
+TEST_CASE("modules transformers: LlamaRMSNorm saves 4 B per element of h more per norm, the final norm too", "[stacks][terms]") {
+  const model_spec m = llama_1b();
+  const training_config c = amp_4x4096(module_kernels::fused), t = amp_4x4096(module_kernels::transformers);
+  const double T = 4 * 4096;
+  const auto d = terms::stack_saved_delta(m, shape(t), false);
+  CHECK(d.block == Approx(2 * 4 * h));  // two norms per block
+  CHECK(d.final_saved == Approx(4 * h));
+  CHECK(terms::stack_saved_delta(m, shape(c), false).block == 0);
+  // under tensor parallelism the norms run sequence-sharded: the saved copy is ÷ tp per token of the sequence
+  training_config tp = t;
+  tp.world_size = 2;
+  tp.tp = 2;
+  tp.shard = sharding::full;
+  training_config tpf = tp;
+  tpf.modules = module_kernels::fused;  // (the gathered inputs of sequence parallel are in both)
+  CHECK(terms::stack_saved_delta(m, shape(tp), false).block - terms::stack_saved_delta(m, shape(tpf), false).block == Approx(2 * 4 * h / 2));
+  // compiled blocks: Inductor recomputes the norm's pointwise outputs (no delta)
+  training_config tc = t;
+  tc.compile = true;
+  training_config fc = c;
+  fc.compile = true;
+  CHECK(terms::stack_saved_delta(m, shape(tc), false).block == Approx(terms::stack_saved_delta(m, shape(fc), false).block));
+  // the peak without checkpointing (the loss backward's start) holds every block's saved tensors and the final norm's
+  runtime_overheads cheap;
+  cheap.replay = runtime_overheads::replay_policy::never;
+  const auto ef = estimate_memory(m, c, h100(), cheap), et = estimate_memory(m, t, h100(), cheap);
+  CHECK((et.peak_allocated - ef.peak_allocated).raw() == Approx(4 * T * h * (2 * 16 + 1)).epsilon(1e-9));
+  // only the hf stack runs transformers' modules
+  training_config bad = t;
+  bad.stack = training_stack::torchtitan;
+  bool named = false;
+  for (const auto& v : violations(bad)) named = named || v.field == "modules";
+  CHECK(named);
+}
+
+TEST_CASE("modules transformers reproduces the ground truth's LlamaForCausalLM rows (impl=hf) on H200", "[stacks][validation]") {
+  // ../shared/groundtruth/h200-calibration.jsonl, rows with "impl": "hf" (transformers' LlamaForCausalLM with the
+  // numbers of llama3.2-1b, amp, PyTorch 2.11): measured bytes. The harness's own decoder (F.rms_norm) at 4 × 4096
+  // without checkpointing: 72,368,998,912 allocated, 48,799 tokens/s.
+  struct row { std::int64_t mbs; bool ac; double allocated, reserved, tokens_per_s; };
+  const row rows[] = {{4, false, 76'785'602'560.0, 79'670'804'480.0, 43'945.4}, {16, true, 126'227'353'600.0, 138'246'356'992.0, 37'469.0}};
+  hardware_catalog cat;
+  io::load_catalog(cat, (fs::path(BWPLAN_SOURCE_DIR) / "configs" / "hardware" / "catalog.json").string());
+  const gpu_spec& h200 = cat.gpu("h200");
+  const model_spec m = io::load_model((fs::path(BWPLAN_SOURCE_DIR) / "configs" / "models" / "llama-3.2-1b.json").string());
+  for (const row& r : rows) {
+    training_config c;
+    c.micro_batch = r.mbs;
+    c.seq_len = 4096;
+    c.shard = sharding::none;
+    c.master = master_weights::fp32;
+    c.ac = r.ac ? checkpointing::full() : checkpointing::none();
+    training_config f = c;
+    c.modules = module_kernels::transformers;
+    const auto e = estimate_memory(m, c, h200), ef = estimate_memory(m, f, h200);
+    INFO("mbs " << r.mbs << ": allocated " << e.peak_allocated.raw() << " reserved " << e.peak_reserved.raw());
+    CHECK(e.replayed);
+    CHECK(e.peak_allocated.raw() == Approx(r.allocated).epsilon(0.001));  // fused: 5.8 % low without checkpointing
+    CHECK(e.peak_reserved.raw() == Approx(r.reserved).epsilon(0.02));
+    if (!r.ac) CHECK(ef.peak_allocated.raw() < 0.95 * r.allocated);
+    const double tps = estimate_throughput(m, c, h200).tokens_per_s, tpf = estimate_throughput(m, f, h200).tokens_per_s;
+    CHECK(tps == Approx(r.tokens_per_s).epsilon(0.05));  // fused: +11 to +13 %
+    CHECK(tpf > 1.08 * r.tokens_per_s);
+  }
+  // the measured slowdown of transformers' modules against the harness decoder, 4 × 4096: 43,945 / 48,799 = 0.901
+  const training_config c = amp_4x4096(module_kernels::fused), t = amp_4x4096(module_kernels::transformers);
+  CHECK(estimate_throughput(m, t, h200).tokens_per_s / estimate_throughput(m, c, h200).tokens_per_s == Approx(43'945.4 / 48'799.4).epsilon(0.03));
+}
+
+TEST_CASE("modules travels the plan file, the reproduce line, the JSON and recommend; the stack rule is one line", "[stacks][plan]") {
+  plan p;
+  p.model = "Llama-3.2-1B";
+  p.target = {"", "h100", 1, 1};
+  p.training.modules = module_kernels::transformers;
+  check_plan_key_travels(p, "modules", "transformers", "--modules", "transformers' RMSNorm and RoPE");
+  const auto on = estimate_json({"Llama-3.2-1B", "--gpu", "h100", "--mbs", "2", "--seq", "4096", "--modules", "transformers"});
+  const auto off = estimate_json({"Llama-3.2-1B", "--gpu", "h100", "--mbs", "2", "--seq", "4096"});
+  CHECK(on["config"]["modules"] == "transformers");
+  CHECK(off["config"]["modules"] == "fused");
+  CHECK(on["memory"]["peak_allocated_bytes"].get<double>() > off["memory"]["peak_allocated_bytes"].get<double>());
+  CHECK(on["throughput"]["tokens_per_s"].get<double>() < off["throughput"]["tokens_per_s"].get<double>());
+  const auto r = run_cli({"recommend", "Llama-3.2-1B", "--gpu", "h100", "--modules", "transformers", "--format", "json"});
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  const auto plans = nlohmann::json::parse(r.out)["plans"];
+  REQUIRE(!plans.empty());
+  for (const auto& pl : plans) CHECK(pl["config"]["modules"] == "transformers");
+  const auto bad = run_cli({"estimate", "Llama-3.2-1B", "--gpu", "h100", "--stack", "torchtitan", "--modules", "transformers"});
+  CHECK(bad.code == 2);
+  CHECK(bad.err.find("modules") != std::string::npos);
+  const auto unknown = run_cli({"estimate", "Llama-3.2-1B", "--gpu", "h100", "--modules", "liger"});
+  CHECK(unknown.code == 2);
+  CHECK(unknown.err.find("--modules: unknown value 'liger'") != std::string::npos);
 }

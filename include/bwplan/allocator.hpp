@@ -378,6 +378,10 @@ struct step_shape {
   /// copies each parameter into its shard (measure.py's one-GPU FSDP2 recipe)
   bool meta_init = false;
   bool foreach_adamw = false;      ///< `AdamW(foreach=True)` (else fused)
+  /// transformers' modules (training_config::modules transformers): `LlamaRMSNorm.forward` in eager ops over an fp32
+  /// copy, and the rotary tables of `LlamaRotaryEmbedding` in the residual dtype, shared by every block (fp32 RoPE
+  /// under autocast); else the harness decoder's `F.rms_norm` and per-block bf16 tables
+  bool eager_norm = false;
   std::vector<bool> checkpointed;  ///< per block: recomputed in backward (torch.utils.checkpoint, non-reentrant)
   std::uint64_t workspace = 0;     ///< cuBLAS/cuBLASLt workspaces, allocated at the first matmul
   int steps = 5;                   ///< optimizer steps replayed (AdamW states appear in the first)
@@ -430,7 +434,7 @@ inline replay_result replay_step_trace(const step_shape& m, caching_allocator& a
   const u64 F = static_cast<u64>(m.intermediate), V = static_cast<u64>(m.vocab), nh = static_cast<u64>(m.heads);
   const u64 seq = static_cast<u64>(m.seq), T = static_cast<u64>(m.micro_batch) * seq;
   const std::size_t L = static_cast<std::size_t>(m.layers);
-  const bool fsdp = m.fsdp2, amp = m.amp && !fsdp, gqa = m.kv_heads != m.heads;
+  const bool fsdp = m.fsdp2, amp = m.amp && !fsdp, gqa = m.kv_heads != m.heads, hf = m.eager_norm;
   const u64 N = fsdp && m.shards > 1 ? static_cast<u64>(m.shards) : 1;  // FSDP2 shard count
   const bool meta = fsdp && m.meta_init;
   const u64 R = amp ? 4 : 2;                 // residual stream bytes
@@ -498,6 +502,7 @@ inline replay_result replay_step_trace(const step_shape& m, caching_allocator& a
   struct block_t {
     int x = -1, yn = -1, r1 = -1, yc[3] = {-1, -1, -1}, qkv[3] = {-1, -1, -1}, cs = -1, sn = -1, o = -1, lse = -1;
     int mid = -1, y2 = -1, r2 = -1, yc1 = -1, g = -1, s = -1, yc3 = -1, u = -1, p = -1;
+    int n1x = -1, n1s = -1, n2x = -1, n2s = -1;  // eager_norm: each norm's saved fp32 input copy and normalized tensor
     int wb[nparam] = {-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1};
   };
   // From the second step on every step makes the same requests (the first also allocates the AdamW states and the
@@ -515,6 +520,29 @@ inline replay_result replay_step_trace(const step_shape& m, caching_allocator& a
     auto wcast = [&](block_t& b, std::size_t i, std::size_t k) {  // autocast's cached bf16 copy of a weight
       if (amp && b.wb[k] < 0) b.wb[k] = A(2 * numel[pidx(i, k)]);
     };
+    // the Q/K/V projections of block i (autocast: each casts the normalized input and its weight) and the SwiGLU MLP
+    // (gate, silu, up, product; the weight casts at each use), as both decoders run them
+    auto qkv_fwd = [&](std::size_t i, block_t& b, bool keep) {
+      const std::size_t lw[3] = {wq, wk, wv};
+      const u64 dim[3] = {q, kv, kv};
+      for (int j = 0; j < 3; ++j) {
+        wcast(b, i, lw[j]);
+        if (amp) b.yc[j] = A(2 * T * h);
+        b.qkv[j] = A(2 * T * dim[j]);
+        if (amp && !keep) Fr(b.yc[j]);
+      }
+    };
+    auto mlp_fwd = [&](std::size_t i, block_t& b) {
+      wcast(b, i, w1);
+      if (amp) b.yc1 = A(2 * T * h);
+      b.g = A(2 * T * F);
+      b.s = A(2 * T * F);
+      wcast(b, i, w3);
+      if (amp) b.yc3 = A(2 * T * h);
+      b.u = A(2 * T * F);
+      b.p = A(2 * T * F);
+      wcast(b, i, w2);
+    };
     // forward of block i from input x: keep = autograd's saved tensors stay (else freed as Python drops them);
     // recompute = checkpoint recompute, which stops once the last saved tensor exists. Returns the output.
     auto block_fwd = [&](std::size_t i, block_t& b, bool keep, bool recompute) {
@@ -522,14 +550,8 @@ inline replay_result replay_step_trace(const step_shape& m, caching_allocator& a
       b.yn = A(R * T * h);
       b.r1 = A(4 * T);
       sv(b.r1);
-      const std::size_t lw[3] = {wq, wk, wv};
       const u64 dim[3] = {q, kv, kv};
-      for (int j = 0; j < 3; ++j) {
-        wcast(b, i, lw[j]);
-        if (amp) b.yc[j] = A(2 * T * h);
-        b.qkv[j] = A(2 * T * dim[j]);
-        if (amp) sv(b.yc[j]);
-      }
+      qkv_fwd(i, b, keep);
       b.cs = A(2 * seq * hd);
       b.sn = A(2 * seq * hd);
       for (int j = 0; j < 2; ++j) {  // q·cos + rotate_half(q)·sin
@@ -552,20 +574,86 @@ inline replay_result replay_step_trace(const step_shape& m, caching_allocator& a
       sv(b.r2);
       if (!amp) sv(b.yn); else Fr(b.yn);
       sv(b.qkv[0]); sv(b.qkv[1]); sv(b.qkv[2]); sv(b.o); sv(b.lse); sv(b.cs); sv(b.sn);
-      wcast(b, i, w1);
-      if (amp) b.yc1 = A(2 * T * h);
-      b.g = A(2 * T * F);
-      b.s = A(2 * T * F);
-      wcast(b, i, w3);
-      if (amp) b.yc3 = A(2 * T * h);
-      b.u = A(2 * T * F);
-      b.p = A(2 * T * F);
-      wcast(b, i, w2);
+      mlp_fwd(i, b);
       int out = -1;
       if (!recompute) { int d = A(2 * T * h); out = A(R * T * h); Fr(d); }
       sv(b.yc1); sv(b.g); sv(b.s); sv(b.yc3); sv(b.u); sv(b.p);
       if (amp) Fr(b.y2); else sv(b.y2);
       sv(b.mid);
+      return out;
+    };
+    // transformers' LlamaRMSNorm.forward: `x.to(float32)` (a copy of a bf16 input, which `pow` and `mul` save),
+    // `pow(2)`, `mean` (the local `variance`, dropped at return), `+ eps`, `rsqrt` (saved), `x * rstd` (the local
+    // `hidden_states`: under autocast the fp32 tensor the weight's `mul` saves), `.to(input_dtype)` (bf16: a copy, saved
+    // by the weight's `mul`), `weight * …` (the output). Without `keep` (a checkpointed block's first forward) nothing is
+    // saved: each tensor goes when Python drops it. Returns the output.
+    auto norm_fwd = [&](int& x32, int& rstd, int& hs, bool keep) {
+      const bool copy = !amp;  // the residual is bf16: `to(float32)` copies it
+      if (copy) x32 = A(4 * T * h);
+      int p2 = A(4 * T * h), var = A(4 * T);
+      Fr(p2);
+      int ve = A(4 * T);
+      rstd = A(4 * T);
+      Fr(ve);
+      int hs32 = A(4 * T * h);
+      if (!keep) { Fr(rstd); if (copy) Fr(x32); }
+      if (copy) hs = A(2 * T * h);
+      else hs = hs32;
+      const int out = A(R * T * h);
+      if (copy) { if (!keep) Fr(hs); Fr(hs32); }
+      else if (!keep) Fr(hs);
+      Fr(var);
+      return out;
+    };
+    // the transformers decoder layer (LlamaDecoderLayer, LlamaAttention, LlamaMLP; eager_norm): the norms above, RoPE
+    // with the model's tables in the residual dtype (fp32 q and k under autocast, which SDPA's autocast casts back to
+    // bf16 and saves; the fp32 ones die with the attention's frame, after o_proj), the projections' q and k dropped
+    // once both are rotated; the norm outputs are arguments dropped when the attention or MLP returns; a bf16 block
+    // input and the mid-block residual are saved by no norm and go when `residual` is rebound / the layer returns.
+    auto block_fwd_hf = [&](std::size_t i, block_t& b, bool keep, bool recompute) {
+      auto sv = [&](int& hdl) { if (!keep) Fr(hdl); };
+      int yn = norm_fwd(b.n1x, b.r1, b.n1s, keep);
+      const u64 dim[3] = {q, kv, kv};
+      qkv_fwd(i, b, keep);
+      const u64 E = amp ? 4 : 2;  // RoPE's output bytes: the tables' dtype promotes q and k
+      int emb[2] = {-1, -1};
+      for (int j = 0; j < 2; ++j) {  // q·cos + rotate_half(q)·sin
+        int t1 = A(E * T * dim[j]), ng = A(T * dim[j]), ct = A(2 * T * dim[j]);
+        Fr(ng);
+        int t2 = A(E * T * dim[j]);
+        Fr(ct);
+        emb[j] = A(E * T * dim[j]);
+        Fr(t1); Fr(t2);
+      }
+      Fr(b.qkv[0]); Fr(b.qkv[1]);
+      if (amp) { b.qkv[1] = A(2 * T * kv); b.qkv[0] = A(2 * T * q); }  // SDPA's autocast casts, right to left
+      else { b.qkv[0] = emb[0]; b.qkv[1] = emb[1]; emb[0] = emb[1] = -1; }
+      b.o = A(2 * T * q);
+      b.lse = A(4 * T * nh);
+      wcast(b, i, wo);
+      int ao = A(2 * T * h);
+      Fr(emb[0]); Fr(emb[1]);
+      if (amp) Fr(yn);
+      else b.yn = yn;
+      b.mid = A(R * T * h);
+      Fr(ao);
+      if (!amp && keep && !recompute) Fr(b.x);  // `residual = hidden_states`: the bf16 input nothing saved
+      sv(b.qkv[0]); sv(b.qkv[1]); sv(b.qkv[2]); sv(b.o); sv(b.lse);
+      if (!amp) sv(b.yn);
+      b.y2 = norm_fwd(b.n2x, b.r2, b.n2s, keep);
+      mlp_fwd(i, b);
+      int out = -1;
+      if (!recompute) {
+        int d = A(2 * T * h);
+        if (amp) Fr(b.y2);
+        out = A(R * T * h);
+        Fr(d);
+      } else if (amp) {
+        Fr(b.y2);
+      }
+      sv(b.yc1); sv(b.g); sv(b.s); sv(b.yc3); sv(b.u); sv(b.p);
+      if (!amp) sv(b.y2);
+      if (amp) sv(b.mid); else Fr(b.mid);
       return out;
     };
     // FSDP2: the all-gather output, a flat bf16 buffer of the group's N padded shards on the copy-in stream (1; this
@@ -603,7 +691,15 @@ inline replay_result replay_step_trace(const step_shape& m, caching_allocator& a
     if (fsdp) unshard(L);
     int x = A(R * T * h);  // embedding output (fp32 under autocast: embedding is not autocast)
     if (step == 0 && micro == 0 && m.workspace > 0) (void)A(m.workspace);  // at the first matmul
-    {  // rope tables
+    if (hf) {  // LlamaRotaryEmbedding.forward: fp32 position ids, freqs, cat, cos and sin, cast to the residual dtype
+      int pos = A(4 * seq), fr = A(4 * seq * hd / 2), emb = A(4 * seq * hd);
+      int cosv = A(4 * seq * hd), sinv = A(4 * seq * hd);
+      if (!amp) { const int cb = A(2 * seq * hd), sb = A(2 * seq * hd); Fr(cosv); Fr(sinv); cosv = cb; sinv = sb; }
+      Fr(pos); Fr(fr); Fr(emb);
+      blk.emplace_back();
+      blk[L].cs = cosv;
+      blk[L].sn = sinv;
+    } else {  // rope tables
       int inv = A(4 * hd / 2), ar = A(4 * seq), fr = A(4 * seq * hd / 2), emb = A(4 * seq * hd);
       const int cosv = A(4 * seq * hd), sinv = A(4 * seq * hd);
       Fr(inv); Fr(ar); Fr(fr); Fr(emb);
@@ -614,16 +710,29 @@ inline replay_result replay_step_trace(const step_shape& m, caching_allocator& a
     for (std::size_t i = 0; i < L; ++i) {
       blk[i].x = x;
       if (fsdp) unshard(i);
-      x = block_fwd(i, blk[i], !ck(i), false);
+      x = hf ? block_fwd_hf(i, blk[i], !ck(i), false) : block_fwd(i, blk[i], !ck(i), false);
       if (fsdp) reshard(i);
     }
-    int yf = A(R * T * h), rf = A(4 * T);
+    int fx = -1, fs = -1, rf = -1;  // the final norm's saved fp32 input copy, normalized tensor (eager_norm) and rstd
+    int yf = -1;
+    if (hf) {
+      yf = norm_fwd(fx, rf, fs, true);
+      if (!amp) Fr(x);  // the last block's bf16 output: nothing saved it
+    } else {
+      yf = A(R * T * h);
+      rf = A(4 * T);
+    }
     if (amp) head_cast = A(2 * V * h);
     int yfc = amp ? A(2 * T * h) : -1;
     int lg = A(2 * T * V);
-    if (amp) Fr(yf);
-    int lf = A(4 * T * V), ls = A(4 * T * V), loss = A(4);
-    Fr(lf); Fr(lg);
+    if (amp && !hf) Fr(yf);
+    int lf = A(4 * T * V);
+    int pad = -1, shifted = -1;  // ForCausalLMLoss: the labels padded and shifted (int64)
+    if (hf) { pad = A(8 * (T + static_cast<u64>(m.micro_batch))); shifted = A(8 * T); }
+    int ls = A(4 * T * V), loss = A(4);
+    Fr(lf); Fr(pad); Fr(shifted);
+    if (amp && hf) Fr(yf);  // the model's output (last_hidden_state) goes when LlamaForCausalLM.forward returns
+    Fr(lg);
     if (amp)  // autocast exits: the cache drops the copies only checkpointed blocks used
       for (std::size_t i = 0; i < L; ++i)
         if (ck(i)) for (int& w : blk[i].wb) Fr(w);
@@ -643,6 +752,34 @@ inline replay_result replay_step_trace(const step_shape& m, caching_allocator& a
         grads[k] = A(W * numel[k]); Fr(tmp);
       }
     };
+    // transformers' LlamaRMSNorm backward, node by node (autograd's MulBackward0 of the weight: `g·hs` written whole and summed to the weight's
+    // gradient, then `g·w`; ToCopyBackward0; MulBackward0 of the rstd: `g·rstd`, and `g·x` summed; RsqrtBackward0;
+    // MeanBackward1's expanded gradient; PowBackward0's `grad·(2·x.pow(1))`; the input buffer adds the two input
+    // gradients in place). Frees the incoming gradient `g` and the saved tensors; returns the input gradient.
+    auto norm_bwd = [&](int& g, int& x32, int& rstd, int& hs, std::size_t wk) {
+      const u64 NO = amp ? 4 : 2;
+      int t = A(NO * T * h), dw = A(W * h);
+      Fr(t);
+      int ghs = A(NO * T * h);
+      Fr(g); Fr(hs);
+      if (wk < numel.size()) grad(wk, dw, true);
+      else Fr(dw);  // the final norm: its gradient is allocated after the blocks (below)
+      if (!amp) { const int c = A(4 * T * h); Fr(ghs); ghs = c; }
+      int gx = A(4 * T * h);
+      int t2 = A(4 * T * h), gr = A(4 * T);
+      Fr(t2); Fr(ghs);
+      int gq = A(4 * T);
+      Fr(gr); Fr(rstd);
+      int gm = A(4 * T * h);
+      Fr(gq);
+      int p1 = A(4 * T * h), p2 = A(4 * T * h);
+      Fr(p1);
+      int gp = A(4 * T * h);
+      Fr(p2); Fr(gm); Fr(gp);
+      Fr(x32);
+      if (!amp) { const int c = A(2 * T * h); Fr(gx); gx = c; }
+      return gx;
+    };
     int gl = A(4);
     int dls = A(4 * T * V), dlf = A(4 * T * V);
     Fr(dls); Fr(ls);
@@ -653,8 +790,9 @@ inline replay_result replay_step_trace(const step_shape& m, caching_allocator& a
     if (amp) { Fr(yfc); Fr(head_cast); }
     grad(head, dwh, !amp);
     if (amp) { const int d4 = A(4 * T * h); Fr(dyf); dyf = d4; }
-    int dx = A(R * T * h);
-    Fr(dyf); Fr(rf);
+    int dx = -1;
+    if (hf) dx = norm_bwd(dyf, fx, rf, fs, numel.size());
+    else { dx = A(R * T * h); Fr(dyf); Fr(rf); }
     if (!amp) Fr(yf);
     Fr(x);
     for (std::size_t ii = L; ii-- > 0;) {
@@ -666,7 +804,7 @@ inline replay_result replay_step_trace(const step_shape& m, caching_allocator& a
       int dd = amp ? A(2 * T * h) : -1;
       block_t rb;
       block_t& b = ck(i) ? rb : blk[i];
-      if (ck(i)) { rb.x = blk[i].x; (void)block_fwd(i, rb, true, true); }
+      if (ck(i)) { rb.x = blk[i].x; (void)(hf ? block_fwd_hf(i, rb, true, true) : block_fwd(i, rb, true, true)); }
       int dp = A(2 * T * F), dw = A(2 * numel[pidx(i, w2)]);
       Fr(dd); Fr(b.p); Fr(b.wb[w2]);
       grad(pidx(i, w2), dw, !amp);
@@ -686,10 +824,16 @@ inline replay_result replay_step_trace(const step_shape& m, caching_allocator& a
       grad(pidx(i, w1), dw, !amp);
       if (amp) { int c1 = A(4 * T * h); Fr(dyc1); Fr(c1); }
       else { Fr(dyc1); Fr(b.y2); }
-      int dx1p = A(R * T * h), dn2 = A(W * h);
-      Fr(b2); Fr(b.mid); Fr(b.r2);
-      grad(pidx(i, fn), dn2, true);
-      Fr(dx1p);
+      if (hf) {
+        int gx = norm_bwd(b2, b.n2x, b.r2, b.n2s, pidx(i, fn));
+        Fr(b.mid);
+        Fr(gx);  // added into the residual's gradient
+      } else {
+        int dx1p = A(R * T * h), dn2 = A(W * h);
+        Fr(b2); Fr(b.mid); Fr(b.r2);
+        grad(pidx(i, fn), dn2, true);
+        Fr(dx1p);
+      }
       int dao = amp ? A(2 * T * h) : -1;
       int dO = A(2 * T * q);
       dw = A(2 * numel[pidx(i, wo)]);
@@ -703,6 +847,20 @@ inline replay_result replay_step_trace(const step_shape& m, caching_allocator& a
       int drh[2] = {-1, -1};
       for (int j : {1, 0}) {  // RoPE backward, k then q
         const u64 dim = j == 0 ? q : kv;
+        if (hf && amp) {  // fp32 RoPE: SDPA's cast back to fp32, each product's fp32 gradient cast to the bf16 input
+          const int g32 = A(4 * T * dim);
+          Fr(dqkv[j]);
+          int r32 = A(4 * T * dim), drot = A(2 * T * dim);
+          Fr(r32);
+          int dng = A(T * dim);
+          drh[j] = A(2 * T * dim);
+          Fr(dng); Fr(drot);
+          int c32 = A(4 * T * dim), dq1 = A(2 * T * dim);
+          Fr(c32); Fr(dq1);
+          dqkv[j] = g32;
+          Fr(dqkv[j]);
+          continue;
+        }
         int drot = A(2 * T * dim), dng = A(T * dim);
         drh[j] = A(2 * T * dim);
         Fr(dng); Fr(drot);
@@ -724,10 +882,16 @@ inline replay_result replay_step_trace(const step_shape& m, caching_allocator& a
         if (b1 < 0) b1 = dy; else Fr(dy);
       }
       if (!amp) Fr(b.yn);
-      int dx0p = A(R * T * h), dn1 = A(W * h);
-      Fr(b1); Fr(b.r1); Fr(blk[i].x);
-      grad(pidx(i, an), dn1, true);
-      Fr(dx0p);
+      if (hf) {
+        int gx = norm_bwd(b1, b.n1x, b.r1, b.n1s, pidx(i, an));
+        Fr(blk[i].x);
+        Fr(gx);
+      } else {
+        int dx0p = A(R * T * h), dn1 = A(W * h);
+        Fr(b1); Fr(b.r1); Fr(blk[i].x);
+        grad(pidx(i, an), dn1, true);
+        Fr(dx0p);
+      }
       if (fsdp) post_backward(i);
     }
     int dE = A(GW * V * h);

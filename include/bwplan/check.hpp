@@ -311,6 +311,7 @@ inline std::string_view rule_for(const plan_violation& v) {
   req.optimizers = {c.optim};
   req.stack = c.stack;  // the same stack and compile setting as the plan
   req.compile = c.compile;
+  req.modules = c.modules;
   req.expandable_segments = c.expandable_segments;
   req.optimizer_in_backward = c.optimizer_in_backward;  // the same optimizer placement
   req.sequence_parallel = c.sequence_parallel;          // the same tensor-parallel layout

@@ -239,6 +239,11 @@ struct memory_shape {
   training_stack stack = training_stack::hf;
   bool compile = false;        ///< torch.compile as the stack applies it (the blocks; torchtitan and torchtune also the loss)
   bool compiled_loss = false;  ///< the loss runs under torch.compile (torchtitan, torchtune with compile)
+  /// transformers' eager `LlamaRMSNorm` in the blocks and the final norm (training_config::modules transformers,
+  /// stack hf); compiled blocks recompute the norm's pointwise outputs, as torchtune's (stack_saved_delta)
+  bool modules_transformers = false;
+  /// the allocator trace's eager norms: modules transformers with eager blocks (alloc::step_shape::eager_norm)
+  bool eager_norm = false;
   bool megatron = false;       ///< Megatron-LM: bf16 model, fp32 main parameters and main-gradient buffer
   double tp = 1;               ///< tensor-parallel degree
   bool sp_gathered = false;    ///< sequence parallel through DTensor styles (tp > 1, not Megatron): the gathered inputs are saved
@@ -288,6 +293,8 @@ struct memory_shape {
   if (s.off_opt) s.amp = false;  // the fp32 masters are on the host: the GPU computes on its bf16 working copy (no autocast)
   s.stack = c.stack;
   s.compile = c.compile && !s.megatron;
+  s.modules_transformers = c.modules == module_kernels::transformers && c.stack == training_stack::hf;
+  s.eager_norm = s.modules_transformers && !s.compile;
   s.compiled_loss = s.compile && (c.stack == training_stack::torchtitan || c.stack == training_stack::torchtune);
   s.tp = c.tp;
   s.sp_gathered = c.tp > 1 && !s.megatron;
@@ -693,8 +700,10 @@ struct stack_activation_delta {
 /// `quantized`, in the compute format. Each term cites the file it comes from.
 ///
 /// - **torchtune module code** (pytorch/torchtune @bd2a0fc7): `RMSNorm.forward` upcasts its input, `x_fp32 =
-///   x.float()`, which `pow` and `mul` save (torchtune/modules/rms_norm.py L28-41): each norm keeps a 4-byte copy
-///   where the hf inventory keeps the 2-byte input, `+2h` per norm (the final norm too); `MultiHeadAttention`
+///   x.float()`, which `pow` and `mul` save, and `x_normed * self.scale` saves the bf16 `x_normed` when the scale
+///   trains (torchtune/modules/rms_norm.py L28-41): each norm keeps a 4-byte copy where the hf inventory keeps the
+///   2-byte input (`+2h`) and, in a full fine-tune, the normalized tensor (`+2h`; the final norm too) — the op chain
+///   of transformers' `LlamaRMSNorm` below; `MultiHeadAttention`
 ///   expands K and V to the query heads before SDPA, `k.unsqueeze(2).expand(...).flatten(1, 2)`, a copy SDPA saves
 ///   (torchtune/modules/attention.py L289-290), `+2·2·(q − kv)`, and hands the o-projection a contiguous copy of the
 ///   attention output, `output.transpose(1, 2).contiguous()` (L302), `+2q`.
@@ -718,22 +727,39 @@ struct stack_activation_delta {
 ///   (torch/_functorch/partitioners.py `min_cut_rematerialization_partition`) recomputes in backward the pointwise
 ///   outputs that only fusible backward ops read and saves those a matmul or attention backward reads
 ///   (`is_materialized_backwards`, `should_ban_recomputation`); with `torch._functorch.config.cse` identical casts
-///   become one. So: a norm's fp32 upcast of a bf16 input is recomputed (torchtune, `−2h` per norm); act(gate) is
+///   become one. So: an eager norm's fp32 upcast and normalized copy are recomputed (torchtune, transformers' modules: no norm delta); act(gate) is
 ///   recomputed from the saved gate (`−2F`); the three autocast casts of the Q/K/V input and the two of the
 ///   gate/up input become one each (`−3·2h`, bf16 blocks). The normalized inputs, q, k, v and the attention
 ///   output feed matmuls or SDPA's backward and stay. Under per-op SAC the policy decides what is saved
 ///   (`selective_op` unchanged); whole-block checkpoints keep their input.
+/// - **transformers' modules** (`--modules transformers`, eager blocks; huggingface/transformers
+///   src/transformers/models/llama/modeling_llama.py `LlamaRMSNorm.forward`, the same formula in Qwen2, Qwen3 and
+///   Mistral): `x.to(float32)`, `pow(2)`, `mean`, `x * rsqrt(variance + eps)`, `.to(input_dtype)`, `weight * …`. Where
+///   `F.rms_norm` saves its input and the fp32 rstd, autograd here saves the fp32 input (`pow` and `mul`; the
+///   residual itself under autocast, a 4-byte copy of a bf16 residual, which is then not saved by the norm), the rstd
+///   and, when the weight trains, the normalized tensor the weight's `mul` reads (4 B under autocast, 2 B in bf16):
+///   `+4h` per norm either way (`+2h` with frozen norms: LoRA, QLoRA), the final norm too, sequence-sharded under
+///   tensor parallelism (÷ tp). Measured: the ground truth's `impl=hf`
+///   rows (`LlamaForCausalLM`, llama3.2-1b, 4 × 4096 without checkpointing: 71.51 GiB peak allocated against the
+///   harness decoder's 67.40; 16 × 4096 with full checkpointing 117.56 against 117.06), which this term gives to
+///   within 0.01 GiB.
 [[nodiscard]] constexpr stack_activation_delta stack_saved_delta(const model_spec& m, const memory_shape& s,
                                                                  bool quantized) noexcept {
   stack_activation_delta d;
   const double h = s.h, f = detail::mlp_width_per_token(m);
   const double q = static_cast<double>(m.q_dim()), kv = static_cast<double>(m.kv_dim());
   const double norms = static_cast<double>(m.norms_per_block);
-  if (s.stack == training_stack::torchtune) {
-    d.block += norms * 2 * h + 2 * 2 * (q - kv) + 2 * q;
-    d.final_saved += 2 * h;
-  }
+  if (s.stack == training_stack::torchtune) d.block += 2 * 2 * (q - kv) + 2 * q;
   if (s.megatron && m.gated_mlp) d.block -= 2 * f;
+  if (s.stack == training_stack::torchtune || (s.stack == training_stack::hf && s.modules_transformers)) {
+    // the eager fp32 RMSNorm: a bf16 input's fp32 copy replaces it (+2h), and a trained weight's mul saves the
+    // normalized tensor (+2h bf16; under autocast the fp32 one, +4h, the input being fp32 already); the norms run
+    // sequence-sharded under tensor parallelism. Compile covers the blocks only: the final norm stays eager
+    const double per_norm = (s.amp ? 0 : 2 * h) + (s.adapters ? 0 : (s.amp ? 4 : 2) * h);
+    const double sharded = s.sp_replicas / std::max(1.0, s.tp);
+    if (!s.compile) d.block += norms * per_norm * sharded;
+    d.final_saved += per_norm * sharded;
+  }
   if (s.sp_gathered) {
     const double n_in = s.amp ? 5 : 2;
     const double b = quantized ? s.format.saved_input_bytes : 2;
@@ -741,8 +767,7 @@ struct stack_activation_delta {
     d.final_saved += 2 * h * (s.tp - 1);
     d.grad_temp += 2 * h * (s.tp - 1);
   }
-  if (s.compile) {
-    if (s.stack == training_stack::torchtune) d.block -= norms * 2 * h;
+  if (s.compile) {  // (the eager norm's copies are recomputed: no delta above)
     if (m.gated_mlp) d.block -= 2 * f;
     if (s.amp && !quantized) d.block -= 3 * 2 * h;
   }
@@ -1245,6 +1270,7 @@ struct allocator_replay {
   t.shards = s.fsdp ? c.shard_size() : 1;
   t.meta_init = s.fsdp && c.world_size > 1;  // the reference trainer builds on the meta device (measure.py: one GPU, on the device)
   t.foreach_adamw = c.optimizer == optimizer_impl::foreach;
+  t.eager_norm = s.eager_norm;
   // micro-batches after the second repeat its allocation sequence exactly (the gradients, FSDP2's sharded ones, already
   // exist from the first), so the replay runs at most two per step: the same peaks as all of them (test "allocator:
   // gradient accumulation ..."), except where block splitting lands differently: a review found one of 1,728

@@ -226,6 +226,7 @@ inline std::string shortest(double v) {
   // eager, expandable_segments off), so the lines of earlier releases stay as they were.
   if (c.stack != training_stack::hf) add("--stack", to_string(c.stack));
   if (c.compile) a.emplace_back("--compile");
+  if (c.modules != module_kernels::fused) add("--modules", to_string(c.modules));  // written when set
   if (c.expandable_segments) a.emplace_back("--expandable-segments");
   if (c.offload != 0) add("--offload", offload_to_string(c.offload));  // written when set (earlier lines stay as they were)
   if (c.optimizer_in_backward) a.emplace_back("--optimizer-in-backward");
@@ -305,6 +306,7 @@ inline std::string shortest(double v) {
   if (c.loss == loss_impl::chunked) s += ", chunked loss";
   if (c.stack != training_stack::hf) s += std::string(", ") + to_string(c.stack);
   if (c.compile) s += ", torch.compile";
+  if (c.modules != module_kernels::fused) s += ", transformers' RMSNorm and RoPE";
   if (c.expandable_segments) s += ", expandable segments";
   if (c.offload != 0) s += ", CPU offload " + offload_to_string(c.offload);
   if (c.optimizer_in_backward) s += ", optimizer in backward";
@@ -355,6 +357,7 @@ struct setting_column {
           {"optim", "optim", to_string(c.optim)},
           {"stack", "stack", to_string(c.stack)},
           {"compile", "compile", c.compile ? "yes" : "no"},
+          {"modules", "modules", to_string(c.modules)},
           {"expandable_segments", "exp. seg.", c.expandable_segments ? "yes" : "no"},
           {"offload", "offload", offload_to_string(c.offload)},
           {"optimizer_in_backward", "opt. in bwd", c.optimizer_in_backward ? "yes" : "no"},

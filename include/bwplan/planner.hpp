@@ -50,6 +50,7 @@ struct plan_request {
   std::vector<unsigned> offloads{0};
   training_stack stack = training_stack::hf;        ///< the training stack (megatron: sharding none or optimizer and the standard loss only)
   bool compile = false;                             ///< torch.compile as the stack applies it
+  module_kernels modules = module_kernels::fused;   ///< the hf stack's RMSNorm and RoPE kernels (training_config::modules)
   bool expandable_segments = false;                 ///< every candidate runs with `expandable_segments:True`
   /// Every candidate steps the optimizer in backward (training_config::optimizer_in_backward: stack torchtune, one
   /// GPU, sharding none); candidates that need gradient accumulation are skipped.
@@ -285,6 +286,7 @@ struct plan_result {
             c.ac = ac;
             c.stack = req.stack;
             c.compile = req.compile;
+            c.modules = req.modules;
             c.expandable_segments = req.expandable_segments;
             c.optimizer_in_backward = req.optimizer_in_backward;
             c.sequence_parallel = req.sequence_parallel;

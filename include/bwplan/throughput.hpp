@@ -441,6 +441,11 @@ struct throughput_shape {
   bool amp = false;  ///< autocast over fp32 weights (fp32 residual stream)
   bool compiled = false;       ///< torch.compile of the blocks: Inductor fuses their element-wise ops (block_elementwise)
   bool compiled_loss = false;  ///< the loss runs under torch.compile (torchtitan, torchtune with compile)
+  /// the eager fp32 RMSNorm op chain (transformers' `LlamaRMSNorm` with modules transformers, torchtune's `RMSNorm`),
+  /// eager blocks
+  bool eager_norm = false;
+  /// transformers' rotary tables in the residual dtype (modules transformers, eager blocks): fp32 RoPE under autocast
+  bool fp32_rope = false;
   /// Transformer Engine caches a low-precision block's quantized weights from the step's first micro-batch and
   /// reuses them in the others (Megatron-Core `TELinear.forward` / `TEGroupedLinear.forward` pass
   /// `is_first_microbatch`, megatron/core/extensions/transformer_engine.py; TransformerEngine
@@ -485,6 +490,9 @@ struct throughput_shape {
   // what torch.compile compiles, as memory.hpp's stack_settings reads it (Megatron-LM does not compile its model)
   r.compiled = c.compile && c.stack != training_stack::megatron;
   r.compiled_loss = r.compiled && (c.stack == training_stack::torchtitan || c.stack == training_stack::torchtune);
+  r.eager_norm = ((c.modules == module_kernels::transformers && c.stack == training_stack::hf) || c.stack == training_stack::torchtune) &&
+                 !r.compiled;
+  r.fp32_rope = c.modules == module_kernels::transformers && c.stack == training_stack::hf && !r.compiled;
   r.T = static_cast<double>(c.tokens_per_micro_batch()) / (static_cast<double>(c.tp) * c.cp);
   r.b = static_cast<double>(c.micro_batch);
   r.s = static_cast<double>(c.seq_len);
@@ -801,7 +809,19 @@ struct block_elementwise_bytes {
 ///   SDPA's autocast casts them back to bf16: forward 6 + 20 + 6 = 32 B more than without the norm, backward
 ///   10 + 26 + 6 = 42 B; without autocast the norm alone (4 and 6 B);
 /// - MoE blocks: the dispatch permutation and the combine's unpermutation copies of the k·cf routed copies of each token
-///   (8 B per element of h and copy each way).
+///   (8 B per element of h and copy each way);
+/// - transformers' modules (`--modules transformers`, throughput_shape::eager_norm; `LlamaRMSNorm.forward`,
+///   `LlamaRotaryEmbedding`, transformers/models/llama/modeling_llama.py), per element of h and norm: forward
+///   `to(float32)` (6 B, bf16 input only), `pow` (8), `mean` (4), `x·rsqrt` (8), `to(input_dtype)` (6, bf16 only),
+///   `weight·…` (8 under autocast, 4 in bf16): 28 B under autocast, 36 B in bf16, where the fused norm moves rs + no
+///   (+20, +32); backward through autograd's nodes: the weight `mul` (its weight gradient `g·hs` written whole and
+///   summed, `g·w`), the bf16 input's casts, the rstd `mul` (`g·r`, and `g·x` summed), `mean`'s expanded gradient (4),
+///   `pow`'s `grad·(2·x.pow(1))` (28) and the input buffer's add of the two input gradients (12): 92 B either way,
+///   where the fused norm moves no + 2rs (+80 under autocast, +86 in bf16; a frozen weight skips `g·hs` and its sum,
+///   16 and 8 B). torchtune's `RMSNorm` is the same op chain (torchtune/modules/rms_norm.py). Under autocast the rotary tables are fp32
+///   (`cos.to(x.dtype)` with the fp32 residual), so RoPE writes fp32 q and k (`q·cos`, `rotate_half(q)·sin`, their
+///   sum) and SDPA's autocast casts them back: +16 B per element of q and kv forward, +26 B backward (the fp32
+///   gradients and their casts to the bf16 inputs); with q/k norms RoPE is fp32 already (above).
 ///
 /// Compiled (`torch.compile` of each block, throughput_shape::compiled): Inductor fuses every chain of element-wise
 /// ops between two extern kernels (the GEMMs and SDPA) into one kernel that reads the chain's inputs once and writes
@@ -839,6 +859,14 @@ struct block_elementwise_bytes {
   if (s.qk_norm) {
     r.forward += (s.amp ? 32 : 4) * (q + kv);
     r.backward += (s.amp ? 42 : 6) * (q + kv);
+  }
+  if (s.eager_norm) {  // a frozen norm weight (LoRA, QLoRA) skips its gradient's product and sum (16 B, 8 in bf16)
+    r.forward += h * norms * (s.amp ? 20 : 32);
+    r.backward += h * norms * ((s.amp ? 80 : 86) - (s.adapters ? (s.amp ? 16 : 8) : 0));
+  }
+  if (s.fp32_rope && s.amp && !s.qk_norm) {
+    r.forward += 16 * (q + kv);
+    r.backward += 26 * (q + kv);
   }
   r.forward += 8 * moe_copies * h;
   r.backward += 8 * moe_copies * h;

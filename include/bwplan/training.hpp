@@ -195,6 +195,21 @@ enum class loss_impl {
   chunked,   ///< fused linear + cross-entropy in token chunks (Liger-Kernel style): no full logits
 };
 
+/// Whose RMSNorm and rotary-embedding kernels the hf stack's blocks run (plan key `modules`, `--modules`;
+/// docs/stacks.md#modules).
+enum class module_kernels {
+  /// `F.rms_norm` (ATen's fused kernel: autograd saves the input and the fp32 rstd) and RoPE in the activations'
+  /// dtype: the ground truth's decoder (../shared/groundtruth/measure.py `Block._fwd`), which the calibrated
+  /// inventory follows; the reference trainer installs these kernels in the transformers model
+  /// (apps/train/bwtrain/model.py `apply_module_kernels`)
+  fused,
+  /// transformers' modules as published: `LlamaRMSNorm.forward` in five eager ops over an fp32 copy, whose
+  /// normalized fp32 tensor the weight's `mul` saves (4 B per element of h more per norm), and
+  /// `LlamaRotaryEmbedding` tables in the residual stream's dtype, so RoPE runs in fp32 under autocast
+  /// (transformers/models/llama/modeling_llama.py; the ground truth's `impl=hf` rows)
+  transformers,
+};
+
 /// What a plan keeps in host (CPU) memory instead of HBM, as a bit set (`--offload`, plan key `offload`).
 ///
 /// - `optimizer`: the optimizer states, the master weights and the master-dtype gradients live in host memory and
@@ -345,6 +360,10 @@ struct training_config {
   /// issued (Megatron's alltoall dispatcher without the overlap, torchtitan's expert parallel, the hf stack). Needs two or
   /// more micro-batches to hide anything; no effect at ep 1. docs/scaling.md#moe-a2a-overlap
   bool moe_a2a_overlap = false;
+  /// The RMSNorm and RoPE kernels of the hf stack's blocks (module_kernels): `fused` (default, the calibrated
+  /// inventory) or `transformers` (the modules as published). Only stack hf: the other stacks' module code is
+  /// their own (docs/stacks.md#modules)
+  module_kernels modules = module_kernels::fused;
 
   [[nodiscard]] bool operator==(const training_config&) const = default;
 
@@ -513,6 +532,10 @@ struct training_config {
     return std::string("the tensor-parallel communication overlap is Megatron-LM's with Transformer Engine userbuffers (stack "
                        "megatron, sequence parallel), got stack ") + to_string(c.stack) + (c.sequence_parallel ? "" : " without sequence parallel");
   });
+  need(c.modules == module_kernels::fused || c.stack == training_stack::hf, "modules", [&] {
+    return std::string("modules transformers describes the transformers modules the hf stack runs; stack ") + to_string(c.stack) +
+           " has its own module code (modules must be fused)";
+  });
   need(!c.optimizer_in_backward || c.stack == training_stack::torchtune, "optimizer_in_backward", [&] {
     return std::string("the optimizer step in backward is modelled as torchtune's optimizer_in_bwd (stack torchtune), got stack ") +
            to_string(c.stack);
@@ -647,6 +670,14 @@ inline constexpr sharding all_shardings[] = {sharding::none, sharding::full, sha
 }
 [[nodiscard]] constexpr const char* to_string(optimizer_impl o) noexcept { return o == optimizer_impl::fused ? "fused" : "foreach"; }
 [[nodiscard]] constexpr const char* to_string(loss_impl l) noexcept { return l == loss_impl::standard ? "standard" : "chunked"; }
+/// The one printer of module_kernels: "fused", "transformers".
+[[nodiscard]] constexpr const char* to_string(module_kernels k) noexcept { return k == module_kernels::fused ? "fused" : "transformers"; }
+/// The one parser of a module_kernels name; nullopt for anything else.
+[[nodiscard]] inline std::optional<module_kernels> parse_module_kernels(std::string_view s) noexcept {
+  if (s == "fused") return module_kernels::fused;
+  if (s == "transformers") return module_kernels::transformers;
+  return std::nullopt;
+}
 [[nodiscard]] constexpr const char* to_string(finetune_mode f) noexcept {
   return f == finetune_mode::full ? "full" : f == finetune_mode::lora ? "lora" : "qlora";
 }

@@ -22,7 +22,7 @@ CONTRACT = C.load_contract(os.path.join(ROOT, "configs", "training-contract.json
 PLAN_KEYS = ["model", "instance", "gpu", "nodes", "gpus", "precision", "master_weights", "micro_batch_size", "seq_len",
              "global_batch_size", "grad_accum", "activation_checkpointing", "sharding", "shard_group", "tp", "cp", "ep", "pp", "pp_schedule", "vpp",
              "optimizer", "optimizer_impl", "loss", "finetune", "lora_rank", "lora_alpha", "lora_targets", "lora_dropout",
-             "stack", "compile", "expandable_segments", "offload", "optimizer_in_backward", "sequence_parallel", "fsdp_embedding_units", "tp_comm_overlap", "moe_a2a_overlap", "bf16_layers", "fp8_all_gather", "headroom"]
+             "stack", "compile", "modules", "expandable_segments", "offload", "optimizer_in_backward", "sequence_parallel", "fsdp_embedding_units", "tp_comm_overlap", "moe_a2a_overlap", "bf16_layers", "fp8_all_gather", "headroom"]
 CONTRACT_KEYS = ["contract_version", "max_steps", "data", "checkpoint_dir", "measure"]
 
 

@@ -55,6 +55,12 @@ def describe(plan: Dict[str, Any], local_world_size: int = 8) -> List[str]:
         add("checkpoint_wrapper(block, context_fn=create_selective_checkpoint_contexts(torchtitan save list, every 2nd mm recomputed))")
     elif ac == "selective-attn":
         add('transformers.AttentionInterface.register("sdpa", checkpointed sdpa_attention_forward)')
+    if plan.get("modules", "fused") == "fused":
+        add("F.rms_norm as the forward of model.norm and every block's input_layernorm / post_attention_layernorm"
+            + ("; rotary tables cast to bf16" if not fsdp and plan["master_weights"] == "fp32" else "")
+            + " (modules fused)")
+    else:
+        add("transformers' own RMSNorm and rotary tables (modules transformers)")
     if plan["compile"]:
         add("block.compile() for every decoder block")
     if plan.get("expandable_segments"):

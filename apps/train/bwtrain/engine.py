@@ -130,6 +130,8 @@ def run_plan(plan: Dict[str, Any], contract: Dict[str, Any], s: Session, probe: 
         kept = model_mod.bf16_kept(plan, layers) if plan["precision"] != "bf16" else []
         rec["conversion"] = precision.convert(hf, plan, kept)
         model_mod.install_causal_hooks(hf)
+        rec["module_kernels"] = model_mod.apply_module_kernels(
+            hf, plan, autocast=plan["sharding"] == "none" and plan["master_weights"] == "fp32")
         tp, cp = plan["tp"], plan["cp"]
         fsdp = plan["sharding"] != "none"
         train_module = model_mod.CausalLMTrainModule(hf, plan["loss"], loss_parallel=tp > 1)

@@ -166,6 +166,47 @@ def check_structure(hf, plan: Dict[str, Any]) -> None:
             raise Refusal("tp", plan["tp"], "T-tp-heads", f"decoder block lacks {', '.join(missing)} for the tensor-parallel plan")
 
 
+#: transformers' RMSNorm classes whose forward is Llama's formula, ``weight * (x.float() * rsqrt(mean(x²) + eps)).to(dtype)``
+#: (modeling_llama.py ``LlamaRMSNorm``; Mistral, Qwen2, Qwen3 copy it): ``F.rms_norm`` computes the same function.
+LLAMA_FORMULA_NORMS = ("LlamaRMSNorm", "MistralRMSNorm", "Qwen2RMSNorm", "Qwen3RMSNorm")
+
+
+def apply_module_kernels(hf, plan: Dict[str, Any], autocast: bool) -> Dict[str, Any]:
+    """The plan's ``modules`` (docs/stacks.md#modules). ``fused``: every block norm (``input_layernorm``,
+    ``post_attention_layernorm``) and the final norm (``model.norm``) run ``F.rms_norm`` (ATen's fused kernel: autograd
+    saves the input and the rstd, where transformers' eager forward saves an fp32 copy and the normalized tensor too;
+    Qwen3's per-head q/k norms keep transformers' forward, which bwplan's q/k-norm terms describe), and the rotary
+    tables are cast to bf16 under ``autocast`` (the trainer's fp32-master recipe without FSDP; engine.py), so RoPE runs
+    in the projections' dtype as in the ground truth's decoder. ``transformers``: the modules as published. Returns what was installed, for the run record.
+    Refuses (T-modules) a norm whose forward is not the Llama formula."""
+    if plan.get("modules", "fused") == "transformers":
+        return {"modules": "transformers", "fused_norms": 0}
+    import torch.nn.functional as F
+
+    base = hf.model
+    norms = [base.norm] + [n for layer in base.layers for n in (layer.input_layernorm, layer.post_attention_layernorm)]
+    for n in norms:
+        cls = type(n).__name__
+        if cls not in LLAMA_FORMULA_NORMS:
+            raise Refusal("modules", "fused", "T-modules", f"{cls} is not transformers' Llama RMSNorm formula; use modules transformers")
+
+        def forward(x, _n=n):
+            return F.rms_norm(x, (x.shape[-1],), _n.weight, _n.variance_epsilon)
+
+        n.forward = forward
+    rotary = getattr(base, "rotary_emb", None)
+    if rotary is not None:
+        inner = rotary.forward
+
+        def rotary_forward(x, position_ids, *args, **kwargs):
+            cos, sin = inner(x, position_ids, *args, **kwargs)
+            return cos.to(torch.bfloat16), sin.to(torch.bfloat16)  # autocast's compute dtype (engine.py)
+
+        if autocast:  # the tables follow the fp32 residual only under autocast; elsewhere they are bf16 already
+            rotary.forward = rotary_forward
+    return {"modules": "fused", "fused_norms": len(norms)}
+
+
 def tie_embeddings(hf) -> None:
     """Re-tie the LM head to the embedding when the config says so (a meta -> device copy of a
     plain tensor makes new Parameter objects, nn.Module._apply; DTensor parameters are swapped in

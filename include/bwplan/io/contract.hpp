@@ -468,6 +468,7 @@ inline std::string expected(const contract_field& f) {
   if (key == "fp8_all_gather") return c.fp8_all_gather;
   if (key == "stack") return to_string(c.stack);
   if (key == "compile") return c.compile;
+  if (key == "modules") return to_string(c.modules);
   if (key == "expandable_segments") return c.expandable_segments;
   if (key == "offload") return offload_to_string(c.offload);
   if (key == "optimizer_in_backward") return c.optimizer_in_backward;
@@ -546,6 +547,7 @@ inline std::optional<condition_value> refusal_value(const plan& p, std::string_v
   if (key == "fp8_all_gather") return name(c.fp8_all_gather ? "true" : "false");
   if (key == "stack") return name(to_string(c.stack));
   if (key == "compile") return name(c.compile ? "true" : "false");
+  if (key == "modules") return name(to_string(c.modules));
   if (key == "expandable_segments") return name(c.expandable_segments ? "true" : "false");
   if (key == "offload") return name(offload_to_string(c.offload));
   if (key == "optimizer_in_backward") return name(c.optimizer_in_backward ? "true" : "false");

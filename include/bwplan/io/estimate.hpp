@@ -49,6 +49,7 @@ namespace bwplan::io {
           {"finetune", to_string(c.finetune)},
           {"stack", to_string(c.stack)},
           {"compile", c.compile},
+          {"modules", to_string(c.modules)},
           {"expandable_segments", c.expandable_segments},
           {"offload", offload_to_string(c.offload)},
           {"optimizer_in_backward", c.optimizer_in_backward},

@@ -87,7 +87,7 @@ namespace io {
       "bf16_layers", "fp8_all_gather", "master_weights", "micro_batch_size", "seq_len", "global_batch_size",
       "grad_accum", "activation_checkpointing", "ac_every", "sharding", "shard_group", "tp", "cp", "ep", "pp",
       "pp_schedule", "vpp", "optimizer", "optimizer_impl", "loss", "finetune", "lora_rank", "lora_alpha", "lora_targets", "lora_dropout",
-      "stack", "compile", "expandable_segments", "offload", "optimizer_in_backward", "sequence_parallel", "fsdp_embedding_units",
+      "stack", "compile", "modules", "expandable_segments", "offload", "optimizer_in_backward", "sequence_parallel", "fsdp_embedding_units",
       "tp_comm_overlap", "moe_a2a_overlap", "headroom", "check"};
   return k;
 }
@@ -257,6 +257,8 @@ T plan_enum(const nlohmann::json& v, const std::string& file, const std::string&
       for (auto x : all_stacks) names.emplace_back(to_string(x));
       c.stack = plan_enum<training_stack>(v, file, ptr, names, std::vector<training_stack>(std::begin(all_stacks), std::end(all_stacks)));
     }
+    else if (k == "modules")
+      c.modules = plan_enum<module_kernels>(v, file, ptr, {"fused", "transformers"}, {module_kernels::fused, module_kernels::transformers});
     else if (k == "compile" || k == "expandable_segments" || k == "optimizer_in_backward" || k == "sequence_parallel" ||
              k == "fsdp_embedding_units" || k == "tp_comm_overlap" || k == "moe_a2a_overlap") {
       if (!v.is_boolean()) throw config_error(file, ptr, std::string("expected true or false, got ") + v.type_name());
@@ -358,6 +360,7 @@ T plan_enum(const nlohmann::json& v, const std::string& file, const std::string&
   if (c.fsdp_embedding_units) j["fsdp_embedding_units"] = true;     // written when set, likewise
   if (c.tp_comm_overlap) j["tp_comm_overlap"] = true;               // written when set, likewise
   if (c.moe_a2a_overlap) j["moe_a2a_overlap"] = true;               // written when set, likewise
+  if (c.modules != module_kernels::fused) j["modules"] = to_string(c.modules);  // written when set, likewise
   j["headroom"] = p.headroom;
   const check_settings defaults;
   if (!(p.check == defaults)) {
