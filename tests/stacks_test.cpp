@@ -869,6 +869,19 @@ TEST_CASE("modules transformers: LlamaRMSNorm saves 4 B per element of h more pe
   training_config tpf = tp;
   tpf.modules = module_kernels::fused;  // (the gathered inputs of sequence parallel are in both)
   CHECK(terms::stack_saved_delta(m, shape(tp), false).block - terms::stack_saved_delta(m, shape(tpf), false).block == Approx(2 * 4 * h / 2));
+  // in bf16 the fp32 copy replaces the bf16 input (+2h) and the normalized tensor is bf16 (+2h); frozen norm weights
+  // (LoRA) save no normalized tensor; Gemma's norm multiplies by 1 + weight in fp32 (+4h)
+  training_config tb = t, fb = c;
+  tb.master = fb.master = master_weights::bf16;
+  CHECK(terms::stack_saved_delta(m, shape(tb), false).block == Approx(2 * (2 + 2) * h));
+  training_config tl = tb;
+  tl.finetune = finetune_mode::lora;
+  CHECK(terms::stack_saved_delta(m, shape(tl), false).block == Approx(2 * 2 * h));
+  model_spec g = m;
+  g.family = "gemma";
+  CHECK(terms::stack_saved_delta(g, shape(tb), false).block == Approx(2 * (2 + 4) * h));
+  CHECK(terms::stack_saved_delta(g, shape(t), false).block == Approx(2 * 4 * h));  // under autocast as Llama's
+  CHECK(terms::stack_saved_delta(g, shape(fb), false).block == 0);
   // compiled blocks: Inductor recomputes the norm's pointwise outputs (no delta)
   training_config tc = t;
   tc.compile = true;

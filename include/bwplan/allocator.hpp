@@ -726,12 +726,9 @@ inline replay_result replay_step_trace(const step_shape& m, caching_allocator& a
     int yfc = amp ? A(2 * T * h) : -1;
     int lg = A(2 * T * V);
     if (amp && !hf) Fr(yf);
-    int lf = A(4 * T * V);
-    int pad = -1, shifted = -1;  // ForCausalLMLoss: the labels padded and shifted (int64)
-    if (hf) { pad = A(8 * (T + static_cast<u64>(m.micro_batch))); shifted = A(8 * T); }
-    int ls = A(4 * T * V), loss = A(4);
-    Fr(lf); Fr(pad); Fr(shifted);
-    if (amp && hf) Fr(yf);  // the model's output (last_hidden_state) goes when LlamaForCausalLM.forward returns
+    int lf = A(4 * T * V), ls = A(4 * T * V), loss = A(4);
+    Fr(lf);
+    if (amp && hf) Fr(yf);  // the base model's output (last_hidden_state) lives until the loss has run  // the model's output (last_hidden_state) goes when LlamaForCausalLM.forward returns
     Fr(lg);
     if (amp)  // autocast exits: the cache drops the copies only checkpointed blocks used
       for (std::size_t i = 0; i < L; ++i)
@@ -752,22 +749,25 @@ inline replay_result replay_step_trace(const step_shape& m, caching_allocator& a
         grads[k] = A(W * numel[k]); Fr(tmp);
       }
     };
-    // transformers' LlamaRMSNorm backward, node by node (autograd's MulBackward0 of the weight: `g·hs` written whole and summed to the weight's
-    // gradient, then `g·w`; ToCopyBackward0; MulBackward0 of the rstd: `g·rstd`, and `g·x` summed; RsqrtBackward0;
-    // MeanBackward1's expanded gradient; PowBackward0's `grad·(2·x.pow(1))`; the input buffer adds the two input
-    // gradients in place). Frees the incoming gradient `g` and the saved tensors; returns the input gradient.
+    // transformers' LlamaRMSNorm backward, node by node. Each MulBackward0 returns both full-size gradients, the input
+    // buffer `g` goes when its apply returns, and the engine's validate_outputs then sums the gradient of the
+    // broadcast operand to its shape (torch/csrc/autograd/engine.cpp `call_function`, `validate_outputs`), before the
+    // node's saved tensors are released: the weight's `g·hs` and `g·w`; ToCopyBackward0; the rstd's `g·rstd` and
+    // `g·x`; RsqrtBackward0; MeanBackward1's expanded gradient; PowBackward0's `grad·(2·x.pow(1))`; the input buffer
+    // adds the two input gradients in place. Frees `g` and the saved tensors; returns the input gradient.
     auto norm_bwd = [&](int& g, int& x32, int& rstd, int& hs, std::size_t wk) {
       const u64 NO = amp ? 4 : 2;
-      int t = A(NO * T * h), dw = A(W * h);
-      Fr(t);
-      int ghs = A(NO * T * h);
-      Fr(g); Fr(hs);
+      int t = A(NO * T * h), ghs = A(NO * T * h);
+      Fr(g);
+      int dw = A(W * h);
+      Fr(t); Fr(hs);
       if (wk < numel.size()) grad(wk, dw, true);
       else Fr(dw);  // the final norm: its gradient is allocated after the blocks (below)
       if (!amp) { const int c = A(4 * T * h); Fr(ghs); ghs = c; }
-      int gx = A(4 * T * h);
-      int t2 = A(4 * T * h), gr = A(4 * T);
-      Fr(t2); Fr(ghs);
+      int gx = A(4 * T * h), t2 = A(4 * T * h);
+      Fr(ghs);
+      int gr = A(4 * T);
+      Fr(t2);
       int gq = A(4 * T);
       Fr(gr); Fr(rstd);
       int gm = A(4 * T * h);

@@ -738,8 +738,8 @@ struct stack_activation_delta {
 ///   `F.rms_norm` saves its input and the fp32 rstd, autograd here saves the fp32 input (`pow` and `mul`; the
 ///   residual itself under autocast, a 4-byte copy of a bf16 residual, which is then not saved by the norm), the rstd
 ///   and, when the weight trains, the normalized tensor the weight's `mul` reads (4 B under autocast, 2 B in bf16):
-///   `+4h` per norm either way (`+2h` with frozen norms: LoRA, QLoRA), the final norm too, sequence-sharded under
-///   tensor parallelism (÷ tp). Measured: the ground truth's `impl=hf`
+///   `+4h` per norm either way (`+2h` with frozen norms: LoRA, QLoRA; `+6h` in bf16 for Gemma's `GemmaRMSNorm`, which
+///   multiplies by `1 + weight` in fp32), the final norm too, sequence-sharded under tensor parallelism (÷ tp). Measured: the ground truth's `impl=hf`
 ///   rows (`LlamaForCausalLM`, llama3.2-1b, 4 × 4096 without checkpointing: 71.51 GiB peak allocated against the
 ///   harness decoder's 67.40; 16 × 4096 with full checkpointing 117.56 against 117.06), which this term gives to
 ///   within 0.01 GiB.
@@ -755,7 +755,10 @@ struct stack_activation_delta {
     // the eager fp32 RMSNorm: a bf16 input's fp32 copy replaces it (+2h), and a trained weight's mul saves the
     // normalized tensor (+2h bf16; under autocast the fp32 one, +4h, the input being fp32 already); the norms run
     // sequence-sharded under tensor parallelism. Compile covers the blocks only: the final norm stays eager
-    const double per_norm = (s.amp ? 0 : 2 * h) + (s.adapters ? 0 : (s.amp ? 4 : 2) * h);
+    // Gemma's norm multiplies in fp32 (`output * (1.0 + self.weight.float())`, transformers models/gemma*/modeling_gemma*.py
+    // `GemmaRMSNorm`): the saved normalized tensor is fp32 there
+    const bool fp32_normed = s.amp || m.family.rfind("gemma", 0) == 0;
+    const double per_norm = (s.amp ? 0 : 2 * h) + (s.adapters ? 0 : (fp32_normed ? 4 : 2) * h);
     const double sharded = s.sp_replicas / std::max(1.0, s.tp);
     if (!s.compile) d.block += norms * per_norm * sharded;
     d.final_saved += per_norm * sharded;

@@ -252,6 +252,15 @@ class RuntimeTest(unittest.TestCase):
         for g in cat["gpus"]:
             self.assertEqual(runtime.PEAK_BF16_TFLOPS[g["id"]], g["dense_tflop_per_s"]["bf16"], g["id"])
 
+    def test_module_kernels_installed_where_they_last(self):
+        """modules fused: the norms' F.rms_norm goes in before compile and FSDP; the bf16 rotary tables after
+        rebuild_buffers, which replaces the rotary modules (a wrapper installed before it was thrown away)."""
+        src = read(os.path.join(ROOT, "apps", "train", "bwtrain", "engine.py"))
+        self.assertLess(src.index("model_mod.apply_module_kernels("), src.index("parallel.apply_compile("))
+        self.assertLess(src.index("model_mod.apply_module_kernels("), src.index("parallel.apply_fsdp("))
+        self.assertLess(src.index("model_mod.rebuild_buffers("), src.index("model_mod.apply_rotary_dtype("))
+        self.assertLess(src.index("model_mod.apply_rotary_dtype("), src.index("model_mod.init_weights("))
+
     def test_all_trainer_sources_parse(self):
         for p in glob.glob(os.path.join(ROOT, "apps", "train", "**", "*.py"), recursive=True):
             ast.parse(read(p), p)

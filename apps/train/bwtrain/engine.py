@@ -130,8 +130,7 @@ def run_plan(plan: Dict[str, Any], contract: Dict[str, Any], s: Session, probe: 
         kept = model_mod.bf16_kept(plan, layers) if plan["precision"] != "bf16" else []
         rec["conversion"] = precision.convert(hf, plan, kept)
         model_mod.install_causal_hooks(hf)
-        rec["module_kernels"] = model_mod.apply_module_kernels(
-            hf, plan, autocast=plan["sharding"] == "none" and plan["master_weights"] == "fp32")
+        rec["module_kernels"] = model_mod.apply_module_kernels(hf, plan)
         tp, cp = plan["tp"], plan["cp"]
         fsdp = plan["sharding"] != "none"
         train_module = model_mod.CausalLMTrainModule(hf, plan["loss"], loss_parallel=tp > 1)
@@ -160,6 +159,8 @@ def run_plan(plan: Dict[str, Any], contract: Dict[str, Any], s: Session, probe: 
         train_module.to_empty(device=parallel.materialise_device(plan.get("offload", "none"), s.device))
         model_mod.tie_embeddings(hf)
         model_mod.rebuild_buffers(hf, s.device)
+        # after rebuild_buffers, which replaces the rotary modules
+        model_mod.apply_rotary_dtype(hf, plan, not fsdp and plan["master_weights"] == "fp32", rec["module_kernels"])
         model_mod.init_weights(hf, plan["seed"])
         if plan["precision"] == "nvfp4":
             precision.init_buffers(hf, plan["seed"], s.rank)

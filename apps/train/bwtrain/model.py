@@ -167,44 +167,61 @@ def check_structure(hf, plan: Dict[str, Any]) -> None:
 
 
 #: transformers' RMSNorm classes whose forward is Llama's formula, ``weight * (x.float() * rsqrt(mean(x²) + eps)).to(dtype)``
-#: (modeling_llama.py ``LlamaRMSNorm``; Mistral, Qwen2, Qwen3 copy it): ``F.rms_norm`` computes the same function.
-LLAMA_FORMULA_NORMS = ("LlamaRMSNorm", "MistralRMSNorm", "Qwen2RMSNorm", "Qwen3RMSNorm")
+#: (modeling_llama.py ``LlamaRMSNorm``; Mistral, Qwen2, Qwen3 and Phi3 copy it): ``F.rms_norm`` computes the same function.
+LLAMA_FORMULA_NORMS = ("LlamaRMSNorm", "MistralRMSNorm", "Qwen2RMSNorm", "Qwen3RMSNorm", "Phi3RMSNorm")
 
 
-def apply_module_kernels(hf, plan: Dict[str, Any], autocast: bool) -> Dict[str, Any]:
-    """The plan's ``modules`` (docs/stacks.md#modules). ``fused``: every block norm (``input_layernorm``,
+def apply_module_kernels(hf, plan: Dict[str, Any]) -> Dict[str, Any]:
+    """The norms of the plan's ``modules`` (docs/stacks.md#modules). ``fused``: every block norm (``input_layernorm``,
     ``post_attention_layernorm``) and the final norm (``model.norm``) run ``F.rms_norm`` (ATen's fused kernel: autograd
-    saves the input and the rstd, where transformers' eager forward saves an fp32 copy and the normalized tensor too;
-    Qwen3's per-head q/k norms keep transformers' forward, which bwplan's q/k-norm terms describe), and the rotary
-    tables are cast to bf16 under ``autocast`` (the trainer's fp32-master recipe without FSDP; engine.py), so RoPE runs
-    in the projections' dtype as in the ground truth's decoder. ``transformers``: the modules as published. Returns what was installed, for the run record.
-    Refuses (T-modules) a norm whose forward is not the Llama formula."""
+    saves the input and the rstd, where transformers' eager forward saves an fp32 copy and the normalized tensor too).
+    Qwen3's per-head q/k norms keep transformers' forward, which bwplan's q/k-norm terms describe (under autocast their
+    fp32 weights make q and k fp32, so its RoPE stays fp32 either way). ``transformers``: the modules as published.
+    Installed before compile and FSDP (neither touches a norm's ``forward``); the rotary tables are
+    apply_rotary_dtype's, after ``rebuild_buffers`` replaces the rotary modules. Returns what was installed, for the run
+    record. Refuses (T-modules) a model whose block or final norm is not the Llama formula (Gemma's ``1 + weight``)."""
     if plan.get("modules", "fused") == "transformers":
-        return {"modules": "transformers", "fused_norms": 0}
+        return {"modules": "transformers", "fused_norms": 0, "bf16_rotary_tables": False}
     import torch.nn.functional as F
 
     base = hf.model
-    norms = [base.norm] + [n for layer in base.layers for n in (layer.input_layernorm, layer.post_attention_layernorm)]
+    norms = [base.norm]
+    for i, layer in enumerate(base.layers):
+        for attr in ("input_layernorm", "post_attention_layernorm"):
+            n = getattr(layer, attr, None)
+            if n is None:
+                raise Refusal("modules", "fused", "T-modules", f"decoder block {i} has no {attr}; use modules transformers")
+            norms.append(n)
     for n in norms:
         cls = type(n).__name__
-        if cls not in LLAMA_FORMULA_NORMS:
+        if cls not in LLAMA_FORMULA_NORMS or not hasattr(n, "variance_epsilon"):
             raise Refusal("modules", "fused", "T-modules", f"{cls} is not transformers' Llama RMSNorm formula; use modules transformers")
 
         def forward(x, _n=n):
             return F.rms_norm(x, (x.shape[-1],), _n.weight, _n.variance_epsilon)
 
         n.forward = forward
-    rotary = getattr(base, "rotary_emb", None)
-    if rotary is not None:
-        inner = rotary.forward
+    return {"modules": "fused", "fused_norms": len(norms), "bf16_rotary_tables": False}
 
-        def rotary_forward(x, position_ids, *args, **kwargs):
-            cos, sin = inner(x, position_ids, *args, **kwargs)
-            return cos.to(torch.bfloat16), sin.to(torch.bfloat16)  # autocast's compute dtype (engine.py)
 
-        if autocast:  # the tables follow the fp32 residual only under autocast; elsewhere they are bf16 already
-            rotary.forward = rotary_forward
-    return {"modules": "fused", "fused_norms": len(norms)}
+def apply_rotary_dtype(hf, plan: Dict[str, Any], autocast: bool, record: Dict[str, Any]) -> None:
+    """``modules fused`` under ``autocast`` (the trainer's fp32-master recipe without FSDP; engine.py): the rotary tables
+    are cast to bf16, so RoPE runs in the projections' dtype as in the ground truth's decoder (``cos.to(q.dtype)``);
+    transformers returns them in the residual's dtype, fp32 there. Elsewhere the residual, and so the tables, are bf16
+    already. Called after ``rebuild_buffers``, which replaces the rotary modules; sets ``record["bf16_rotary_tables"]``."""
+    if plan.get("modules", "fused") != "fused" or not autocast:
+        return
+    rotary = getattr(hf.model, "rotary_emb", None)
+    if rotary is None:
+        return
+    inner = rotary.forward
+
+    def rotary_forward(x, *args, **kwargs):
+        cos, sin = inner(x, *args, **kwargs)
+        return cos.to(torch.bfloat16), sin.to(torch.bfloat16)  # autocast's compute dtype (engine.py)
+
+    rotary.forward = rotary_forward
+    record["bf16_rotary_tables"] = True
 
 
 def tie_embeddings(hf) -> None:
