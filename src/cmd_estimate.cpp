@@ -5,6 +5,8 @@
 #include "markdown.hpp"
 #include "term.hpp"
 
+#include <bwplan/check.hpp>
+
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
@@ -41,7 +43,8 @@ std::string hardware_line(const training_config& c, const resolved_target& t, in
 }
 
 void print_table(std::ostream& out, const model_spec& m, const resolved_target& t, const training_config& c, int nodes,
-                 const memory_estimate& me, const throughput_estimate& te, term_style st, const std::optional<error_band>& band) {
+                 const memory_estimate& me, const throughput_estimate& te, term_style st, const std::optional<error_band>& band,
+                 const std::string& modules_note) {
   const parameter_count pc = count_parameters(m);
   out << fmt::format("model      {} ({}), {:.3f} B parameters", m.name, m.family, static_cast<double>(pc.total()) / 1e9);
   if (m.is_moe()) out << fmt::format(" ({:.3f} B active: top-{} of {} experts)", static_cast<double>(pc.active()) / 1e9, m.top_k, m.experts);
@@ -68,6 +71,7 @@ void print_table(std::ostream& out, const model_spec& m, const resolved_target& 
   out << fmt::format("  {:<18} {:>10.2f} GiB of {:.2f} GiB ({:.1f}% headroom) -> {}\n\n", "device peak",
                      me.device_peak().in(gib), me.capacity.in(gib), 100 * me.headroom(), me.fits ? "fits" : "DOES NOT FIT");
   out << "  reserved: " << reserved_source_note(m, c, me) << "\n\n";
+  if (!modules_note.empty()) out << "  modules: " << modules_note << "\n\n";
   if (const std::string note = allocator_setting_note(me); !note.empty()) out << "  allocator: " << note << "\n\n";
   if (me.paged_states.raw() > 0)
     out << "  paged optimizer: " << paged_states_note(me) << "\n\n";
@@ -118,6 +122,7 @@ runner register_estimate(CLI::App& app, context& ctx) {
     const memory_estimate me = estimate_memory(m, c, t.gpu, k.overheads);
     const throughput_estimate te = estimate_throughput(m, c, t.gpu, t.instance_ptr(), k.throughput);
     const std::optional<error_band> band = ctx.band(t.gpu.id, c);
+    const std::string modules_note = module_kernels_note(m, c, t.gpu, t.instance_ptr(), k.throughput);
     std::optional<training_cost> cost;
     const int nodes = nodes_of(c, t);
     if (!(o->price_per_hour >= 0 && o->price_per_hour <= 1e6) && o->price_per_hour != -1)
@@ -127,15 +132,16 @@ runner register_estimate(CLI::App& app, context& ctx) {
     if (o->format == "json") {
       auto j = io::estimate_to_json(m, c, me, te);
       io::add_band_json(j, me, te, band);
+      if (!modules_note.empty()) j["memory"]["modules_note"] = modules_note;
       j["hardware"] = {{"gpu", t.gpu.id}, {"instance", t.instance ? t.instance->id : ""}, {"nodes", nodes}};
       if (cost)
         j["training"] = {{"tokens", cost->tokens}, {"seconds", cost->seconds}, {"hours", cost->seconds / 3600},
                          {"instance_hours", cost->instance_hours}, {"price_per_hour_usd", price}, {"cost_usd", cost->usd}};
       ctx.out << j.dump(2) << "\n";
     } else if (o->format == "markdown") {
-      ctx.out << estimate_markdown(m, t, c, me, te, band);
+      ctx.out << estimate_markdown(m, t, c, me, te, band, modules_note);
     } else {
-      print_table(ctx.out, m, t, c, nodes, me, te, style_for(ctx.out, o->ascii), band);
+      print_table(ctx.out, m, t, c, nodes, me, te, style_for(ctx.out, o->ascii), band, modules_note);
       if (te.comm.tensor_parallel.raw() > 0 || te.comm.context_parallel.raw() > 0 || te.comm.expert_parallel.raw() > 0)
         ctx.out << fmt::format("  communication by parallelism: data {:.3f} s (exposed {:.3f}), tensor {:.3f} s (exposed), context {:.3f} s "
                                "(exposed {:.3f}), expert {:.3f} s (exposed)\n",

@@ -77,7 +77,8 @@ std::string grouped(double v) {
 }  // namespace
 
 std::string estimate_markdown(const model_spec& m, const resolved_target& t, const training_config& c,
-                              const memory_estimate& me, const throughput_estimate& te, const std::optional<error_band>& band) {
+                              const memory_estimate& me, const throughput_estimate& te, const std::optional<error_band>& band,
+                              const std::string& modules_note) {
   const parameter_count pc = count_parameters(m);
   std::string s = fmt::format("### {} on {} × {}{}\n\n", m.name, c.world_size, t.gpu.id,
                               t.instance ? fmt::format(" ({} × {})", c.world_size / std::max(1, c.gpus_per_node), t.instance->id) : "");
@@ -88,6 +89,7 @@ std::string estimate_markdown(const model_spec& m, const resolved_target& t, con
                            : fmt::format("{:.2f} GiB over", (me.device_peak() - me.capacity).in(gib)),
                    to_string(me.peak_phase));
   s += "Peak reserved: " + reserved_source_note(m, c, me) + ".\n\n";
+  if (!modules_note.empty()) s += "Modules: " + modules_note + ".\n\n";
   if (const std::string note = allocator_setting_note(me); !note.empty()) s += "Allocator: " + note + ".\n\n";
   if (me.paged_states.raw() > 0) s += "Paged optimizer: " + paged_states_note(me) + ".\n\n";
   if (band) s += "Error band: " + band_line(me, te, *band) + ".\n\n";

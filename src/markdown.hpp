@@ -30,10 +30,11 @@ struct md_column {
                                          const std::vector<std::vector<std::string>>& rows);
 
 /// `estimate --format markdown`: a heading, a one-line verdict, the memory breakdown at the peak and the
-/// throughput, as Markdown tables.
+/// throughput, as Markdown tables; `modules_note` (module_kernels_note) as a line of its own when not empty.
 [[nodiscard]] std::string estimate_markdown(const model_spec& m, const resolved_target& t, const training_config& c,
                                             const memory_estimate& me, const throughput_estimate& te,
-                                            const std::optional<error_band>& band = std::nullopt);
+                                            const std::optional<error_band>& band = std::nullopt,
+                                            const std::string& modules_note = {});
 
 /// One line on the error band of an estimate and its three-state verdict (docs/calibration.md#bands), e.g.
 /// "tight: with the error band of h200/hf/single (22 measured runs, 90 %: peak reserved +1.4 %, tokens/s ±6.2 %) the

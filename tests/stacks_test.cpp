@@ -960,3 +960,25 @@ TEST_CASE("modules travels the plan file, the reproduce line, the JSON and recom
   CHECK(unknown.code == 2);
   CHECK(unknown.err.find("--modules: unknown value 'liger'") != std::string::npos);
 }
+
+TEST_CASE("estimate says what the module kernels mean: fused against transformers' own, in GiB and tokens/s", "[stacks][cli]") {
+  const auto on = estimate_json({"Llama-3.2-1B", "--gpu", "h100", "--mbs", "4", "--seq", "4096", "--sharding", "none"});
+  const auto tr = estimate_json({"Llama-3.2-1B", "--gpu", "h100", "--mbs", "4", "--seq", "4096", "--sharding", "none", "--modules", "transformers"});
+  const double gib_more = (tr["memory"]["peak_allocated_bytes"].get<double>() - on["memory"]["peak_allocated_bytes"].get<double>()) / (1024.0 * 1024 * 1024);
+  const double slower = 100 * (1 - tr["throughput"]["tokens_per_s"].get<double>() / on["throughput"]["tokens_per_s"].get<double>());
+  REQUIRE(on["memory"].contains("modules_note"));
+  const std::string note = on["memory"]["modules_note"];
+  INFO(note);
+  char want[64];
+  std::snprintf(want, sizeof want, "holds %.2f GiB more at the peak and runs %.1f%% slower", gib_more, slower);
+  CHECK(note.find(want) != std::string::npos);
+  CHECK(gib_more == Approx(4.0 * 4 * 4096 * 2048 * 33 / (1024.0 * 1024 * 1024)).epsilon(1e-6));  // 4 B per element of h, 33 norms
+  const std::string back = tr["memory"]["modules_note"];
+  CHECK(back.find("with the fused kernels (--modules fused") != std::string::npos);
+  const auto text = run_cli({"estimate", "Llama-3.2-1B", "--gpu", "h100", "--mbs", "4", "--seq", "4096"});
+  CHECK(text.out.find("  modules: fused (F.rms_norm") != std::string::npos);
+  const auto md = run_cli({"estimate", "Llama-3.2-1B", "--gpu", "h100", "--format", "markdown"});
+  CHECK(md.out.find("Modules: fused") != std::string::npos);
+  const auto tt = estimate_json({"Llama-3.2-1B", "--gpu", "h100", "--master", "bf16", "--stack", "torchtune"});
+  CHECK_FALSE(tt["memory"].contains("modules_note"));  // other stacks' module code is their own
+}

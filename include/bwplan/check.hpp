@@ -414,4 +414,37 @@ inline std::string_view rule_for(const plan_violation& v) {
   return res;
 }
 
+/// What the hf stack's module kernels (training_config::modules) mean for a plan, in one sentence for estimate's
+/// outputs: with `fused` (the default, which the reference trainer installs), how much more a script running
+/// transformers' own RMSNorm and rotary tables (`--modules transformers`) holds at the peak (GiB, peak allocated of
+/// the cheap bound) and how much slower it runs (tokens/s of `constants`); with `transformers`, the reverse. Empty for
+/// the other stacks, whose module code is their own. Both estimates are of `gpu` and `inst` (nullable).
+/// docs/stacks.md#modules.
+[[nodiscard]] inline std::string module_kernels_note(const model_spec& m, const training_config& c, const gpu_spec& gpu,
+                                                     const instance_spec* inst, const throughput_calibration& constants = {}) {
+  if (c.stack != training_stack::hf) return {};
+  training_config alt = c;
+  alt.modules = c.modules == module_kernels::fused ? module_kernels::transformers : module_kernels::fused;
+  runtime_overheads cheap;
+  cheap.replay = runtime_overheads::replay_policy::never;
+  const training_config& f = c.modules == module_kernels::fused ? c : alt;
+  const training_config& t = c.modules == module_kernels::fused ? alt : c;
+  const double extra = (estimate_memory(m, t, gpu, cheap).peak_allocated - estimate_memory(m, f, gpu, cheap).peak_allocated).raw() / 1073741824.0;
+  const double tf = estimate_throughput(m, f, gpu, inst, constants).tokens_per_s, tt = estimate_throughput(m, t, gpu, inst, constants).tokens_per_s;
+  const double slower = tf > 0 ? 100 * (1 - tt / tf) : 0;
+  char buf[360];
+  if (c.modules == module_kernels::fused)
+    std::snprintf(buf, sizeof buf,
+                  "fused (F.rms_norm, RoPE in the compute dtype; the reference trainer installs them); a script running "
+                  "transformers' own RMSNorm and rotary tables (--modules transformers) holds %.2f GiB more at the peak and "
+                  "runs %.1f%% slower",
+                  extra, slower);
+  else
+    std::snprintf(buf, sizeof buf,
+                  "transformers' own RMSNorm and rotary tables; with the fused kernels (--modules fused, as the reference "
+                  "trainer installs them) the peak is %.2f GiB lower and the step %.1f%% faster",
+                  extra, slower);
+  return buf;
+}
+
 }  // namespace bwplan
