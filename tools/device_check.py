@@ -72,6 +72,8 @@ PLANS: List[Tuple[str, List[str], bool]] = [
     ("per-op selective", ["--precision", "bf16", "--master", "fp32", "--ac", "selective-op"], False),
     ("fp8 (tensorwise)", ["--precision", "fp8", "--master", "fp32", "--ac", "none"], True),
     ("bf16 master", ["--precision", "bf16", "--master", "bf16", "--ac", "none"], False),
+    # transformers' own RMSNorm and rotary tables (docs/stacks.md#modules): the trainer leaves the modules as published
+    ("transformers' modules", ["--precision", "bf16", "--master", "fp32", "--ac", "none", "--modules", "transformers"], False),
 ]
 
 # keys the trainer needs that are not plan-file keys (bwplan's plan reader rejects them)
@@ -206,7 +208,7 @@ def build_plans(a, contract, out_dir: str) -> List[Dict[str, Any]]:
         cfg = est["config"]
         echo = {"micro_batch_size": cfg["micro_batch_size"], "seq_len": cfg["seq_len"], "grad_accum": cfg["grad_accum"],
                 "activation_checkpointing": cfg["activation_checkpointing"], "precision": cfg["precision"],
-                "master_weights": cfg["master_weights"], "sharding": cfg["sharding"]}
+                "master_weights": cfg["master_weights"], "sharding": cfg["sharding"], "modules": cfg["modules"]}
         bad = [k for k, v in echo.items() if parsed_entry[k] != v and not (k == "activation_checkpointing" and v == "full" and parsed_entry[k] == "full")]
         if bad:
             raise SetupError(f"plan '{name}': bwplan estimated {', '.join(f'{k}={echo[k]}' for k in bad)}, the trainer would run "
@@ -293,7 +295,8 @@ def match_record(row: Dict[str, Any], recs: List[Dict[str, Any]]) -> Optional[Di
     keys = ("precision", "master_weights", "activation_checkpointing", "micro_batch_size", "seq_len")
     for r in recs:
         p = r.get("plan") or {}
-        if r.get("kind") != "env" and all(p.get(k) == row["plan"][k] for k in keys):
+        if (r.get("kind") != "env" and all(p.get(k) == row["plan"][k] for k in keys)
+                and p.get("modules", "fused") == row["plan"].get("modules", "fused")):
             return r
     return None
 
