@@ -167,7 +167,7 @@ TEST_CASE("calibration: refuses what the data cannot support, in one line, exit 
   one_line_error(test::run_cli({"calibrate", gt_file().string(), "--models", models}), "-o FILE is required");
 }
 
-TEST_CASE("calibration: --calibration applies a profile on every command; bad profiles are one line, exit 2", "[calibration]") {
+TEST_CASE("calibration: --calibration applies a profile on every command, and bad profiles are one line, exit 2", "[calibration]") {
   const fs::path prof = out_dir() / "halved.json";
   calibration_profile p;
   p.bwplan_version = "test";
@@ -295,7 +295,7 @@ TEST_CASE("calibration: the band is honest on the H200 rows and 'tight' covers e
   CHECK(tight >= 97);  // the rest are "does not fit": a headroom the replay's budget cannot give
 }
 
-TEST_CASE("calibration: the fit verdict has three states; check fires BWP012 for tight", "[calibration]") {
+TEST_CASE("calibration: the fit verdict has three states, and check fires BWP012 for tight", "[calibration]") {
   memory_estimate e;
   e.capacity = bytes::base(100e9);
   e.non_pytorch = bytes::base(1e9);
@@ -445,7 +445,7 @@ TEST_CASE("calibration: sweep gives every point its verdict, band top and tokens
   }
 }
 
-TEST_CASE("calibration: lookup takes each quantity from the nearest group that measured it; merge keeps the harness first",
+TEST_CASE("calibration: lookup takes each quantity from the nearest group that measured it, and merge keeps the harness first",
           "[calibration]") {
   error_bands harness;
   harness.groups = {{"h200", "hf", "single", 22, 0.007, 0.058, -1, -1, {}, {}}, {"h200", "hf", "fsdp", 3, 0.014, 0.027, -1, -1, {}, {}}};

@@ -935,7 +935,7 @@ TEST_CASE("modules transformers reproduces the ground truth's LlamaForCausalLM r
   CHECK(estimate_throughput(m, t, h200).tokens_per_s / estimate_throughput(m, c, h200).tokens_per_s == Approx(43'945.4 / 48'799.4).epsilon(0.03));
 }
 
-TEST_CASE("modules travels the plan file, the reproduce line, the JSON and recommend; the stack rule is one line", "[stacks][plan]") {
+TEST_CASE("modules travels the plan file, the reproduce line, the JSON and recommend, and the stack rule is one line", "[stacks][plan]") {
   plan p;
   p.model = "Llama-3.2-1B";
   p.target = {"", "h100", 1, 1};
