@@ -135,18 +135,20 @@ TEST_CASE("memory: per-phase breakdowns add up to the phase peaks, and the peak 
   CHECK(estimate_memory(m, c, test_gpu()).at_optimizer_peak.transient.raw() == Approx(4 * P));
 }
 
-TEST_CASE("memory: a q/k norm saves 6 B per element of q and k (Qwen3), with and without autocast", "[memory]") {
-  // Qwen3RMSNorm on q_proj/k_proj outputs: the fp32 copy of its input (4 B) and the bf16 normalized tensor (2 B);
+TEST_CASE("memory: a q/k norm saves 6 B per element of q and k and 4 B per head (Qwen3), with and without autocast", "[memory]") {
+  // Qwen3RMSNorm on q_proj/k_proj outputs: the fp32 copy of its input (4 B) and the bf16 normalized tensor (2 B) per
+  // element, and the fp32 rstd of each head's vector (4 B per head; the step trace saves it, the walk missed it);
   // under autocast the fp32 weight promotes its return to fp32, RoPE then saves only cos/sin and SDPA saves its
   // bf16 casts of q and k, which the inventory already counts (reference/stacks.md §1)
   model_spec m = tiny();
   const double q = static_cast<double>(m.q_dim()), kv = static_cast<double>(m.kv_dim());
+  const double heads = static_cast<double>(m.heads + m.kv_heads);
   for (const bool amp : {true, false}) {
     const double without = terms::activation_bytes_per_token(m, amp).block_saved;
     model_spec mq = m;
     mq.qk_norm = true;
     const double with = terms::activation_bytes_per_token(mq, amp).block_saved;
-    CHECK(with - without == Approx(6 * (q + kv)));
+    CHECK(with - without == Approx(6 * (q + kv) + 4 * heads));
   }
 }
 

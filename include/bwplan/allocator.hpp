@@ -382,6 +382,12 @@ struct step_shape {
   /// copy, and the rotary tables of `LlamaRotaryEmbedding` in the residual dtype, shared by every block (fp32 RoPE
   /// under autocast); else the harness decoder's `F.rms_norm` and per-block bf16 tables
   bool eager_norm = false;
+  /// per-head RMSNorm of q and k before RoPE (Qwen3: `Qwen3Attention` runs `q_norm(q_proj(x).view(…, head_dim))`, then
+  /// `k_norm(k_proj(x)…)`, then `v_proj`), transformers' eager `Qwen3RMSNorm.forward` over head_dim whatever `eager_norm`
+  /// says (the reference trainer fuses only the block and final norms); weights `q_norm`, `k_norm` (head_dim each)
+  /// after `o_proj` in parameter order. Under autocast the fp32 weight makes q and k fp32, so RoPE runs in fp32 and SDPA
+  /// casts its inputs back to bf16
+  bool qk_norm = false;
   std::vector<bool> checkpointed;  ///< per block: recomputed in backward (torch.utils.checkpoint, non-reentrant)
   std::uint64_t workspace = 0;     ///< cuBLAS/cuBLASLt workspaces, allocated at the first matmul
   int steps = 5;                   ///< optimizer steps replayed (AdamW states appear in the first)
@@ -405,8 +411,8 @@ struct replay_result {
 };
 
 /// Replays the allocation and free sequence of `steps` training steps of the eager decoder (Llama layout: RMSNorm,
-/// Q/K/V/O, RoPE, SDPA flash attention with native GQA, SwiGLU, standard loss over fp32 logits, AdamW) through
-/// caching_allocator `a`. Each step runs `grad_accum` micro-batches, forward and backward, then the optimizer.
+/// Q/K/V/O, with Qwen3's per-head q/k RMSNorm where `m.qk_norm` says so, RoPE, SDPA flash attention with native GQA,
+/// SwiGLU, standard loss over fp32 logits, AdamW) through caching_allocator `a`. Each step runs `grad_accum` micro-batches, forward and backward, then the optimizer.
 ///
 /// The sequence is what PyTorch allocates, tensor by tensor: parameters in construction order (an untied-size head
 /// allocated and dropped when tied; `model.to(bfloat16)` casting one parameter at a time); per block in forward
@@ -426,6 +432,7 @@ struct replay_result {
 /// (step, exp_avg, exp_avg_sq per parameter) on the first step, foreach temporaries, gradients set to None in
 /// parameter order. Sources: `torch/nn/modules`, `torch/utils/checkpoint.py`, `torch/optim/adamw.py`,
 /// `aten/src/ATen/native/transformers/cuda/flash_attn/flash_api.cpp` (mha_bwd), `aten/src/ATen/autocast_mode.h`;
+/// transformers `src/transformers/models/qwen3/modeling_qwen3.py` (`Qwen3RMSNorm`, `Qwen3Attention.forward`);
 /// the trace reproduces `measure.py`'s peak allocated bytes on all 27 H200 rows of `h200-calibration.jsonl`.
 inline replay_result replay_step_trace(const step_shape& m, caching_allocator& a) {
   using u64 = std::uint64_t;
@@ -444,22 +451,24 @@ inline replay_result replay_step_trace(const step_shape& m, caching_allocator& a
   auto A = [&](u64 bytes) { return a.malloc(bytes); };
   auto Fr = [&](int& hdl) { a.free(hdl); hdl = -1; };
 
-  // parameters: embedding, per block [attn_norm, wq(, bq), wk(, bk), wv(, bv), wo, ffn_norm, w1, w3, w2], norm(, out)
-  enum : std::size_t { an, wq, bq, wk, bk, wv, bv, wo, fn, w1, w3, w2, nparam };
+  // parameters: embedding, per block [attn_norm, wq(, bq), wk(, bk), wv(, bv), wo(, q_norm, k_norm), ffn_norm, w1, w3,
+  // w2], norm(, out)
+  enum : std::size_t { an, wq, bq, wk, bk, wv, bv, wo, qn, kn, fn, w1, w3, w2, nparam };
+  auto present = [&](std::size_t k) {
+    return (m.qkv_bias || (k != bq && k != bk && k != bv)) && (m.qk_norm || (k != qn && k != kn));
+  };
+  std::size_t offset[nparam] = {};  // position of parameter k within a block
+  std::size_t per_block = 0;
+  for (std::size_t k = 0; k < nparam; ++k) { offset[k] = per_block; per_block += present(k) ? 1 : 0; }
   std::vector<u64> numel, dim0;  // parameter order: elements, and the size of dim 0 (the dimension FSDP2 shards)
   numel.push_back(V * h); dim0.push_back(V);
   for (std::size_t i = 0; i < L; ++i) {
-    const u64 n[nparam] = {h, q * h, q, kv * h, kv, kv * h, kv, h * q, h, F * h, F * h, h * F};
-    const u64 d[nparam] = {h, q, q, kv, kv, kv, kv, h, h, F, F, h};
+    const u64 n[nparam] = {h, q * h, q, kv * h, kv, kv * h, kv, h * q, hd, hd, h, F * h, F * h, h * F};
+    const u64 d[nparam] = {h, q, q, kv, kv, kv, kv, h, hd, hd, h, F, F, h};
     for (std::size_t k = 0; k < nparam; ++k)
-      if (m.qkv_bias || (k != bq && k != bk && k != bv)) { numel.push_back(n[k]); dim0.push_back(d[k]); }
+      if (present(k)) { numel.push_back(n[k]); dim0.push_back(d[k]); }
   }
-  const std::size_t per_block = m.qkv_bias ? nparam : nparam - 3;
-  auto pidx = [&](std::size_t i, std::size_t k) {  // index of parameter k of block i
-    std::size_t off = k;
-    if (!m.qkv_bias) off -= (k > bq) + (k > bk) + (k > bv);
-    return 1 + i * per_block + off;
-  };
+  auto pidx = [&](std::size_t i, std::size_t k) { return 1 + i * per_block + offset[k]; };  // parameter k of block i
   numel.push_back(h); dim0.push_back(h);  // final norm
   std::vector<int> param;
   if (meta) {  // built on the meta device: nothing on the GPU until to_empty allocates the shards (below)
@@ -503,7 +512,9 @@ inline replay_result replay_step_trace(const step_shape& m, caching_allocator& a
     int x = -1, yn = -1, r1 = -1, yc[3] = {-1, -1, -1}, qkv[3] = {-1, -1, -1}, cs = -1, sn = -1, o = -1, lse = -1;
     int mid = -1, y2 = -1, r2 = -1, yc1 = -1, g = -1, s = -1, yc3 = -1, u = -1, p = -1;
     int n1x = -1, n1s = -1, n2x = -1, n2s = -1;  // eager_norm: each norm's saved fp32 input copy and normalized tensor
-    int wb[nparam] = {-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1};
+    int wb[nparam] = {-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1};
+    int qkx[2] = {-1, -1}, qkr[2] = {-1, -1}, qks[2] = {-1, -1};  // qk_norm: q/k norms' fp32 input copy, rstd, bf16 normalized
+    int emb[2] = {-1, -1};  // qk_norm under autocast: RoPE's fp32 q and k, alive until the attention returns
   };
   // From the second step on every step makes the same requests (the first also allocates the AdamW states and the
   // cuBLAS workspace); once a step leaves the allocator as the step before left it (caching_allocator::state), every
@@ -520,6 +531,31 @@ inline replay_result replay_step_trace(const step_shape& m, caching_allocator& a
     auto wcast = [&](block_t& b, std::size_t i, std::size_t k) {  // autocast's cached bf16 copy of a weight
       if (amp && b.wb[k] < 0) b.wb[k] = A(2 * numel[pidx(i, k)]);
     };
+    // transformers' LlamaRMSNorm.forward (and Qwen3RMSNorm's, the same code) over `rows` vectors of `width` elements:
+    // `x.to(float32)` (with `copy`, a bf16 input's fp32 copy, which `pow` and `mul` save; an fp32 input is returned as
+    // is), `pow(2)`, `mean` (the local `variance`, dropped at return), `+ eps`, `rsqrt` (saved), `x * rstd` (the local
+    // `hidden_states`: for an fp32 input the fp32 tensor the weight's `mul` saves), `.to(input_dtype)` (bf16: a copy,
+    // saved by the weight's `mul`), `weight * …` (the output: fp32 under autocast, where the weight is fp32). Without
+    // `keep` (a checkpointed block's first forward) nothing is saved: each tensor goes when Python drops it. Returns
+    // the output.
+    auto norm_fwd_w = [&](int& x32, int& rstd, int& hs, bool keep, u64 width, u64 rows, bool copy) {
+      const u64 n = rows * width;
+      if (copy) x32 = A(4 * n);
+      int p2 = A(4 * n), var = A(4 * rows);
+      Fr(p2);
+      int ve = A(4 * rows);
+      rstd = A(4 * rows);
+      Fr(ve);
+      int hs32 = A(4 * n);
+      if (!keep) { Fr(rstd); if (copy) Fr(x32); }
+      if (copy) hs = A(2 * n);
+      else hs = hs32;
+      const int out = A(R * n);
+      if (copy) { if (!keep) Fr(hs); Fr(hs32); }
+      else if (!keep) Fr(hs);
+      Fr(var);
+      return out;
+    };
     // the Q/K/V projections of block i (autocast: each casts the normalized input and its weight) and the SwiGLU MLP
     // (gate, silu, up, product; the weight casts at each use), as both decoders run them
     auto qkv_fwd = [&](std::size_t i, block_t& b, bool keep) {
@@ -530,6 +566,11 @@ inline replay_result replay_step_trace(const step_shape& m, caching_allocator& a
         if (amp) b.yc[j] = A(2 * T * h);
         b.qkv[j] = A(2 * T * dim[j]);
         if (amp && !keep) Fr(b.yc[j]);
+        if (m.qk_norm && j < 2) {  // q_norm / k_norm per head; the projection's output goes when the norm returns
+          const int y = norm_fwd_w(b.qkx[j], b.qkr[j], b.qks[j], keep, hd, T * dim[j] / hd, true);
+          Fr(b.qkv[j]);
+          b.qkv[j] = y;
+        }
       }
     };
     auto mlp_fwd = [&](std::size_t i, block_t& b) {
@@ -554,19 +595,28 @@ inline replay_result replay_step_trace(const step_shape& m, caching_allocator& a
       qkv_fwd(i, b, keep);
       b.cs = A(2 * seq * hd);
       b.sn = A(2 * seq * hd);
+      const u64 QE = m.qk_norm ? R : 2;  // bytes of RoPE's q and k: a q/k norm's output is fp32 under autocast
       for (int j = 0; j < 2; ++j) {  // q·cos + rotate_half(q)·sin
-        int t1 = A(2 * T * dim[j]), ng = A(T * dim[j]), ct = A(2 * T * dim[j]);
+        int t1 = A(QE * T * dim[j]), ng = A(QE / 2 * T * dim[j]), ct = A(QE * T * dim[j]);
         Fr(ng);
-        int t2 = A(2 * T * dim[j]);
+        int t2 = A(QE * T * dim[j]);
         Fr(ct);
-        const int rr = A(2 * T * dim[j]);
-        Fr(t1); Fr(t2); Fr(b.qkv[j]);
+        const int rr = A(QE * T * dim[j]);
+        Fr(t1); Fr(t2);
+        if (m.qk_norm) { b.emb[j] = rr; continue; }
+        Fr(b.qkv[j]);
         b.qkv[j] = rr;
+      }
+      if (m.qk_norm) {  // transformers' attention: `query_states, key_states = apply_rotary_pos_emb(…)` drops the norms' outputs
+        Fr(b.qkv[0]); Fr(b.qkv[1]);
+        if (amp) { b.qkv[1] = A(2 * T * kv); b.qkv[0] = A(2 * T * q); }  // SDPA's autocast casts, right to left
+        else { b.qkv[0] = b.emb[0]; b.qkv[1] = b.emb[1]; b.emb[0] = b.emb[1] = -1; }
       }
       b.o = A(2 * T * q);
       b.lse = A(4 * T * nh);
       wcast(b, i, wo);
       int ao = A(2 * T * h);
+      Fr(b.emb[0]); Fr(b.emb[1]);  // fp32 q and k die with the attention's frame, after o_proj
       b.mid = A(R * T * h);
       Fr(ao);
       b.y2 = A(R * T * h);
@@ -582,29 +632,7 @@ inline replay_result replay_step_trace(const step_shape& m, caching_allocator& a
       sv(b.mid);
       return out;
     };
-    // transformers' LlamaRMSNorm.forward: `x.to(float32)` (a copy of a bf16 input, which `pow` and `mul` save),
-    // `pow(2)`, `mean` (the local `variance`, dropped at return), `+ eps`, `rsqrt` (saved), `x * rstd` (the local
-    // `hidden_states`: under autocast the fp32 tensor the weight's `mul` saves), `.to(input_dtype)` (bf16: a copy, saved
-    // by the weight's `mul`), `weight * …` (the output). Without `keep` (a checkpointed block's first forward) nothing is
-    // saved: each tensor goes when Python drops it. Returns the output.
-    auto norm_fwd = [&](int& x32, int& rstd, int& hs, bool keep) {
-      const bool copy = !amp;  // the residual is bf16: `to(float32)` copies it
-      if (copy) x32 = A(4 * T * h);
-      int p2 = A(4 * T * h), var = A(4 * T);
-      Fr(p2);
-      int ve = A(4 * T);
-      rstd = A(4 * T);
-      Fr(ve);
-      int hs32 = A(4 * T * h);
-      if (!keep) { Fr(rstd); if (copy) Fr(x32); }
-      if (copy) hs = A(2 * T * h);
-      else hs = hs32;
-      const int out = A(R * T * h);
-      if (copy) { if (!keep) Fr(hs); Fr(hs32); }
-      else if (!keep) Fr(hs);
-      Fr(var);
-      return out;
-    };
+    auto norm_fwd = [&](int& x32, int& rstd, int& hs, bool keep) { return norm_fwd_w(x32, rstd, hs, keep, h, T, !amp); };
     // the transformers decoder layer (LlamaDecoderLayer, LlamaAttention, LlamaMLP; eager_norm): the norms above, RoPE
     // with the model's tables in the residual dtype (fp32 q and k under autocast, which SDPA's autocast casts back to
     // bf16 and saves; the fp32 ones die with the attention's frame, after o_proj), the projections' q and k dropped
@@ -616,23 +644,23 @@ inline replay_result replay_step_trace(const step_shape& m, caching_allocator& a
       const u64 dim[3] = {q, kv, kv};
       qkv_fwd(i, b, keep);
       const u64 E = amp ? 4 : 2;  // RoPE's output bytes: the tables' dtype promotes q and k
-      int emb[2] = {-1, -1};
+      const u64 QE = m.qk_norm ? R : 2;  // bytes of RoPE's q and k: a q/k norm's output is fp32 under autocast
       for (int j = 0; j < 2; ++j) {  // q·cos + rotate_half(q)·sin
-        int t1 = A(E * T * dim[j]), ng = A(T * dim[j]), ct = A(2 * T * dim[j]);
+        int t1 = A(E * T * dim[j]), ng = A(QE / 2 * T * dim[j]), ct = A(QE * T * dim[j]);
         Fr(ng);
         int t2 = A(E * T * dim[j]);
         Fr(ct);
-        emb[j] = A(E * T * dim[j]);
+        b.emb[j] = A(E * T * dim[j]);
         Fr(t1); Fr(t2);
       }
       Fr(b.qkv[0]); Fr(b.qkv[1]);
       if (amp) { b.qkv[1] = A(2 * T * kv); b.qkv[0] = A(2 * T * q); }  // SDPA's autocast casts, right to left
-      else { b.qkv[0] = emb[0]; b.qkv[1] = emb[1]; emb[0] = emb[1] = -1; }
+      else { b.qkv[0] = b.emb[0]; b.qkv[1] = b.emb[1]; b.emb[0] = b.emb[1] = -1; }
       b.o = A(2 * T * q);
       b.lse = A(4 * T * nh);
       wcast(b, i, wo);
       int ao = A(2 * T * h);
-      Fr(emb[0]); Fr(emb[1]);
+      Fr(b.emb[0]); Fr(b.emb[1]);
       if (amp) Fr(yn);
       else b.yn = yn;
       b.mid = A(R * T * h);
@@ -755,30 +783,38 @@ inline replay_result replay_step_trace(const step_shape& m, caching_allocator& a
     // node's saved tensors are released: the weight's `g·hs` and `g·w`; ToCopyBackward0; the rstd's `g·rstd` and
     // `g·x`; RsqrtBackward0; MeanBackward1's expanded gradient; PowBackward0's `grad·(2·x.pow(1))`; the input buffer
     // adds the two input gradients in place. Frees `g` and the saved tensors; returns the input gradient.
-    auto norm_bwd = [&](int& g, int& x32, int& rstd, int& hs, std::size_t wk) {
-      const u64 NO = amp ? 4 : 2;
-      int t = A(NO * T * h), ghs = A(NO * T * h);
+    // over `rows` vectors of `width` elements; `copy` as in norm_fwd_w. Under autocast with a bf16 input (a q/k norm) the
+    // output and its gradient are fp32 and validate_outputs casts the normalized tensor's gradient to bf16 before
+    // ToCopyBackward0 casts it back to fp32.
+    auto norm_bwd_w = [&](int& g, int& x32, int& rstd, int& hs, std::size_t wk, u64 width, u64 rows, bool copy) {
+      const u64 n = rows * width, NO = R;
+      int t = A(NO * n), ghs = A(NO * n);
       Fr(g);
-      int dw = A(W * h);
-      Fr(t); Fr(hs);
+      int dw = A(W * width);
+      Fr(t);
+      if (copy && NO == 4) { const int c = A(2 * n); Fr(ghs); ghs = c; }
+      Fr(hs);
       if (wk < numel.size()) grad(wk, dw, true);
       else Fr(dw);  // the final norm: its gradient is allocated after the blocks (below)
-      if (!amp) { const int c = A(4 * T * h); Fr(ghs); ghs = c; }
-      int gx = A(4 * T * h), t2 = A(4 * T * h);
+      if (copy) { const int c = A(4 * n); Fr(ghs); ghs = c; }
+      int gx = A(4 * n), t2 = A(4 * n);
       Fr(ghs);
-      int gr = A(4 * T);
+      int gr = A(4 * rows);
       Fr(t2);
-      int gq = A(4 * T);
+      int gq = A(4 * rows);
       Fr(gr); Fr(rstd);
-      int gm = A(4 * T * h);
+      int gm = A(4 * n);
       Fr(gq);
-      int p1 = A(4 * T * h), p2 = A(4 * T * h);
+      int p1 = A(4 * n), p2 = A(4 * n);
       Fr(p1);
-      int gp = A(4 * T * h);
+      int gp = A(4 * n);
       Fr(p2); Fr(gm); Fr(gp);
       Fr(x32);
-      if (!amp) { const int c = A(2 * T * h); Fr(gx); gx = c; }
+      if (copy) { const int c = A(2 * n); Fr(gx); gx = c; }
       return gx;
+    };
+    auto norm_bwd = [&](int& g, int& x32, int& rstd, int& hs, std::size_t wk) {
+      return norm_bwd_w(g, x32, rstd, hs, wk, h, T, !amp);
     };
     int gl = A(4);
     int dls = A(4 * T * V), dlf = A(4 * T * V);
@@ -847,6 +883,16 @@ inline replay_result replay_step_trace(const step_shape& m, caching_allocator& a
       int drh[2] = {-1, -1};
       for (int j : {1, 0}) {  // RoPE backward, k then q
         const u64 dim = j == 0 ? q : kv;
+        if (amp && m.qk_norm) {  // fp32 q and k (the q/k norm's output): SDPA's cast back to fp32, RoPE in fp32
+          int g32 = A(4 * T * dim);
+          Fr(dqkv[j]);
+          int r32 = A(4 * T * dim), dng = A(2 * T * dim);  // grad·sin (the cat's gradient), neg's on one half
+          drh[j] = A(4 * T * dim);
+          Fr(dng); Fr(r32);
+          int c32 = A(4 * T * dim);  // grad·cos, added into drh
+          Fr(c32); Fr(g32);
+          continue;
+        }
         if (hf && amp) {  // fp32 RoPE: SDPA's cast back to fp32, each product's fp32 gradient cast to the bf16 input
           const int g32 = A(4 * T * dim);
           Fr(dqkv[j]);
@@ -872,7 +918,11 @@ inline replay_result replay_step_trace(const step_shape& m, caching_allocator& a
       const std::size_t lw[3] = {wv, wk, wq};
       int* src[3] = {&dqkv[2], &drh[1], &drh[0]};
       const int ycj[3] = {2, 1, 0};
-      for (int j = 0; j < 3; ++j) {  // v, k, q projections
+      for (int j = 0; j < 3; ++j) {  // v, k, q projections (k_norm's backward before k_proj's, q_norm's before q_proj's)
+        if (m.qk_norm && j > 0) {
+          const int r = ycj[j];
+          drh[r] = norm_bwd_w(drh[r], b.qkx[r], b.qkr[r], b.qks[r], pidx(i, r ? kn : qn), hd, T * (r ? kv : q) / hd, true);
+        }
         int dy = A(2 * T * h);
         dw = A(2 * numel[pidx(i, lw[j])]);
         Fr(*src[j]);

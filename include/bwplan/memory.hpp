@@ -635,10 +635,11 @@ struct activation_inventory {
   double norms = amp ? 2 * (4 * h) + (3 + 2) * 2 * h  // fp32 inputs + per-linear bf16 casts
                      : 2 * (2 * h + 2 * h);
   double attn = 2 * q + 2 * 2 * kv + 2 * q + 4 * a;  // q, k, v after RoPE, output, fp32 log-sum-exp
-  // q/k RMSNorm (Qwen3): the fp32 copy of its input (pow and mul share it) and the bf16 normalized tensor the
-  // weight multiplies; under autocast its fp32 weight promotes the return to fp32, so RoPE runs in fp32 and
-  // saves only cos/sin, and SDPA saves its own bf16 casts of q and k (counted above). Same bytes in pure bf16.
-  if (m.qk_norm) attn += (4 + 2) * (q + kv);
+  // q/k RMSNorm (Qwen3): the fp32 copy of its input (pow and mul share it), the bf16 normalized tensor the
+  // weight multiplies and the fp32 rstd of each head's vector; under autocast its fp32 weight promotes the return to
+  // fp32, so RoPE runs in fp32 and saves only cos/sin, and SDPA saves its own bf16 casts of q and k (counted above).
+  // Same bytes in pure bf16. (The step trace follows these ops one by one: alloc::step_shape::qk_norm.)
+  if (m.qk_norm) attn += (4 + 2) * (q + kv) + 4 * (a + static_cast<double>(m.kv_heads));
   double mlp = m.gated_mlp ? 4 * 2 * f : 2 * 2 * f;  // gate, act(gate), up, product (bf16)
   if (quantized) {
     const double s = t.saved_input_bytes;
@@ -1210,7 +1211,7 @@ struct allocator_overheads {
 struct allocator_replay {
   bool replayable = false;  ///< one GPU (unsharded), or FSDP2 full or hybrid sharding with fp32 master, tp = cp = pp = 1,
                             ///< any gradient accumulation, bf16 GEMMs, standard loss, no or whole-block checkpointing, a
-                            ///< dense Llama-layout model (see replayable())
+                            ///< dense Llama-layout model, with or without q/k norms (see replayable())
   runtime_overheads::replay_policy policy = runtime_overheads::replay_policy::always;
   double band = 0.15;
   alloc::allocator_settings settings;
@@ -1225,7 +1226,6 @@ struct allocator_replay {
   if (m.is_mla()) return "multi-head latent attention";
   if (!m.gated_mlp || m.layer_norm || m.norms_per_block != 2 || m.o_bias || m.mlp_bias || m.positions != 0)
     return "a block off the Llama layout";
-  if (m.qk_norm) return "q/k norms";
   if (c.stack != training_stack::hf) return "another stack than hf";
   if (c.compile) return "torch.compile";
   if (c.tp > 1 || c.cp > 1 || c.pp > 1) return "tensor, context or pipeline parallelism";
@@ -1274,6 +1274,7 @@ struct allocator_replay {
   t.meta_init = s.fsdp && c.world_size > 1;  // the reference trainer builds on the meta device (measure.py: one GPU, on the device)
   t.foreach_adamw = c.optimizer == optimizer_impl::foreach;
   t.eager_norm = s.eager_norm;
+  t.qk_norm = m.qk_norm;
   // micro-batches after the second repeat its allocation sequence exactly (the gradients, FSDP2's sharded ones, already
   // exist from the first), so the replay runs at most two per step: the same peaks as all of them (test "allocator:
   // gradient accumulation ..."), except where block splitting lands differently: a review found one of 1,728
