@@ -51,8 +51,10 @@ void add_plan_options(CLI::App* sub, const std::shared_ptr<plan_options>& o) {
   sub->add_option("--vpp", o->vpp, "virtual pipeline stages per rank (--pp-schedule interleaved; >= 2)");
   choice<optimizer_impl>(sub->add_option("--optimizer-impl", o->optimizer, "AdamW implementation: fused | foreach"),
                          {{"fused", optimizer_impl::fused}, {"foreach", optimizer_impl::foreach}});
-  choice<loss_impl>(sub->add_option("--loss", o->loss, "loss: standard (fp32 logits) | chunked (fused linear cross-entropy)"),
-                    {{"standard", loss_impl::standard}, {"chunked", loss_impl::chunked}});
+  choice<loss_impl>(sub->add_option("--loss", o->loss, "loss: standard (fp32 logits) | chunked (the stack's chunked loss; hf: the "
+                                                      "reference trainer's 8 checkpointed chunks) | liger (Liger-Kernel's fused "
+                                                      "linear cross-entropy, stack hf)"),
+                    {{"standard", loss_impl::standard}, {"chunked", loss_impl::chunked}, {"liger", loss_impl::liger}});
   sub->add_option("--precision", o->precision, "linear-layer GEMM format: " + precision_names(" | "))
       ->option_text("bf16|fp8|fp8-rowwise|mxfp8|nvfp4");
   sub->add_option("--bf16-layers", o->bf16_layers,

@@ -102,7 +102,7 @@ void apply(plan& p, const std::string& key, const std::string& v) {
   else if (key == "ac") c.ac = *parse_checkpointing(v);
   else if (key == "sharding") c.shard = *parse_sharding(v);
   else if (key == "pp-schedule") c.schedule = *parse_pp_schedule(v);
-  else if (key == "loss") c.loss = v == "chunked" ? loss_impl::chunked : loss_impl::standard;
+  else if (key == "loss") c.loss = v == "chunked" ? loss_impl::chunked : v == "liger" ? loss_impl::liger : loss_impl::standard;
   else if (key == "master") c.master = v == "bf16" ? master_weights::bf16 : master_weights::fp32;
   else if (key == "optimizer-impl") c.optimizer = v == "foreach" ? optimizer_impl::foreach : optimizer_impl::fused;
   else if (key == "precision") c.format = *parse_format(v);
@@ -190,7 +190,7 @@ sweep_axis parse_vary(const std::string& spec) {
       }
     } else if (a.key == "sharding") check_member(spec, item, {"none", "full", "hybrid", "grad-op", "optimizer"});
     else if (a.key == "pp-schedule") check_member(spec, item, {"1f1b", "interleaved"});
-    else if (a.key == "loss") check_member(spec, item, {"standard", "chunked"});
+    else if (a.key == "loss") check_member(spec, item, {"standard", "chunked", "liger"});
     else if (a.key == "master") check_member(spec, item, {"fp32", "bf16"});
     else if (a.key == "optimizer-impl") check_member(spec, item, {"fused", "foreach"});
     else if (a.key == "precision") check_member(spec, item, formats);

@@ -275,6 +275,8 @@ TEST_CASE("contract: the trainer's refusals, decided from the plan", "[contract]
   CHECK_THAT(first([](training_config& c) { c.shard = sharding::none; c.tp = 2; }), Catch::Contains("(T-ddp-tp)"));
   CHECK(first([](training_config& c) { c.shard = sharding::none; c.tp = 8; c.world_size = 8; }) == "runs");  // one tp group: no DDP
   CHECK_THAT(first([](training_config& c) { c.loss = loss_impl::chunked; c.tp = 2; }), Catch::Contains("(T-chunked-tp)"));
+  CHECK_THAT(first([](training_config& c) { c.loss = loss_impl::liger; }), Catch::StartsWith("loss: loss liger: the reference trainer cannot run it (T-liger)"));
+  CHECK(first([](training_config& c) { c.loss = loss_impl::chunked; }) == "runs");
   CHECK_THAT(first([](training_config& c) { c.tp = 2; c.cp = 2; c.seq_len = 4100; }), Catch::Contains("tp x 2 x cp = 8") && Catch::Contains("R-cp-seq"));
   CHECK_THAT(first([](training_config& c) { c.shard = sharding::hybrid; c.cp = 4; c.shard_group = 2; }), Catch::Contains("R-hybrid"));
   for (auto edit : {+[](training_config& c) { c.tp = 4; c.cp = 2; }, +[](training_config& c) { c.shard = sharding::hybrid; },
@@ -432,6 +434,7 @@ TEST_CASE("launch: what the trainer cannot run is refused by bwplan and by the t
       {{"Llama-3.1-8B", "--precision", "nvfp4", "--sharding", "none"}, "T-nvfp4-autocast"},
       {{"Llama-3.1-8B", "--sharding", "none", "--tp", "4"}, "T-ddp-tp"},
       {{"Llama-3.1-8B", "--loss", "chunked", "--tp", "2"}, "T-chunked-tp"},
+      {{"Llama-3.1-8B", "--loss", "liger"}, "T-liger"},
       {{"Llama-3.1-8B", "--sharding", "optimizer"}, "T-zero1"},                                      // issue 13
       {{"Llama-3.1-8B", "--pp", "2", "--pp-schedule", "interleaved", "--vpp", "2", "--grad-accum", "2"}, "T-pp"}};
   int i = 0;

@@ -666,12 +666,19 @@ TEST_CASE("stacks: fsdp_embedding_units needs FSDP, and travels the plan file, t
   c.shard = sharding::full;
   c.fsdp_embedding_units = true;
   CHECK(violations(c).empty());
-  {  // Liger's fused linear cross-entropy reads the head weight outside the head module: no head unit to gather
+  {  // Liger's fused linear cross-entropy reads the head weight outside the head module: no head unit to gather; the
+     // hf stack's chunked loss (the trainer's checkpointed chunks) calls the head per chunk: not modelled with one
     training_config x = c;
-    x.loss = loss_impl::chunked;
-    const auto v = violations(x);
+    x.loss = loss_impl::liger;
+    auto v = violations(x);
     REQUIRE(!v.empty());
     CHECK(v.front().field == "fsdp_embedding_units");
+    CHECK(v.front().message.find("Liger") != std::string::npos);
+    x.loss = loss_impl::chunked;
+    v = violations(x);
+    REQUIRE(!v.empty());
+    CHECK(v.front().field == "fsdp_embedding_units");
+    CHECK(v.front().message.find("recompute") != std::string::npos);
     x.stack = training_stack::torchtitan;  // torchtitan's chunked loss calls the head module
     CHECK(violations(x).empty());
   }

@@ -217,7 +217,7 @@ TEST_CASE("terms: loss buffers, standard vs chunked", "[terms][memory]") {
   CHECK(st.forward_transient.raw() == 6 * T * V);
   CHECK(st.backward_transient.raw() == 8 * T * V);
   CHECK(st.head_gradient.raw() == 0);
-  c.loss = loss_impl::chunked;
+  c.loss = loss_impl::liger;  // Liger's fused linear cross-entropy
   // chunk = next_pow2(ceil(2048 / ceil(128256 / 2048))) = next_pow2(ceil(2048 / 63)) = next_pow2(33) = 64
   const auto ch = terms::loss_buffer_bytes(terms::memory_shape_of(m, c, g));
   CHECK(ch.saved.raw() == 2 * T * h);
@@ -225,10 +225,42 @@ TEST_CASE("terms: loss buffers, standard vs chunked", "[terms][memory]") {
   CHECK(ch.backward_transient.raw() == 0);
   CHECK(ch.head_gradient.raw() == 4 * V * h);  // fp32 gradient of the head, computed in forward
   training_config f = fsdp8();
-  f.loss = loss_impl::chunked;
+  f.loss = loss_impl::liger;
   CHECK(terms::loss_buffer_bytes(terms::memory_shape_of(m, f, g)).head_gradient.raw() == 2 * V * h);
   f.grad_accum = 2;
   CHECK(terms::loss_buffer_bytes(terms::memory_shape_of(m, f, g)).head_gradient.raw() == 0);
+}
+
+TEST_CASE("terms: the hf stack's chunked loss is the reference trainer's 8 checkpointed chunks, hand-derived", "[terms][memory]") {
+  // apps/train/bwtrain/loss.py `chunked_loss`: 8 chunks of Tc = 2048 / 8 = 256 tokens, each LM head + fp32 cross-entropy
+  // under a non-reentrant checkpoint. Before, bwplan priced Liger's fused linear cross-entropy for `loss chunked`, which
+  // the trainer does not run (its head gradient in forward, 64-token chunks, no recompute).
+  const model_spec m = llama_1b();
+  const gpu_spec g = h100();
+  const double T = 2048, Tc = 256, Vh = V * h;
+  training_config c = one_gpu();  // autocast over fp32 weights
+  c.loss = loss_impl::chunked;
+  const auto a = terms::loss_buffer_bytes(terms::memory_shape_of(m, c, g));
+  CHECK(a.saved.raw() == 2 * T * h);               // the fp32 head input kept by the checkpoints, not its bf16 cast
+  CHECK(a.forward_transient.raw() == 8 * Tc * V);  // one chunk's fp32 upcast and log-softmax
+  CHECK(a.head_gradient.raw() == 0);               // the head's gradient comes in backward, as standard
+  // the last chunk done: the head's fp32 .grad, 7 chunks' fp32 input gradients, and the larger of the chunk's loss
+  // backward (log-softmax + 2 gradients, 12·Tc·V, with the recompute's bf16 weight and input casts) and its head
+  // backward (the bf16 weight gradient 2·V·h and its fp32 cast 4·V·h, the input cast and the input gradient)
+  CHECK(a.backward_transient.raw() == 4 * Vh + 4 * (T - Tc) * h + std::max(12 * Tc * V + 2 * Vh + 2 * Tc * h, 2 * Tc * h + 2 * Tc * h + 6 * Vh));
+  training_config f = fsdp8();  // bf16 compute: no casts, the unsharded bf16 gradient accumulates
+  f.loss = loss_impl::chunked;
+  const auto b = terms::loss_buffer_bytes(terms::memory_shape_of(m, f, g));
+  CHECK(b.saved.raw() == 0);
+  CHECK(b.forward_transient.raw() == 8 * Tc * V);
+  CHECK(b.backward_transient.raw() == 2 * Vh + 2 * (T - Tc) * h + std::max(12 * Tc * V, 2 * Tc * h + 2 * Vh));
+  // against Liger's at the same point: the trainer's loss holds more in backward and runs the head GEMM again
+  training_config l = c;
+  l.loss = loss_impl::liger;
+  const auto tc = estimate_throughput(m, c, g), tl = estimate_throughput(m, l, g);
+  CHECK(tc.gemm.raw() > tl.gemm.raw());
+  CHECK(tc.memory_bound.raw() > tl.memory_bound.raw());  // 70 against 8 bytes per logit
+  CHECK(tc.tokens_per_s < tl.tokens_per_s);
 }
 
 TEST_CASE("terms: weight copies and communication buffers", "[terms][memory]") {

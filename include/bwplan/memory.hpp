@@ -905,7 +905,21 @@ inline constexpr double stack_loss_chunks = 8;
 /// with the bf16 logits `2·T·V`); backward turns the saved softmax into the gradient in place and the engine casts
 /// it to the bf16 logits' dtype (`2·T·V`).
 ///
-/// Chunked, hf (Liger-Kernel fused linear cross-entropy, `LigerFusedLinearCrossEntropyFunction`): chunks of
+/// Chunked, hf: the reference trainer's loss (apps/train/bwtrain/loss.py `chunked_loss`): the final norm's output is
+/// split into 8 chunks of `Tc = ceil(T/8)` tokens (`torch.chunk`), each chunk's LM head + `F.cross_entropy(logits.float(),
+/// reduction="sum")` under a non-reentrant `torch.utils.checkpoint`, so no chunk's tensors are saved: forward holds one
+/// chunk's fp32 upcast and log-softmax at a time (`(4 + 4)·Tc·V`, the bf16 logits `2·Tc·V` freed at the upcast), and the
+/// chunks keep the head input alive as their checkpoint input (fp32 under autocast: `2·T·h` more than the bf16 input the
+/// head's `mm` would save). Backward takes the chunks last to first (autograd's order by sequence number); each recomputes
+/// its forward (under autocast a fresh autocast context: the head weight's bf16 cast `2·V·h` and the chunk's `2·Tc·h`
+/// again, saved by the `mm`) up to its saved log-softmax, then holds that with its gradient and the fp32 logits' gradient
+/// (`12·Tc·V`); its head `mm` returns the bf16 weight gradient `2·V·h` (under autocast cast to fp32, `w·V·h`) while the head's
+/// `.grad` from the chunks before it is alive (AccumulateGrad adds into it), and the chunks' input gradients wait in
+/// `chunk`'s SplitBackward until the last chunk is done (`(T − Tc)·h` in the residual dtype before the last chunk runs).
+/// torch/utils/checkpoint.py `_checkpoint_without_reentrant_generator` (recompute on the first unpack, in the recorded
+/// autocast state, stopping at the last saved tensor), torch/csrc/autograd/engine.cpp (ready queue by sequence number).
+///
+/// Liger, hf (`--loss liger`: Liger-Kernel fused linear cross-entropy, `LigerFusedLinearCrossEntropyFunction`): chunks of
 /// `next_pow2(ceil(T / ceil(V / h)))` tokens, each holding bf16 logits and their fp32 gradient `(2 + 4)·chunk·V`; the
 /// gradient w.r.t. the head input `2·T·h` is computed in forward and saved, and the head weight gradient is
 /// accumulated in forward (`w·V·h`, bf16 under FSDP). Chunked, torchtitan and torchtune (above): the model still
@@ -951,7 +965,16 @@ inline constexpr double stack_loss_chunks = 8;
       r.forward_transient = bytes::base((tune ? 4 : 2 + 4) * TV + lp); // (bf16 logits +) fp32 upcast alive with it
       r.backward_transient = bytes::base((4 + 4) * TV + lp);           // grads of log-softmax output and of the fp32 logits
     }
-  } else if (s.stack == training_stack::hf) {
+  } else if (s.loss == loss_impl::chunked && s.stack == training_stack::hf) {  // the reference trainer's checkpointed chunks
+    const double Tc = std::ceil(T / C), rs = s.amp ? 4 : 2;  // a chunk's tokens; bytes of the head input (final norm output)
+    const double cast_w = s.amp ? 2 * s.head_w : 0, cast_x = s.amp ? 2 * Tc * h : 0;  // autocast's casts in a recompute
+    const double held = s.accum || s.adapters ? 0 : (s.fsdp ? 2 : g) * s.head_w;     // the head's .grad from earlier chunks
+    const double dw = s.adapters ? 0 : 2 * s.head_w + (s.amp ? g * s.head_w : 0);     // a chunk's bf16 weight gradient (+ fp32 cast)
+    const double earlier = rs * (T - Tc) * h;                                         // input gradients of the chunks done
+    r.saved = bytes::base((rs - 2) * T * h);
+    r.forward_transient = bytes::base(8 * Tc * V);
+    r.backward_transient = bytes::base(held + earlier + std::max(12 * Tc * V + cast_w + cast_x, cast_x + 2 * Tc * h + dw));
+  } else if (s.stack == training_stack::hf) {  // Liger's fused linear cross-entropy
     const double inc = std::ceil(V / h);
     double chunk = 1;
     while (chunk < std::ceil(T / inc)) chunk *= 2;
@@ -1233,6 +1256,7 @@ struct allocator_replay {
   if (c.world_size > 1 && !fsdp2) return c.shard == sharding::none ? "DDP" : "this sharding";
   if (c.sharded() && !fsdp2) return "this sharding";
   if (c.sharded() && c.master != master_weights::fp32) return "FSDP2 with bf16 master weights";
+  if (c.loss == loss_impl::liger) return "Liger's fused linear cross-entropy";
   if (c.loss != loss_impl::standard) return "the chunked loss";
   if (c.format != compute_format::bf16) return "low-precision GEMMs";
   if (c.ac.mode != ac_mode::none && c.ac.mode != ac_mode::full) return "per-op checkpointing";
@@ -1552,7 +1576,7 @@ struct block_backward_moment {
       bwd_peak = std::max(bwd_peak, consider(hs, step_phase::backward));
     }
   }
-  const double head_grad = s.loss == loss_impl::chunked && s.stack == training_stack::hf ? t.loss.head_gradient.raw()
+  const double head_grad = s.loss == loss_impl::liger ? t.loss.head_gradient.raw()
                                                                                           : t.states.head_gradient.raw();
   const double static_part = base.total().raw() + root;
   const terms::block_backward_moment bm = terms::block_backward_peak(t, static_part, head_grad);

@@ -304,6 +304,7 @@ inline std::string shortest(double v) {
     s += std::string(", ") + (c.finetune == finetune_mode::qlora ? "QLoRA" : "LoRA") + " r" + std::to_string(c.lora.rank) + " " +
          lora_targets_to_string(c.lora.targets);
   if (c.loss == loss_impl::chunked) s += ", chunked loss";
+  if (c.loss == loss_impl::liger) s += ", Liger's fused linear cross-entropy";
   if (c.stack != training_stack::hf) s += std::string(", ") + to_string(c.stack);
   if (c.compile) s += ", torch.compile";
   if (c.modules != module_kernels::fused) s += ", transformers' RMSNorm and RoPE";

@@ -295,7 +295,7 @@ struct plan_result {
             c.moe_a2a_overlap = req.moe_a2a_overlap && c.ep > 1;
             if (c.fsdp_embedding_units && ((c.shard != sharding::full && c.shard != sharding::hybrid) || c.pp > 1 ||
                                            (c.stack == training_stack::hf && c.loss == loss_impl::chunked)))
-              continue;  // the rules of violations(): FSDP, pp 1, not Liger's fused loss
+              continue;  // the rules of violations(): FSDP, pp 1, not the hf stack's chunked loss
             c.offload = off;
             if (off != 0) {  // the offload rules of violations(): a set this layout cannot run is not a candidate
               const char* field = nullptr;

@@ -441,6 +441,9 @@ struct throughput_shape {
   bool amp = false;  ///< autocast over fp32 weights (fp32 residual stream)
   bool compiled = false;       ///< torch.compile of the blocks: Inductor fuses their element-wise ops (block_elementwise)
   bool compiled_loss = false;  ///< the loss runs under torch.compile (torchtitan, torchtune with compile)
+  /// the hf stack's chunked loss, the reference trainer's 8 checkpointed chunks (apps/train/bwtrain/loss.py
+  /// `chunked_loss`): each chunk's LM head and cross-entropy run again in backward
+  bool checkpointed_loss = false;
   /// the eager fp32 RMSNorm op chain (transformers' `LlamaRMSNorm` with modules transformers, torchtune's `RMSNorm`),
   /// eager blocks
   bool eager_norm = false;
@@ -490,6 +493,7 @@ struct throughput_shape {
   // what torch.compile compiles, as memory.hpp's stack_settings reads it (Megatron-LM does not compile its model)
   r.compiled = c.compile && c.stack != training_stack::megatron;
   r.compiled_loss = r.compiled && (c.stack == training_stack::torchtitan || c.stack == training_stack::torchtune);
+  r.checkpointed_loss = c.loss == loss_impl::chunked && c.stack == training_stack::hf;
   r.eager_norm = ((c.modules == module_kernels::transformers && c.stack == training_stack::hf) || c.stack == training_stack::torchtune) &&
                  !r.compiled;
   r.fp32_rope = c.modules == module_kernels::transformers && c.stack == training_stack::hf && !r.compiled;
@@ -711,8 +715,10 @@ struct block_gemm_seconds {
   // LM head (vocabulary-parallel under tp): m = the tensor-parallel group's tokens, n = V/tp, k = h
   const double rows = T * s.tp, Vl = s.V / s.tp, hp_peak = s.clock * peak;
   const double head_f = head_gemm / std::max(hp_peak, 1.0);
+  // (the hf stack's chunked loss runs each chunk's head GEMM again in its recompute: Tc = ceil(T/8) rows each)
   const double head_s = gemm_seconds(head_f, h, rows * Vl, k) + gemm_seconds(head_f, Vl, rows * h, k) +
-                        (frozen ? 0 : gemm_seconds(head_f, rows, Vl * h, k));
+                        (frozen ? 0 : gemm_seconds(head_f, rows, Vl * h, k)) +
+                        (s.checkpointed_loss ? gemm_seconds(head_f, h, std::ceil(rows / 8) * Vl, k) : 0);
   r.lm_head = seconds::base(hp_peak > 0 ? head_s : 0);
   if (s.adapters) {
     const double hp_rate = r.high_rate.raw() > 0 ? r.high_rate.raw() : hp_peak * k.gemm_max;
@@ -878,8 +884,10 @@ struct block_elementwise_bytes {
 /// - per block block_elementwise (forward and backward), and the forward again per recomputed block (a checkpointed
 ///   block reruns its forward kernels only; selective per-op checkpointing half the blocks' worth);
 /// - the standard loss (`F.cross_entropy(logits.float())`): the upcast (6 B per logit), log-softmax's passes (16 B),
-///   its backward (gradient 4 B, log-softmax backward 16 B, the cast back 6 B): `48·T·V`; the chunked loss (Liger fused
-///   linear cross-entropy) and the compiled loss (torchtitan, torchtune with compile) `8·T·V`;
+///   its backward (gradient 4 B, log-softmax backward 16 B, the cast back 6 B): `48·T·V`; the hf stack's chunked loss
+///   (the reference trainer's checkpointed chunks) the same and its forward again in each chunk's recompute (the
+///   upcast and log-softmax, 22 B): `70·T·V`; Liger's fused linear cross-entropy (`--loss liger`), the other stacks'
+///   chunked losses and the compiled loss (torchtitan, torchtune with compile) `8·T·V`;
 /// - fp32 master weights: under autocast every weight is cast to bf16 in forward (6 B, again in a recomputed block:
 ///   the recompute runs in a fresh autocast context) and its bf16 gradient cast back to fp32 (6 B), `12·P`; FSDP2
 ///   (MixedPrecisionPolicy bf16 / fp32 reduce) casts its shard to bf16 and copies it into and out of the all-gather
@@ -914,7 +922,7 @@ struct block_elementwise_bytes {
   const block_elementwise_bytes blk = block_elementwise(s, s.moe_copies);
   // the compiled standard loss fuses the upcast, log-softmax and its backward into reductions over the bf16 logits:
   // two reading passes forward, one read and one write backward, as the chunked loss (memory.hpp, loss_transient)
-  const double loss_bytes = c.loss == loss_impl::standard && !s.compiled_loss ? T * V * 48 : T * V * 8;
+  const double loss_bytes = s.checkpointed_loss ? T * V * 70 : c.loss == loss_impl::standard && !s.compiled_loss ? T * V * 48 : T * V * 8;
   double cast_bytes = 0;
   // trained parameters only; the distributed optimizer computes on its bf16 parameters (its cast is in the optimizer step)
   if (c.master == master_weights::fp32 && !s.zero1) {

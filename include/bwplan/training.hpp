@@ -192,7 +192,13 @@ struct lora_settings {
 /// Loss computation over the vocabulary.
 enum class loss_impl {
   standard,  ///< `F.cross_entropy(logits.float(), labels)`: full fp32 logits and log-softmax
-  chunked,   ///< fused linear + cross-entropy in token chunks (Liger-Kernel style): no full logits
+  /// the logits in token chunks, as the stack runs them: hf, the reference trainer's 8 checkpointed chunks of LM head +
+  /// fp32 cross-entropy (apps/train/bwtrain/loss.py `chunked_loss`); torchtitan and torchtune, their chunked losses over
+  /// materialised bf16 logits (docs/stacks.md)
+  chunked,
+  /// Liger-Kernel's fused linear cross-entropy (`LigerFusedLinearCrossEntropyFunction`, stack hf only): chunks of about
+  /// T·h logits, the gradients computed in forward; the reference trainer does not run it (T-liger)
+  liger,
 };
 
 /// Whose RMSNorm and rotary-embedding kernels the hf stack's blocks run (plan key `modules`, `--modules`;
@@ -522,9 +528,15 @@ struct training_config {
     return std::string("the embedding and LM head as FSDP units of their own need FSDP (sharding full or hybrid), got sharding ") +
            (c.shard == sharding::none ? "none" : c.shard == sharding::grad_op ? "grad-op" : "optimizer");
   });
-  need(!c.fsdp_embedding_units || c.stack != training_stack::hf || c.loss != loss_impl::chunked, "fsdp_embedding_units", [&] {
-    return std::string("Liger's fused linear cross-entropy (stack hf, loss chunked) reads the head's weight outside the head "
-                       "module, so FSDP2 never gathers a head unit of its own: use loss standard, or the FSDP2 root");
+  need(!c.fsdp_embedding_units || c.stack != training_stack::hf || c.loss == loss_impl::standard, "fsdp_embedding_units", [&] {
+    return std::string(c.loss == loss_impl::liger
+                           ? "Liger's fused linear cross-entropy (loss liger) reads the head's weight outside the head module, so "
+                             "FSDP2 never gathers a head unit of its own: use loss standard, or the FSDP2 root"
+                           : "the hf stack's chunked loss calls the head once per chunk in forward and again in each chunk's "
+                             "recompute; a head unit of its own is not modelled with it: use loss standard, or the FSDP2 root");
+  });
+  need(c.loss != loss_impl::liger || c.stack == training_stack::hf, "loss", [&] {
+    return std::string("loss liger (Liger-Kernel's fused linear cross-entropy) is modelled on the hf stack only, got stack ") + to_string(c.stack);
   });
   need(!c.fsdp_embedding_units || c.pp == 1, "fsdp_embedding_units",
        [&] { return "the embedding and LM head as FSDP units of their own are modelled without pipeline parallelism, got pp " + s(c.pp); });
@@ -669,7 +681,9 @@ inline constexpr sharding all_shardings[] = {sharding::none, sharding::full, sha
   return std::nullopt;
 }
 [[nodiscard]] constexpr const char* to_string(optimizer_impl o) noexcept { return o == optimizer_impl::fused ? "fused" : "foreach"; }
-[[nodiscard]] constexpr const char* to_string(loss_impl l) noexcept { return l == loss_impl::standard ? "standard" : "chunked"; }
+[[nodiscard]] constexpr const char* to_string(loss_impl l) noexcept {
+  return l == loss_impl::standard ? "standard" : l == loss_impl::chunked ? "chunked" : "liger";
+}
 /// The one printer of module_kernels: "fused", "transformers".
 [[nodiscard]] constexpr const char* to_string(module_kernels k) noexcept { return k == module_kernels::fused ? "fused" : "transformers"; }
 /// The one parser of a module_kernels name; nullopt for anything else.

@@ -292,6 +292,7 @@ class RefusalTest(unittest.TestCase):
         self.assertEqual(self.ids(sharding="none", tp=2, gpus=2), set())
         self.assertEqual(self.ids(loss="chunked", tp=2), {"T-chunked-tp"})
         self.assertEqual(self.ids(loss="chunked", cp=2), set())
+        self.assertEqual(self.ids(loss="liger"), {"T-liger"})
         self.assertEqual(self.ids(stack="hf"), set())
         for s in ("torchtitan", "torchtune", "megatron"):
             self.assertEqual(self.ids(stack=s), {"T-stack"})

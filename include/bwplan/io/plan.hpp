@@ -251,7 +251,7 @@ T plan_enum(const nlohmann::json& v, const std::string& file, const std::string&
     }
     else if (k == "optimizer_impl")
       c.optimizer = plan_enum<optimizer_impl>(v, file, ptr, {"fused", "foreach"}, {optimizer_impl::fused, optimizer_impl::foreach});
-    else if (k == "loss") c.loss = plan_enum<loss_impl>(v, file, ptr, {"standard", "chunked"}, {loss_impl::standard, loss_impl::chunked});
+    else if (k == "loss") c.loss = plan_enum<loss_impl>(v, file, ptr, {"standard", "chunked", "liger"}, {loss_impl::standard, loss_impl::chunked, loss_impl::liger});
     else if (k == "stack") {
       std::vector<std::string> names;
       for (auto x : all_stacks) names.emplace_back(to_string(x));
