@@ -67,13 +67,16 @@ GIB = float(2 ** 30)
 
 # name, bwplan flags beyond the common ones, whether it needs torchao
 PLANS: List[Tuple[str, List[str], bool]] = [
-    ("bf16, fp32 master", ["--precision", "bf16", "--master", "fp32", "--ac", "none"], False),
-    ("full checkpointing", ["--precision", "bf16", "--master", "fp32", "--ac", "full"], False),
-    ("per-op selective", ["--precision", "bf16", "--master", "fp32", "--ac", "selective-op"], False),
-    ("fp8 (tensorwise)", ["--precision", "fp8", "--master", "fp32", "--ac", "none"], True),
-    ("bf16 master", ["--precision", "bf16", "--master", "bf16", "--ac", "none"], False),
+    ("bf16, fp32 master", ["--precision", "bf16", "--master", "fp32", "--ac", "none", "--loss", "standard"], False),
+    ("full checkpointing", ["--precision", "bf16", "--master", "fp32", "--ac", "full", "--loss", "standard"], False),
+    ("per-op selective", ["--precision", "bf16", "--master", "fp32", "--ac", "selective-op", "--loss", "standard"], False),
+    ("fp8 (tensorwise)", ["--precision", "fp8", "--master", "fp32", "--ac", "none", "--loss", "standard"], True),
+    ("bf16 master", ["--precision", "bf16", "--master", "bf16", "--ac", "none", "--loss", "standard"], False),
     # transformers' own RMSNorm and rotary tables (docs/stacks.md#modules): the trainer leaves the modules as published
-    ("transformers' modules", ["--precision", "bf16", "--master", "fp32", "--ac", "none", "--modules", "transformers"], False),
+    ("transformers' modules", ["--precision", "bf16", "--master", "fp32", "--ac", "none", "--loss", "standard", "--modules",
+                               "transformers"], False),
+    # the trainer's chunked loss (8 checkpointed chunks, apps/train/bwtrain/loss.py), which bwplan's hf chunked loss models
+    ("chunked loss", ["--precision", "bf16", "--master", "fp32", "--ac", "none", "--loss", "chunked"], False),
 ]
 
 # keys the trainer needs that are not plan-file keys (bwplan's plan reader rejects them)
@@ -159,7 +162,7 @@ def build_plans(a, contract, out_dir: str) -> List[Dict[str, Any]]:
     With --estimates DIR the plan and estimate files of an earlier dry run are read instead."""
     benv = bwplan_env(a.bwplan)
     common = [a.model, "--gpu", a.gpu, "--gpus", "1", "--sharding", "none", "--mbs", str(a.mbs), "--seq", str(a.seq),
-              "--grad-accum", "1", "--optimizer-impl", "fused", "--loss", "standard", "--stack", "hf"]
+              "--grad-accum", "1", "--optimizer-impl", "fused", "--stack", "hf"]
     rows = []
     for name, flags, needs_torchao in PLANS:
         if a.plans and slug(name) not in a.plans:
@@ -208,7 +211,7 @@ def build_plans(a, contract, out_dir: str) -> List[Dict[str, Any]]:
         cfg = est["config"]
         echo = {"micro_batch_size": cfg["micro_batch_size"], "seq_len": cfg["seq_len"], "grad_accum": cfg["grad_accum"],
                 "activation_checkpointing": cfg["activation_checkpointing"], "precision": cfg["precision"],
-                "master_weights": cfg["master_weights"], "sharding": cfg["sharding"], "modules": cfg["modules"]}
+                "master_weights": cfg["master_weights"], "sharding": cfg["sharding"], "modules": cfg["modules"], "loss": cfg["loss"]}
         bad = [k for k, v in echo.items() if parsed_entry[k] != v and not (k == "activation_checkpointing" and v == "full" and parsed_entry[k] == "full")]
         if bad:
             raise SetupError(f"plan '{name}': bwplan estimated {', '.join(f'{k}={echo[k]}' for k in bad)}, the trainer would run "
@@ -296,7 +299,8 @@ def match_record(row: Dict[str, Any], recs: List[Dict[str, Any]]) -> Optional[Di
     for r in recs:
         p = r.get("plan") or {}
         if (r.get("kind") != "env" and all(p.get(k) == row["plan"][k] for k in keys)
-                and p.get("modules", "fused") == row["plan"].get("modules", "fused")):
+                and p.get("modules", "fused") == row["plan"].get("modules", "fused")
+                and p.get("loss", "standard") == row["plan"].get("loss", "standard")):
             return r
     return None
 
