@@ -388,6 +388,10 @@ struct step_shape {
   /// after `o_proj` in parameter order. Under autocast the fp32 weight makes q and k fp32, so RoPE runs in fp32 and SDPA
   /// casts its inputs back to bf16
   bool qk_norm = false;
+  /// the reference trainer's chunked loss (apps/train/bwtrain/loss.py `chunked_loss`): the final norm's output split
+  /// into 8 chunks (`torch.chunk`: ceil(T/8) tokens each), each chunk's LM head + fp32 `F.cross_entropy(…, reduction="sum")`
+  /// under a non-reentrant `torch.utils.checkpoint`; else the standard loss over all logits
+  bool chunked_loss = false;
   std::vector<bool> checkpointed;  ///< per block: recomputed in backward (torch.utils.checkpoint, non-reentrant)
   std::uint64_t workspace = 0;     ///< cuBLAS/cuBLASLt workspaces, allocated at the first matmul
   int steps = 5;                   ///< optimizer steps replayed (AdamW states appear in the first)
@@ -750,17 +754,51 @@ inline replay_result replay_step_trace(const step_shape& m, caching_allocator& a
       yf = A(R * T * h);
       rf = A(4 * T);
     }
-    if (amp) head_cast = A(2 * V * h);
-    int yfc = amp ? A(2 * T * h) : -1;
-    int lg = A(2 * T * V);
-    if (amp && !hf) Fr(yf);
-    int lf = A(4 * T * V), ls = A(4 * T * V), loss = A(4);
-    Fr(lf);
-    if (amp && hf) Fr(yf);  // the base model's output (last_hidden_state) lives until the loss has run  // the model's output (last_hidden_state) goes when LlamaForCausalLM.forward returns
-    Fr(lg);
-    if (amp)  // autocast exits: the cache drops the copies only checkpointed blocks used
+    int yfc = -1, lg = -1, ls = -1, loss = -1;
+    // chunked_loss: chunks of Tc tokens (torch.chunk: ceil(T/8), so ceil(T/Tc) chunks, the last one shorter)
+    const u64 Tc = (T + 7) / 8, chunks = (T + Tc - 1) / Tc;
+    auto chunk_rows = [&](u64 c) { return std::min(Tc, T - c * Tc); };
+    if (m.chunked_loss) {
+      // each chunk under a non-reentrant checkpoint saves nothing: autocast's cast of the head weight (cached, from the
+      // first chunk on) and of the chunk, the bf16 logits (gone at the upcast), the fp32 upcast and log-softmax (gone
+      // when `F.cross_entropy` returns), the chunk's loss added into the running total; the final norm's output stays
+      // (the chunks' checkpoint inputs are views of it)
+      int total = A(4);
+      for (u64 c = 0; c < chunks; ++c) {
+        const u64 n = chunk_rows(c);
+        if (amp && head_cast < 0) head_cast = A(2 * V * h);
+        const int xc = amp ? A(2 * n * h) : -1;
+        const int lgc = A(2 * n * V);
+        int xcf = xc;
+        Fr(xcf);
+        int lfc = A(4 * n * V);
+        int lgf = lgc;
+        Fr(lgf);
+        int lsc = A(4 * n * V), lc = A(4);
+        Fr(lsc); Fr(lfc);
+        const int t2 = A(4);
+        Fr(total); Fr(lc);
+        total = t2;
+      }
+      loss = A(4);
+      Fr(total);
+    } else {
+      if (amp) head_cast = A(2 * V * h);
+      yfc = amp ? A(2 * T * h) : -1;
+      lg = A(2 * T * V);
+      if (amp && !hf) Fr(yf);
+      int lf = A(4 * T * V);
+      ls = A(4 * T * V);
+      loss = A(4);
+      Fr(lf);
+      if (amp && hf) Fr(yf);  // the model's output (last_hidden_state) goes when LlamaForCausalLM.forward returns
+      Fr(lg);
+    }
+    if (amp) {  // autocast exits: the cache drops the copies only checkpointed blocks (and the chunked loss) used
       for (std::size_t i = 0; i < L; ++i)
         if (ck(i)) for (int& w : blk[i].wb) Fr(w);
+      if (m.chunked_loss) Fr(head_cast);
+    }
     // ---- backward
     auto grad = [&](std::size_t k, int& tmp, bool same) {  // a weight gradient arrives as `tmp`
       if (fsdp) {  // the unsharded bf16 gradient, accumulated in place
@@ -817,15 +855,48 @@ inline replay_result replay_step_trace(const step_shape& m, caching_allocator& a
       return norm_bwd_w(g, x32, rstd, hs, wk, h, T, !amp);
     };
     int gl = A(4);
-    int dls = A(4 * T * V), dlf = A(4 * T * V);
-    Fr(dls); Fr(ls);
-    int dlg = A(2 * T * V);
-    Fr(dlf);
-    int dyf = A(2 * T * h), dwh = A(2 * V * h);
-    Fr(dlg);
-    if (amp) { Fr(yfc); Fr(head_cast); }
-    grad(head, dwh, !amp);
-    if (amp) { const int d4 = A(4 * T * h); Fr(dyf); dyf = d4; }
+    int dyf = -1;
+    if (m.chunked_loss) {
+      // the chunks last to first (autograd's order by sequence number): the first unpack of a chunk's saved tensor
+      // recomputes it in a fresh autocast context (the head weight cast again) up to its last saved tensor, the
+      // log-softmax; then NllLossBackward, LogSoftmaxBackward, the upcast's ToCopyBackward, the head's mm (its saved
+      // casts released after it), the weight gradient into the head's .grad (AccumulateGrad: the first chunk's becomes
+      // it, later ones are added and dropped) and, under autocast, the chunk's input gradient cast to fp32. The chunks'
+      // input gradients wait in `chunk`'s SplitBackward, which builds the whole gradient once the last one arrives.
+      std::vector<int> dxc;
+      for (u64 c = chunks; c-- > 0;) {
+        const u64 n = chunk_rows(c);
+        int hc = amp ? A(2 * V * h) : -1;
+        int xc = amp ? A(2 * n * h) : -1;
+        int lgc = A(2 * n * V), lfc = A(4 * n * V);
+        Fr(lgc);
+        int lsc = A(4 * n * V);
+        Fr(lfc);
+        int dls = A(4 * n * V), dlf = A(4 * n * V);
+        Fr(dls); Fr(lsc);
+        int dlg = A(2 * n * V);
+        Fr(dlf);
+        int dxn = A(2 * n * h), dw = A(2 * V * h);
+        Fr(dlg); Fr(xc); Fr(hc);
+        grad(head, dw, !amp);
+        if (amp) { const int d4 = A(4 * n * h); Fr(dxn); dxn = d4; }
+        dxc.push_back(dxn);
+      }
+      dyf = A(R * T * h);
+      for (int& d : dxc) Fr(d);
+      Fr(yf);  // the chunks' checkpoint inputs go with their graphs
+    } else {
+      int dls = A(4 * T * V), dlf = A(4 * T * V);
+      Fr(dls); Fr(ls);
+      int dlg = A(2 * T * V);
+      Fr(dlf);
+      dyf = A(2 * T * h);
+      int dwh = A(2 * V * h);
+      Fr(dlg);
+      if (amp) { Fr(yfc); Fr(head_cast); }
+      grad(head, dwh, !amp);
+      if (amp) { const int d4 = A(4 * T * h); Fr(dyf); dyf = d4; }
+    }
     int dx = -1;
     if (hf) dx = norm_bwd(dyf, fx, rf, fs, numel.size());
     else { dx = A(R * T * h); Fr(dyf); Fr(rf); }

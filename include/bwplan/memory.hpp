@@ -1233,7 +1233,8 @@ struct allocator_overheads {
 /// configuration is one the trace describes, the allocator settings and the policy.
 struct allocator_replay {
   bool replayable = false;  ///< one GPU (unsharded), or FSDP2 full or hybrid sharding with fp32 master, tp = cp = pp = 1,
-                            ///< any gradient accumulation, bf16 GEMMs, standard loss, no or whole-block checkpointing, a
+                            ///< any gradient accumulation, bf16 GEMMs, the standard or the trainer's chunked loss, no or
+                            ///< whole-block checkpointing, a
                             ///< dense Llama-layout model, with or without q/k norms (see replayable())
   runtime_overheads::replay_policy policy = runtime_overheads::replay_policy::always;
   double band = 0.15;
@@ -1256,8 +1257,7 @@ struct allocator_replay {
   if (c.world_size > 1 && !fsdp2) return c.shard == sharding::none ? "DDP" : "this sharding";
   if (c.sharded() && !fsdp2) return "this sharding";
   if (c.sharded() && c.master != master_weights::fp32) return "FSDP2 with bf16 master weights";
-  if (c.loss == loss_impl::liger) return "Liger's fused linear cross-entropy";
-  if (c.loss != loss_impl::standard) return "the chunked loss";
+  if (c.loss == loss_impl::liger) return "Liger's fused linear cross-entropy";  // (the hf stack's chunked loss is traced)
   if (c.format != compute_format::bf16) return "low-precision GEMMs";
   if (c.ac.mode != ac_mode::none && c.ac.mode != ac_mode::full) return "per-op checkpointing";
   if (c.fp8_all_gather) return "the FP8 all-gather";
@@ -1299,6 +1299,7 @@ struct allocator_replay {
   t.foreach_adamw = c.optimizer == optimizer_impl::foreach;
   t.eager_norm = s.eager_norm;
   t.qk_norm = m.qk_norm;
+  t.chunked_loss = c.loss == loss_impl::chunked;  // (the hf stack's: other stacks are not replayed)
   // micro-batches after the second repeat its allocation sequence exactly (the gradients, FSDP2's sharded ones, already
   // exist from the first), so the replay runs at most two per step: the same peaks as all of them (test "allocator:
   // gradient accumulation ..."), except where block splitting lands differently: a review found one of 1,728
@@ -1539,7 +1540,11 @@ struct block_backward_moment {
     fwd_peak = std::max(fwd_peak, consider(lb, step_phase::forward));
   }
   memory_breakdown after_fwd = base;
-  after_fwd.compute_weights = base.compute_weights + bytes::base(root + kept_all + wc.autocast_head.raw() + wc.autocast_after_forward.raw());
+  // the head's autocast copy is saved by its mm for backward; the hf stack's checkpointed chunks save nothing (each
+  // chunk's recompute casts the head again: loss_buffer_bytes), so autocast's copy goes when autocast exits
+  const bool chunk_ckpt = s.loss == loss_impl::chunked && s.stack == training_stack::hf;
+  after_fwd.compute_weights = base.compute_weights + bytes::base(root + kept_all + (chunk_ckpt ? 0 : wc.autocast_head.raw()) +
+                                                                 wc.autocast_after_forward.raw());
   after_fwd.activations = base.activations + bytes::base(saved_all + final_saved);
   after_fwd.logits = t.loss.saved;
   after_fwd.gradients += t.loss.head_gradient;
