@@ -39,7 +39,7 @@ std::vector<grid_plan> make_grid() {
   const std::vector<int> tps{1, 2, 4};
   const std::vector<int> cps{1, 2};
   const std::vector<std::string> masters{"fp32", "bf16"};
-  const std::vector<std::string> losses{"standard", "chunked"};
+  const std::vector<std::string> losses{"standard", "chunked", "liger"};
   const std::vector<std::string> optims{"fused", "foreach"};
   const std::vector<int> mbss{1, 2, 4};
   const std::vector<int> nodes{1, 2};
@@ -53,7 +53,7 @@ std::vector<grid_plan> make_grid() {
     const int cp = cps[static_cast<std::size_t>(i / 2) % cps.size()];
     const int ep = moe ? (i % 8 == 3 ? 1 : 2) : 1;
     const std::string master = masters[static_cast<std::size_t>(i / 11) % 2];
-    const std::string loss = losses[static_cast<std::size_t>(i / 13) % 2];
+    const std::string loss = losses[static_cast<std::size_t>(i / 13) % losses.size()];
     const std::string opt = optims[static_cast<std::size_t>(i / 17) % 2];
     const int mbs = mbss[static_cast<std::size_t>(i / 19) % mbss.size()];
     const int n = nodes[static_cast<std::size_t>(i / 23) % nodes.size()];
@@ -151,7 +151,7 @@ TEST_CASE("plan round trip: flags, plan file, check, report reproduce line and s
                         "--ac=none", "--ac=full", "--ac=every-2", "--ac=selective-op", "--ac=selective-attn", "--sharding=none",
                         "--sharding=full", "--sharding=hybrid", "--sharding=grad-op", "--sharding=optimizer", "--pp=2", "--pp=4",
                         "--pp-schedule=1f1b", "--pp-schedule=interleaved", "--vpp=2", "--tp=1", "--tp=2", "--tp=4", "--cp=1", "--cp=2",
-                        "--ep=1", "--ep=2", "--master=fp32", "--master=bf16", "--loss=standard", "--loss=chunked",
+                        "--ep=1", "--ep=2", "--master=fp32", "--master=bf16", "--loss=standard", "--loss=chunked", "--loss=liger",
                         "--optimizer-impl=fused", "--optimizer-impl=foreach", "--stack=torchtitan", "--stack=torchtune",
                         "--stack=megatron", "--offload=optimizer", "--offload=optimizer,params", "--offload=optimizer,activations"})
     CHECK(seen.count(v) == 1);
