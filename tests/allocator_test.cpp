@@ -321,7 +321,9 @@ TEST_CASE("allocator: the hf stack's chunked loss (the trainer's checkpointed ch
   // apps/train/bwtrain/loss.py `chunked_loss`: 8 chunks, each LM head + fp32 cross-entropy under a non-reentrant
   // checkpoint, recomputed last to first in backward. Such plans kept the cheap bound (it priced Liger's loss, which
   // the trainer does not run). The trace's peak allocated against the walk's on three models, one GPU under autocast
-  // and in pure bf16, FSDP2 on one and on 8 ranks, every checkpointing mode, micro-batch 2 and 4 × 2048: within 3 %;
+  // and in pure bf16, FSDP2 on one and on 8 ranks, every checkpointing mode, micro-batch 2 and 4 × 2048, with and
+  // without gradient accumulation: within 3 % (with accumulation over 8 ranks the walk missed FSDP2's unsharded head
+  // gradient, built anew each micro-batch while the chunks run: up to 12.6 % low before);
   // and it holds less than the standard loss wherever the loss sets the peak (no checkpointing, one GPU).
   using namespace bwplan;
   const auto dir = std::filesystem::path(BWPLAN_SOURCE_DIR) / "configs" / "models";
@@ -332,7 +334,8 @@ TEST_CASE("allocator: the hf stack's chunked loss (the trainer's checkpointed ch
     const model_spec m = io::load_model((dir / (std::string(name) + ".json")).string());
     for (int recipe = 0; recipe < 4; ++recipe)
       for (int ac = 0; ac < 3; ++ac)
-        for (int mbs : {2, 4}) {
+        for (int mbs : {2, 4})
+         for (int ga : {1, 4}) {
           training_config c = fsdp_ranks(recipe == 3 ? 8 : 1, mbs, 2048, false);
           if (recipe < 2) {
             c.shard = sharding::none;
@@ -340,7 +343,8 @@ TEST_CASE("allocator: the hf stack's chunked loss (the trainer's checkpointed ch
           }
           c.ac = ac == 0 ? checkpointing{} : checkpointing::full(ac);
           c.loss = loss_impl::chunked;
-          INFO(name << " recipe " << recipe << " ac " << ac << " mbs " << mbs);
+          c.grad_accum = ga;
+          INFO(name << " recipe " << recipe << " ac " << ac << " mbs " << mbs << " grad accum " << ga);
           const memory_terms t = compute_memory_terms(m, c, g);
           REQUIRE(t.replay.replayable);
           CHECK(t.replay.shape.chunked_loss);
@@ -350,7 +354,7 @@ TEST_CASE("allocator: the hf stack's chunked loss (the trainer's checkpointed ch
           caching_allocator a(st);
           const replay_result r = replay_step_trace(t.replay.shape, a);
           CHECK(std::abs(static_cast<double>(r.peak_allocated) / estimate_memory(m, c, g, walk).peak_allocated.raw() - 1) < 0.03);
-          if (ac == 0 && recipe < 2) {
+          if (ac == 0 && recipe < 2 && ga == 1) {
             step_shape standard = t.replay.shape;
             standard.chunked_loss = false;
             caching_allocator b(st);

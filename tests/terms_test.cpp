@@ -254,6 +254,12 @@ TEST_CASE("terms: the hf stack's chunked loss is the reference trainer's 8 check
   CHECK(b.saved.raw() == 0);
   CHECK(b.forward_transient.raw() == 8 * Tc * V);
   CHECK(b.backward_transient.raw() == 2 * Vh + 2 * (T - Tc) * h + std::max(12 * Tc * V, 2 * Tc * h + 2 * Vh));
+  f.grad_accum = 2;  // FSDP2 builds the unsharded gradient anew each micro-batch: held while the chunks run all the same
+  CHECK(terms::loss_buffer_bytes(terms::memory_shape_of(m, f, g)).backward_transient.raw() == b.backward_transient.raw());
+  c.grad_accum = 2;  // one GPU: the .grad exists from the first micro-batch on (counted with the gradients)
+  CHECK(terms::loss_buffer_bytes(terms::memory_shape_of(m, c, g)).backward_transient.raw() ==
+        4 * (T - Tc) * h + std::max(12 * Tc * V + 2 * Vh + 2 * Tc * h, 2 * Tc * h + 2 * Tc * h + 6 * Vh));
+  c.grad_accum = 1;
   // against Liger's at the same point: the trainer's loss holds more in backward and runs the head GEMM again
   training_config l = c;
   l.loss = loss_impl::liger;

@@ -968,7 +968,9 @@ inline constexpr double stack_loss_chunks = 8;
   } else if (s.loss == loss_impl::chunked && s.stack == training_stack::hf) {  // the reference trainer's checkpointed chunks
     const double Tc = std::ceil(T / C), rs = s.amp ? 4 : 2;  // a chunk's tokens; bytes of the head input (final norm output)
     const double cast_w = s.amp ? 2 * s.head_w : 0, cast_x = s.amp ? 2 * Tc * h : 0;  // autocast's casts in a recompute
-    const double held = s.accum || s.adapters ? 0 : (s.fsdp ? 2 : g) * s.head_w;     // the head's .grad from earlier chunks
+    // the head's gradient from the earlier chunks: FSDP2's unsharded bf16 one (built anew each micro-batch, then
+    // reduce-scattered), else the .grad (with accumulation already counted in the gradients)
+    const double held = s.adapters ? 0 : s.fsdp ? 2 * s.head_w : s.accum ? 0 : g * s.head_w;
     const double dw = s.adapters ? 0 : 2 * s.head_w + (s.amp ? g * s.head_w : 0);     // a chunk's bf16 weight gradient (+ fp32 cast)
     const double earlier = rs * (T - Tc) * h;                                         // input gradients of the chunks done
     r.saved = bytes::base((rs - 2) * T * h);
