@@ -244,21 +244,25 @@ TEST_CASE("terms: the hf stack's chunked loss is the reference trainer's 8 check
   CHECK(a.saved.raw() == 2 * T * h);               // the fp32 head input kept by the checkpoints, not its bf16 cast
   CHECK(a.forward_transient.raw() == 8 * Tc * V);  // one chunk's fp32 upcast and log-softmax
   CHECK(a.head_gradient.raw() == 0);               // the head's gradient comes in backward, as standard
-  // the last chunk done: the head's fp32 .grad, 7 chunks' fp32 input gradients, and the larger of the chunk's loss
-  // backward (log-softmax + 2 gradients, 12·Tc·V, with the recompute's bf16 weight and input casts) and its head
-  // backward (the bf16 weight gradient 2·V·h and its fp32 cast 4·V·h, the input cast and the input gradient)
-  CHECK(a.backward_transient.raw() == 4 * Vh + 4 * (T - Tc) * h + std::max(12 * Tc * V + 2 * Vh + 2 * Tc * h, 2 * Tc * h + 2 * Tc * h + 6 * Vh));
+  // the last chunk: the bf16 sum of the earlier chunks' head gradients (2·V·h, in the input buffer of the one cast's
+  // ToCopyBackward0), 7 chunks' fp32 input gradients, and the larger of the chunk's loss backward (log-softmax + 2
+  // gradients, 12·Tc·V, with the recompute's bf16 weight and input casts) and its head backward (its bf16 weight
+  // gradient 2·V·h, the input cast and the input gradient); after it, the sum and its one fp32 cast, 6·V·h
+  const double last = 2 * Vh + 4 * (T - Tc) * h;
+  CHECK(a.backward_transient.raw() ==
+        std::max({last + 12 * Tc * V + 2 * Vh + 2 * Tc * h, last + 2 * Tc * h + 2 * Tc * h + 2 * Vh, 6 * Vh}));
   training_config f = fsdp8();  // bf16 compute: no casts, the unsharded bf16 gradient accumulates
   f.loss = loss_impl::chunked;
   const auto b = terms::loss_buffer_bytes(terms::memory_shape_of(m, f, g));
   CHECK(b.saved.raw() == 0);
   CHECK(b.forward_transient.raw() == 8 * Tc * V);
   CHECK(b.backward_transient.raw() == 2 * Vh + 2 * (T - Tc) * h + std::max(12 * Tc * V, 2 * Tc * h + 2 * Vh));
-  f.grad_accum = 2;  // FSDP2 builds the unsharded gradient anew each micro-batch: held while the chunks run all the same
+  // with accumulation the buffer's sum is the same bytes (it is added into the .grad, or FSDP2's unsharded gradient
+  // built anew each micro-batch, after the last chunk)
+  f.grad_accum = 2;
   CHECK(terms::loss_buffer_bytes(terms::memory_shape_of(m, f, g)).backward_transient.raw() == b.backward_transient.raw());
-  c.grad_accum = 2;  // one GPU: the .grad exists from the first micro-batch on (counted with the gradients)
-  CHECK(terms::loss_buffer_bytes(terms::memory_shape_of(m, c, g)).backward_transient.raw() ==
-        4 * (T - Tc) * h + std::max(12 * Tc * V + 2 * Vh + 2 * Tc * h, 2 * Tc * h + 2 * Tc * h + 6 * Vh));
+  c.grad_accum = 2;
+  CHECK(terms::loss_buffer_bytes(terms::memory_shape_of(m, c, g)).backward_transient.raw() == a.backward_transient.raw());
   c.grad_accum = 1;
   // against Liger's at the same point: the trainer's loss holds more in backward and runs the head GEMM again
   training_config l = c;

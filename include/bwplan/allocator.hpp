@@ -860,10 +860,17 @@ inline replay_result replay_step_trace(const step_shape& m, caching_allocator& a
       // the chunks last to first (autograd's order by sequence number): the first unpack of a chunk's saved tensor
       // recomputes it in a fresh autocast context (the head weight cast again) up to its last saved tensor, the
       // log-softmax; then NllLossBackward, LogSoftmaxBackward, the upcast's ToCopyBackward, the head's mm (its saved
-      // casts released after it), the weight gradient into the head's .grad (AccumulateGrad: the first chunk's becomes
-      // it, later ones are added and dropped) and, under autocast, the chunk's input gradient cast to fp32. The chunks'
-      // input gradients wait in `chunk`'s SplitBackward, which builds the whole gradient once the last one arrives.
+      // casts released after it) and, under autocast, the chunk's input gradient cast to fp32. Every chunk's head
+      // gradient goes to one node, whose input buffer sums them until the last chunk is done (torch/csrc/autograd/
+      // engine.cpp: a node runs once its dependencies reach 0; input_buffer.cpp adds in place): under autocast the
+      // ToCopyBackward0 of the forward's cached bf16 cast, which all chunks used (aten/src/ATen/autocast_mode.cpp
+      // `cached_cast`; the recompute's own casts are not in the graph backward runs), else the weight's AccumulateGrad.
+      // Under autocast that node then casts the sum to fp32 for AccumulateGrad. The chunks' input gradients wait in
+      // `chunk`'s SplitBackward, which builds the whole gradient once the last one arrives; the final norm's output
+      // (the chunks' checkpoint input, held by the checkpoint frames) goes when the last chunk's mm releases its saved
+      // tensors (torch/utils/checkpoint.py `_CheckpointFrame`).
       std::vector<int> dxc;
+      int hsum = -1;  // the head gradient's input buffer
       for (u64 c = chunks; c-- > 0;) {
         const u64 n = chunk_rows(c);
         int hc = amp ? A(2 * V * h) : -1;
@@ -878,13 +885,16 @@ inline replay_result replay_step_trace(const step_shape& m, caching_allocator& a
         Fr(dlf);
         int dxn = A(2 * n * h), dw = A(2 * V * h);
         Fr(dlg); Fr(xc); Fr(hc);
-        grad(head, dw, !amp);
+        if (c == 0) Fr(yf);
+        if (hsum < 0) hsum = dw;
+        else Fr(dw);  // added into the buffer
         if (amp) { const int d4 = A(4 * n * h); Fr(dxn); dxn = d4; }
         dxc.push_back(dxn);
       }
+      if (amp) { const int c32 = A(4 * V * h); Fr(hsum); hsum = c32; }  // the cast's ToCopyBackward0, once
+      grad(head, hsum, true);
       dyf = A(R * T * h);
       for (int& d : dxc) Fr(d);
-      Fr(yf);  // the chunks' checkpoint inputs go with their graphs
     } else {
       int dls = A(4 * T * V), dlf = A(4 * T * V);
       Fr(dls); Fr(ls);

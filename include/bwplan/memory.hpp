@@ -913,11 +913,13 @@ inline constexpr double stack_loss_chunks = 8;
 /// head's `mm` would save). Backward takes the chunks last to first (autograd's order by sequence number); each recomputes
 /// its forward (under autocast a fresh autocast context: the head weight's bf16 cast `2·V·h` and the chunk's `2·Tc·h`
 /// again, saved by the `mm`) up to its saved log-softmax, then holds that with its gradient and the fp32 logits' gradient
-/// (`12·Tc·V`); its head `mm` returns the bf16 weight gradient `2·V·h` (under autocast cast to fp32, `w·V·h`) while the head's
-/// `.grad` from the chunks before it is alive (AccumulateGrad adds into it), and the chunks' input gradients wait in
+/// (`12·Tc·V`); its head `mm` returns the bf16 weight gradient `2·V·h`, which one node's input buffer sums over the chunks
+/// (`2·V·h` held from the second chunk on: under autocast the ToCopyBackward0 of the forward's one cached cast, which then
+/// casts the sum to fp32 once, `w·V·h`; else the weight's AccumulateGrad), and the chunks' input gradients wait in
 /// `chunk`'s SplitBackward until the last chunk is done (`(T − Tc)·h` in the residual dtype before the last chunk runs).
 /// torch/utils/checkpoint.py `_checkpoint_without_reentrant_generator` (recompute on the first unpack, in the recorded
-/// autocast state, stopping at the last saved tensor), torch/csrc/autograd/engine.cpp (ready queue by sequence number).
+/// autocast state, stopping at the last saved tensor), torch/csrc/autograd/engine.cpp (ready queue by sequence number,
+/// a node runs when its dependencies reach 0), aten/src/ATen/autocast_mode.cpp `cached_cast`.
 ///
 /// Liger, hf (`--loss liger`: Liger-Kernel fused linear cross-entropy, `LigerFusedLinearCrossEntropyFunction`): chunks of
 /// `next_pow2(ceil(T / ceil(V / h)))` tokens, each holding bf16 logits and their fp32 gradient `(2 + 4)·chunk·V`; the
@@ -968,14 +970,15 @@ inline constexpr double stack_loss_chunks = 8;
   } else if (s.loss == loss_impl::chunked && s.stack == training_stack::hf) {  // the reference trainer's checkpointed chunks
     const double Tc = std::ceil(T / C), rs = s.amp ? 4 : 2;  // a chunk's tokens; bytes of the head input (final norm output)
     const double cast_w = s.amp ? 2 * s.head_w : 0, cast_x = s.amp ? 2 * Tc * h : 0;  // autocast's casts in a recompute
-    // the head's gradient from the earlier chunks: FSDP2's unsharded bf16 one (built anew each micro-batch, then
-    // reduce-scattered), else the .grad (with accumulation already counted in the gradients)
-    const double held = s.adapters ? 0 : s.fsdp ? 2 * s.head_w : s.accum ? 0 : g * s.head_w;
-    const double dw = s.adapters ? 0 : 2 * s.head_w + (s.amp ? g * s.head_w : 0);     // a chunk's bf16 weight gradient (+ fp32 cast)
-    const double earlier = rs * (T - Tc) * h;                                         // input gradients of the chunks done
+    const double held = s.adapters ? 0 : 2 * s.head_w;  // the bf16 sum of the earlier chunks' head gradients (frozen head: none)
+    const double dw = held;                            // a chunk's bf16 head gradient, added into it
+    const double earlier = rs * (T - Tc) * h;          // input gradients of the chunks done
+    // under autocast, after the last chunk: the sum and its fp32 cast (the chunks' input gradients, rs·T·h, stand where
+    // the final norm's output was, which the walk counts as saved)
+    const double cast_sum = s.amp && !s.adapters ? 2 * s.head_w + g * s.head_w : 0;
     r.saved = bytes::base((rs - 2) * T * h);
     r.forward_transient = bytes::base(8 * Tc * V);
-    r.backward_transient = bytes::base(held + earlier + std::max(12 * Tc * V + cast_w + cast_x, cast_x + 2 * Tc * h + dw));
+    r.backward_transient = bytes::base(std::max({held + earlier + 12 * Tc * V + cast_w + cast_x, held + earlier + cast_x + 2 * Tc * h + dw, cast_sum}));
   } else if (s.stack == training_stack::hf) {  // Liger's fused linear cross-entropy
     const double inc = std::ceil(V / h);
     double chunk = 1;
