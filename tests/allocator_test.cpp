@@ -124,6 +124,36 @@ bwplan::training_config fsdp_ranks(int ranks, int mbs, int seq, bool full_ac) {
   return c;
 }
 
+// The recipes the replay tests sweep, micro-batch `mbs` × `seq`: 0 one GPU under autocast (fp32 weights), 1 one GPU in
+// pure bf16, 2 FSDP2 on one rank, 3 FSDP2 on 8 ranks (fp32 master weights, bf16 compute).
+bwplan::training_config recipe_config(int recipe, int mbs, int seq) {
+  bwplan::training_config c = fsdp_ranks(recipe == 3 ? 8 : 1, mbs, seq, false);
+  if (recipe < 2) {
+    c.shard = bwplan::sharding::none;
+    c.master = recipe == 0 ? bwplan::master_weights::fp32 : bwplan::master_weights::bf16;
+  }
+  return c;
+}
+
+// A bundled model (configs/models/NAME.json).
+bwplan::model_spec bundled_model(const char* name) {
+  return bwplan::io::load_model((std::filesystem::path(BWPLAN_SOURCE_DIR) / "configs" / "models" / (std::string(name) + ".json")).string());
+}
+
+// Peak allocated bytes of the step trace `shape` replayed with settings `st` and no budget (nothing runs out).
+double replay_peak(const step_shape& shape, allocator_settings st) {
+  st.budget = std::uint64_t{1} << 42;
+  caching_allocator a(st);
+  return static_cast<double>(replay_step_trace(shape, a).peak_allocated);
+}
+
+// Peak allocated bytes of the liveness walk alone (the cheap bound: no replay).
+double walk_peak(const bwplan::model_spec& m, const bwplan::training_config& c, const bwplan::gpu_spec& g) {
+  bwplan::runtime_overheads walk;
+  walk.replay = bwplan::runtime_overheads::replay_policy::never;
+  return bwplan::estimate_memory(m, c, g, walk).peak_allocated.raw();
+}
+
 }  // namespace
 
 TEST_CASE("allocator: FSDP2 across ranks shards the parameters, gradients and AdamW states", "[allocator]") {
@@ -272,24 +302,16 @@ TEST_CASE("allocator: q/k norms (Qwen3) are replayed op by op and agree with the
   // checkpointing mode and both module settings; and without checkpointing what the norms add, by hand per block and
   // token: 6 B per element of q and k (fp32 copy + bf16 normalized) + 4 B per head of q and k (rstd).
   using namespace bwplan;
-  const auto dir = std::filesystem::path(BWPLAN_SOURCE_DIR) / "configs" / "models";
   const gpu_spec g = b200_like();
-  runtime_overheads walk;
-  walk.replay = runtime_overheads::replay_policy::never;
   for (const char* name : {"qwen3-0.6b", "qwen3-8b"}) {
-    const model_spec m = io::load_model((dir / (std::string(name) + ".json")).string());
+    const model_spec m = bundled_model(name);
     REQUIRE(m.qk_norm);
     model_spec plain = m;
     plain.qk_norm = false;
-    for (int recipe = 0; recipe < 3; ++recipe)
+    for (int recipe : {0, 1, 3})
       for (int ac = 0; ac < 3; ++ac)
         for (auto modules : {module_kernels::fused, module_kernels::transformers}) {
-          training_config c = fsdp_ranks(8, 2, 2048, false);
-          if (recipe < 2) {
-            c.world_size = c.gpus_per_node = 1;
-            c.shard = sharding::none;
-            c.master = recipe == 0 ? master_weights::fp32 : master_weights::bf16;
-          }
+          training_config c = recipe_config(recipe, 2, 2048);
           c.ac = ac == 0 ? checkpointing{} : checkpointing::full(ac);  // none, every block, every second block
           c.modules = modules;
           INFO(name << " recipe " << recipe << " ac " << ac << " modules " << (modules == module_kernels::fused ? "fused" : "transformers"));
@@ -298,21 +320,15 @@ TEST_CASE("allocator: q/k norms (Qwen3) are replayed op by op and agree with the
           REQUIRE(t.replay.replayable);
           CHECK(t.replay.shape.qk_norm);
           CHECK(compose_memory(t).replayed);
-          allocator_settings st = t.replay.settings;
-          st.budget = std::uint64_t{1} << 42;
-          caching_allocator a(st);
-          const replay_result r = replay_step_trace(t.replay.shape, a);
-          const double cheap = estimate_memory(m, c, g, walk).peak_allocated.raw();
-          CHECK(std::abs(static_cast<double>(r.peak_allocated) / cheap - 1) < 0.015);
+          const double traced = replay_peak(t.replay.shape, t.replay.settings), cheap = walk_peak(m, c, g);
+          CHECK(std::abs(traced / cheap - 1) < 0.015);
           if (ac != 0) continue;
           step_shape without = t.replay.shape;
           without.qk_norm = false;
-          caching_allocator a0(st);
-          const double added = static_cast<double>(r.peak_allocated) - static_cast<double>(replay_step_trace(without, a0).peak_allocated);
+          const double added = traced - replay_peak(without, t.replay.settings);
           const double per_block_token = 6.0 * static_cast<double>(m.q_dim() + m.kv_dim()) + 4.0 * static_cast<double>(m.heads + m.kv_heads);
           CHECK(added == Approx(static_cast<double>(m.layers) * 4096 * per_block_token).epsilon(0.01));
-          const double walk_added = cheap - estimate_memory(plain, c, g, walk).peak_allocated.raw();
-          CHECK(added == Approx(walk_added).epsilon(0.01));
+          CHECK(added == Approx(cheap - walk_peak(plain, c, g)).epsilon(0.01));
         }
   }
 }
@@ -326,41 +342,30 @@ TEST_CASE("allocator: the hf stack's chunked loss (the trainer's checkpointed ch
   // gradient, built anew each micro-batch while the chunks run: up to 12.6 % low before);
   // and it holds less than the standard loss wherever the loss sets the peak (no checkpointing, one GPU).
   using namespace bwplan;
-  const auto dir = std::filesystem::path(BWPLAN_SOURCE_DIR) / "configs" / "models";
   const gpu_spec g = b200_like();
-  runtime_overheads walk;
-  walk.replay = runtime_overheads::replay_policy::never;
   for (const char* name : {"llama-3.2-1b", "llama-3.1-8b", "qwen3-0.6b"}) {
-    const model_spec m = io::load_model((dir / (std::string(name) + ".json")).string());
+    const model_spec m = bundled_model(name);
     for (int recipe = 0; recipe < 4; ++recipe)
       for (int ac = 0; ac < 3; ++ac)
         for (int mbs : {2, 4})
-         for (int ga : {1, 4}) {
-          training_config c = fsdp_ranks(recipe == 3 ? 8 : 1, mbs, 2048, false);
-          if (recipe < 2) {
-            c.shard = sharding::none;
-            c.master = recipe == 0 ? master_weights::fp32 : master_weights::bf16;
+          for (int ga : {1, 4}) {
+            training_config c = recipe_config(recipe, mbs, 2048);
+            c.ac = ac == 0 ? checkpointing{} : checkpointing::full(ac);
+            c.loss = loss_impl::chunked;
+            c.grad_accum = ga;
+            INFO(name << " recipe " << recipe << " ac " << ac << " mbs " << mbs << " grad accum " << ga);
+            const memory_terms t = compute_memory_terms(m, c, g);
+            REQUIRE(t.replay.replayable);
+            CHECK(t.replay.shape.chunked_loss);
+            CHECK(compose_memory(t).replayed);
+            const double traced = replay_peak(t.replay.shape, t.replay.settings);
+            CHECK(std::abs(traced / walk_peak(m, c, g) - 1) < 0.03);
+            if (ac == 0 && recipe < 2 && ga == 1) {
+              step_shape standard = t.replay.shape;
+              standard.chunked_loss = false;
+              CHECK(traced < replay_peak(standard, t.replay.settings));
+            }
           }
-          c.ac = ac == 0 ? checkpointing{} : checkpointing::full(ac);
-          c.loss = loss_impl::chunked;
-          c.grad_accum = ga;
-          INFO(name << " recipe " << recipe << " ac " << ac << " mbs " << mbs << " grad accum " << ga);
-          const memory_terms t = compute_memory_terms(m, c, g);
-          REQUIRE(t.replay.replayable);
-          CHECK(t.replay.shape.chunked_loss);
-          CHECK(compose_memory(t).replayed);
-          allocator_settings st = t.replay.settings;
-          st.budget = std::uint64_t{1} << 42;
-          caching_allocator a(st);
-          const replay_result r = replay_step_trace(t.replay.shape, a);
-          CHECK(std::abs(static_cast<double>(r.peak_allocated) / estimate_memory(m, c, g, walk).peak_allocated.raw() - 1) < 0.03);
-          if (ac == 0 && recipe < 2 && ga == 1) {
-            step_shape standard = t.replay.shape;
-            standard.chunked_loss = false;
-            caching_allocator b(st);
-            CHECK(r.peak_allocated < replay_step_trace(standard, b).peak_allocated);
-          }
-        }
   }
 }
 
