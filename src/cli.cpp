@@ -113,6 +113,19 @@ std::optional<error_band> context::band(const std::string& gpu, const training_c
   return std::nullopt;
 }
 
+double context::default_headroom(const std::string& gpu, training_stack stack, double fallback, std::string& source) const {
+  double band = -1;
+  const calibration_profile* prof = profile();
+  if (const profile_entry* e = prof ? prof->find(gpu, to_string(stack)) : nullptr; e && e->band) band = e->band->memory;
+  else if (const error_bands* b = bands()) band = b->widest_memory(gpu, to_string(stack));
+  if (band < 0) {
+    source = "the fixed default: no error band";
+    return fallback;
+  }
+  source = fmt::format("error band {:.1f}% + {:.0f}% margin", 100 * band, 100 * tight_margin);
+  return band_headroom(band);
+}
+
 resolved_target resolve_target(const hardware_catalog& cat, const target_options& t, const std::string& default_instance) {
   resolved_target r;
   if (!t.instance.empty()) {

@@ -62,6 +62,10 @@ struct context {
   /// The error band of configuration `c` on `gpu` (docs/calibration.md#bands): the profile's own band for the GPU and
   /// stack when it has one, else the bundled file's group (exact, any mode, or the fallback); nullopt without bands.
   [[nodiscard]] std::optional<error_band> band(const std::string& gpu, const training_config& c) const;
+  /// The headroom a search keeps when --headroom is not given (recommend, report): what the widest memory error band of
+  /// `gpu` and `stack` needs for a plain "fits" (band_headroom, docs/calibration.md#bands), else `fallback`; `source`
+  /// says which, in words for the output.
+  [[nodiscard]] double default_headroom(const std::string& gpu, training_stack stack, double fallback, std::string& source) const;
 };
 
 /// A registered subcommand: what to run once parsing succeeded.

@@ -779,16 +779,7 @@ runner register_recommend(CLI::App& app, context& ctx) {
     // the constants of --calibration, and the headroom: --headroom as given, else what the error band needs for "fits"
     o->k = ctx.constants(t.gpu.id, req.stack);
     if (sub->get_option("--headroom")->count() == 0) {
-      double band = -1;
-      const calibration_profile* prof = ctx.profile();
-      if (const profile_entry* e = prof ? prof->find(t.gpu.id, to_string(req.stack)) : nullptr; e && e->band) band = e->band->memory;
-      else if (const error_bands* b = ctx.bands()) band = b->widest_memory(t.gpu.id, to_string(req.stack));
-      if (band >= 0) {
-        o->headroom = band_headroom(band);
-        o->headroom_source = fmt::format("error band {:.1f}% + {:.0f}% margin", 100 * band, 100 * tight_margin);
-      } else {
-        o->headroom_source = "the fixed default: no error band";
-      }
+      o->headroom = ctx.default_headroom(t.gpu.id, req.stack, o->headroom, o->headroom_source);
       req.headroom = o->headroom;
     }
     spdlog::debug("headroom {:.4f} ({})", req.headroom, o->headroom_source);

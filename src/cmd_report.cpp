@@ -30,7 +30,9 @@ runner register_report(CLI::App& app, context& ctx) {
   auto* sub = app.add_subcommand("report", "write a self-contained HTML report: memory by phase, sweep charts, top plans");
   add_plan_options(sub, o);
   sub->add_option("-o,--output", o->output, "HTML file to write ('-' for stdout)")->required();
-  sub->add_option("--headroom", o->headroom, "share of GPU memory kept free at the peak (0-1)")->capture_default_str()
+  sub->add_option("--headroom", o->headroom,
+                  "share of GPU memory kept free at the peak (0-1; default: recommend's, what the error band of the GPU and "
+                  "stack needs for a plain \"fits\", docs/calibration.md#bands, else 0.05)")
       ->check(finite_range(0, max_headroom));
   sub->add_option("--top", o->top, "plans in the top plans table")->capture_default_str();
   sub->add_option("--global-batch-tokens", o->global_batch_tokens, "tokens per optimizer step for the plan search")
@@ -39,13 +41,17 @@ runner register_report(CLI::App& app, context& ctx) {
   sub->add_option("--sweep-max-mbs", o->sweep_max_mbs, "largest micro-batch size of the sweep chart (powers of two from 1)")
       ->capture_default_str();
 
-  return [o, &ctx]() -> int {
+  return [o, sub, &ctx]() -> int {
     if (!(o->headroom >= 0 && o->headroom < 1)) throw invalid_request(fmt::format("--headroom: must be in [0, 1), got {:g}", o->headroom));
     if (o->top < 1) throw invalid_request("--top: must be >= 1, got " + std::to_string(o->top));
     if (o->sweep_max_mbs < 1 || o->sweep_max_mbs > 65536)
       throw invalid_request("--sweep-max-mbs: must be in 1..65536, got " + std::to_string(o->sweep_max_mbs));
     const hardware_catalog cat = ctx.catalog();
     report_data d{resolve_plan(ctx, cat, *o), {}, {}, o->headroom, {}, {}, {}, {}, {}};
+    if (sub->get_option("--headroom")->count() == 0) {  // recommend's default, so the top plan is recommend's best
+      std::string source;
+      o->headroom = d.headroom = ctx.default_headroom(d.plan.target.gpu.id, d.plan.config.stack, o->headroom, source);
+    }
     const model_spec& m = d.plan.model;
     const resolved_target& t = d.plan.target;
     const training_config& c = d.plan.config;
