@@ -198,12 +198,18 @@ TEST_CASE("terms: saved activations per block and per checkpointing mode", "[ter
     c.ac = checkpointing::selective_attn();
     CHECK(terms::saved_activation_bytes(m, terms::memory_shape_of(m, c, g)).block(3) == (92296 - 128) * T);
   }
-  SECTION("fp8 blocks save their linear inputs in 1 byte") {
+  SECTION("fp8 blocks save their linear inputs in 1 byte (torchtitan's runs), in bf16 under the hf stack's Float8Linear") {
     c.format = compute_format::fp8;
+    c.stack = training_stack::torchtitan;
     const auto a = terms::saved_activation_bytes(m, terms::memory_shape_of(m, c, g));
     // shared norm outputs 2·2h → 1·2h (−4096); the O-projection input + 1·q (+2048); down input 2F → 1F (−8192)
     CHECK(a.low_precision.block_saved == 82056);
     CHECK(a.block(0) == a.low_precision.block_saved * T);
+    // torchao 0.18's eager Float8Linear saves the bf16 input (matmul_with_hp_or_float8_args): the bf16 block's bytes
+    c.stack = training_stack::hf;
+    const auto b = terms::saved_activation_bytes(m, terms::memory_shape_of(m, c, g));
+    CHECK(b.low_precision.block_saved == 92296);
+    CHECK(b.block(0) == 92296 * T);
   }
 }
 
@@ -287,6 +293,7 @@ TEST_CASE("terms: weight copies and communication buffers", "[terms][memory]") {
     training_config c = fsdp8();
     c.format = compute_format::fp8;
     c.fp8_all_gather = true;
+    c.stack = training_stack::torchtitan;
     const auto w = terms::weight_copy_bytes(terms::memory_shape_of(m, c, g));
     CHECK(w.fsdp_gathered.raw() == 2 * 1 * Pb);
     CHECK(w.quantized_block.raw() == 2 * lin);  // Hopper keeps the fp8 weight and its transpose
@@ -683,6 +690,7 @@ TEST_CASE("terms: Transformer Engine casts Megatron's weights once per step and 
   const throughput_calibration k{};
   training_config hf = fp8_gpu();
   hf.grad_accum = 8;
+  hf.stack = training_stack::torchtitan;  // torchao's casts, priced fused (the hf stack's eager Float8Linear: float8_linear_casts)
   training_config mg = hf;
   mg.stack = training_stack::megatron;
   const auto sh = terms::throughput_shape_of(m, hf, g, k);

@@ -192,8 +192,10 @@ def mapping(row):
         args += ["--stack", "megatron", "--sharding", "optimizer", "--master", "fp32"]
         notes.append("--stack megatron, distributed optimizer; Transformer Engine's fused kernels priced as eager")
     elif megatron and "Megatron-FSDP" in stack:
-        args += ["--sharding", "full", "--master", "fp32"]
-        notes.append("stack not modelled: Megatron-FSDP as FSDP2")
+        # Transformer Engine quantizes in fused one-pass kernels: the torchtitan stack's float8 casts, not the hf
+        # stack's eager torchao Float8Linear (five kernels per cast: docs/precision.md)
+        args += ["--stack", "torchtitan", "--sharding", "full", "--master", "fp32"]
+        notes.append("stack not modelled: Megatron-FSDP as torchtitan's FSDP2 (fused float8 casts)")
     else:
         args += ["--sharding", "full", "--master", "fp32"]
         if megatron:

@@ -393,6 +393,11 @@ struct step_shape {
   /// under a non-reentrant `torch.utils.checkpoint`; else the standard loss over all logits
   bool chunked_loss = false;
   std::vector<bool> checkpointed;  ///< per block: recomputed in backward (torch.utils.checkpoint, non-reentrant)
+  /// per block: its seven linears are torchao 0.18's `Float8Linear` (tensorwise dynamic scaling, eager; the reference
+  /// trainer's fp8, apps/train/bwtrain/precision.py): no autocast weight cast; each forward casts its bf16 input and its
+  /// weight to float8 and saves the bf16 input (`matmul_with_hp_or_float8_args`), each backward casts the gradient
+  /// twice, the weight and the input again (see replay_step_trace)
+  std::vector<bool> float8;
   std::uint64_t workspace = 0;     ///< cuBLAS/cuBLASLt workspaces, allocated at the first matmul
   int steps = 5;                   ///< optimizer steps replayed (AdamW states appear in the first)
   /// stop once a step leaves the allocator as the step before left it: every later step would repeat it (the peaks
@@ -454,6 +459,56 @@ inline replay_result replay_step_trace(const step_shape& m, caching_allocator& a
   auto ck = [&](std::size_t i) { return i < m.checkpointed.size() && m.checkpointed[i]; };
   auto A = [&](u64 bytes) { return a.malloc(bytes); };
   auto Fr = [&](int& hdl) { a.free(hdl); hdl = -1; };
+  auto f8 = [&](std::size_t i) { return i < m.float8.size() && m.float8[i]; };
+  // torchao 0.18's eager cast of `n` elements of `src` bytes to float8, tensorwise (hp_tensor_to_float8_dynamic,
+  // torchao/float8/float8_scaling_utils.py; tensor_to_amax, to_fp8_saturated in float8_utils.py; _ToFloat8ConstrFunc in
+  // float8_training_tensor.py): `torch.max(torch.abs(x))` (the abs goes after the max), `x.to(float32)` (a copy of a
+  // bf16 x; an fp32 x is returned as is) `* scale` (the copy goes after the product), `clamp` (torch 2.11's eager casts
+  // do not saturate), `.to(float8)`; the clamped and the scaled tensors go when the cast returns. The amax and scale
+  // scalars (a few bytes each, in the small pool) are left out. Returns the float8 tensor, 1 B per element.
+  const u64 WB = (m.amp && !m.fsdp2) ? 4 : 2;  // bytes of the weight a Float8Linear casts: fp32 under autocast, else bf16
+  auto f8cast = [&](u64 n, u64 src) {
+    int ab = A(src * n);
+    Fr(ab);
+    int c = src == 4 ? -1 : A(4 * n);
+    int p = A(4 * n);
+    Fr(c);
+    int k = A(4 * n);
+    const int f = A(n);
+    Fr(k); Fr(p);
+    return f;
+  };
+  // Float8Linear.forward of `rows` tokens, `in` → `out` features, a weight of `wn` elements
+  // (`matmul_with_hp_or_float8_args.forward`, torchao/float8/float8_linear.py @v0.18.0): it saves the bf16 input and
+  // the weight's view (no new tensor), casts the input, then the weight (`weight.t()` keeps its column-major layout
+  // through the cast, so `preprocess_addmm` copies nothing), `torch._scaled_mm` writes the bf16 output, and the two
+  // float8 tensors go when forward returns. Returns the output.
+  auto f8_fwd = [&](u64 rows, u64 in, u64 out, u64 wn) {
+    int xi = f8cast(rows * in, 2);
+    int wf = f8cast(wn, WB);
+    const int y = A(2 * rows * out);
+    Fr(xi); Fr(wf);
+    return y;
+  };
+  // Float8Linear's backward (`matmul_with_hp_or_float8_args.backward`): the gradient cast for grad_input, the weight
+  // cast again, `preprocess_addmm` making the weight's float8 transpose column-major (a copy, gone with the mm),
+  // grad_input (bf16); the gradient cast again and the saved input cast for grad_weight, the gradient's transpose made
+  // row-major and the input made column-major (copies, gone with the mm), grad_weight (bf16, as `dw`); the four float8
+  // locals go when backward returns. Returns grad_input.
+  auto f8_bwd = [&](u64 rows, u64 in, u64 out, u64 wn, int& dw) {
+    int g0 = f8cast(rows * out, 2);
+    int w0 = f8cast(wn, WB);
+    int wt = A(wn);
+    const int gi = A(2 * rows * in);
+    Fr(wt);
+    int g1 = f8cast(rows * out, 2);
+    int x1 = f8cast(rows * in, 2);
+    int ac = A(rows * out), bc = A(rows * in);
+    dw = A(2 * wn);
+    Fr(ac); Fr(bc);
+    Fr(g0); Fr(w0); Fr(g1); Fr(x1);
+    return gi;
+  };
 
   // parameters: embedding, per block [attn_norm, wq(, bq), wk(, bk), wv(, bv), wo(, q_norm, k_norm), ffn_norm, w1, w3,
   // w2], norm(, out)
@@ -533,7 +588,11 @@ inline replay_result replay_step_trace(const step_shape& m, caching_allocator& a
     std::vector<block_t> blk(L);
     int head_cast = -1;
     auto wcast = [&](block_t& b, std::size_t i, std::size_t k) {  // autocast's cached bf16 copy of a weight
-      if (amp && b.wb[k] < 0) b.wb[k] = A(2 * numel[pidx(i, k)]);
+      if (amp && !f8(i) && b.wb[k] < 0) b.wb[k] = A(2 * numel[pidx(i, k)]);  // (Float8Linear calls no F.linear)
+    };
+    // a linear's output: `F.linear` (bf16 GEMM) or Float8Linear's (f8_fwd)
+    auto lin = [&](std::size_t i, std::size_t k, u64 in, u64 out) {
+      return f8(i) ? f8_fwd(T, in, out, numel[pidx(i, k)]) : A(2 * T * out);
     };
     // transformers' LlamaRMSNorm.forward (and Qwen3RMSNorm's, the same code) over `rows` vectors of `width` elements:
     // `x.to(float32)` (with `copy`, a bf16 input's fp32 copy, which `pow` and `mul` save; an fp32 input is returned as
@@ -567,8 +626,8 @@ inline replay_result replay_step_trace(const step_shape& m, caching_allocator& a
       const u64 dim[3] = {q, kv, kv};
       for (int j = 0; j < 3; ++j) {
         wcast(b, i, lw[j]);
-        if (amp) b.yc[j] = A(2 * T * h);
-        b.qkv[j] = A(2 * T * dim[j]);
+        if (amp) b.yc[j] = A(2 * T * h);  // autocast's cast of the input (Float8Linear's own `input.to(bf16)`)
+        b.qkv[j] = lin(i, lw[j], h, dim[j]);
         if (amp && !keep) Fr(b.yc[j]);
         if (m.qk_norm && j < 2) {  // q_norm / k_norm per head; the projection's output goes when the norm returns
           const int y = norm_fwd_w(b.qkx[j], b.qkr[j], b.qks[j], keep, hd, T * dim[j] / hd, true);
@@ -580,11 +639,11 @@ inline replay_result replay_step_trace(const step_shape& m, caching_allocator& a
     auto mlp_fwd = [&](std::size_t i, block_t& b) {
       wcast(b, i, w1);
       if (amp) b.yc1 = A(2 * T * h);
-      b.g = A(2 * T * F);
+      b.g = lin(i, w1, h, F);
       b.s = A(2 * T * F);
       wcast(b, i, w3);
       if (amp) b.yc3 = A(2 * T * h);
-      b.u = A(2 * T * F);
+      b.u = lin(i, w3, h, F);
       b.p = A(2 * T * F);
       wcast(b, i, w2);
     };
@@ -619,7 +678,7 @@ inline replay_result replay_step_trace(const step_shape& m, caching_allocator& a
       b.o = A(2 * T * q);
       b.lse = A(4 * T * nh);
       wcast(b, i, wo);
-      int ao = A(2 * T * h);
+      int ao = lin(i, wo, q, h);
       Fr(b.emb[0]); Fr(b.emb[1]);  // fp32 q and k die with the attention's frame, after o_proj
       b.mid = A(R * T * h);
       Fr(ao);
@@ -630,7 +689,7 @@ inline replay_result replay_step_trace(const step_shape& m, caching_allocator& a
       sv(b.qkv[0]); sv(b.qkv[1]); sv(b.qkv[2]); sv(b.o); sv(b.lse); sv(b.cs); sv(b.sn);
       mlp_fwd(i, b);
       int out = -1;
-      if (!recompute) { int d = A(2 * T * h); out = A(R * T * h); Fr(d); }
+      if (!recompute) { int d = lin(i, w2, F, h); out = A(R * T * h); Fr(d); }
       sv(b.yc1); sv(b.g); sv(b.s); sv(b.yc3); sv(b.u); sv(b.p);
       if (amp) Fr(b.y2); else sv(b.y2);
       sv(b.mid);
@@ -663,7 +722,7 @@ inline replay_result replay_step_trace(const step_shape& m, caching_allocator& a
       b.o = A(2 * T * q);
       b.lse = A(4 * T * nh);
       wcast(b, i, wo);
-      int ao = A(2 * T * h);
+      int ao = lin(i, wo, q, h);
       Fr(b.emb[0]); Fr(b.emb[1]);
       if (amp) Fr(yn);
       else b.yn = yn;
@@ -676,7 +735,7 @@ inline replay_result replay_step_trace(const step_shape& m, caching_allocator& a
       mlp_fwd(i, b);
       int out = -1;
       if (!recompute) {
-        int d = A(2 * T * h);
+        int d = lin(i, w2, F, h);
         if (amp) Fr(b.y2);
         out = A(R * T * h);
         Fr(d);
@@ -854,6 +913,13 @@ inline replay_result replay_step_trace(const step_shape& m, caching_allocator& a
     auto norm_bwd = [&](int& g, int& x32, int& rstd, int& hs, std::size_t wk) {
       return norm_bwd_w(g, x32, rstd, hs, wk, h, T, !amp);
     };
+    // a linear's backward: grad_input, then the bf16 weight gradient as `dw` (the mm's two outputs, or f8_bwd's)
+    auto lin_bwd = [&](std::size_t i, std::size_t k, u64 in, u64 out, int& dw) {
+      if (f8(i)) return f8_bwd(T, in, out, numel[pidx(i, k)], dw);
+      const int gi = A(2 * T * in);
+      dw = A(2 * numel[pidx(i, k)]);
+      return gi;
+    };
     int gl = A(4);
     int dyf = -1;
     if (m.chunked_loss) {
@@ -922,21 +988,20 @@ inline replay_result replay_step_trace(const step_shape& m, caching_allocator& a
       block_t rb;
       block_t& b = ck(i) ? rb : blk[i];
       if (ck(i)) { rb.x = blk[i].x; (void)(hf ? block_fwd_hf(i, rb, true, true) : block_fwd(i, rb, true, true)); }
-      int dp = A(2 * T * F), dw = A(2 * numel[pidx(i, w2)]);
+      int dw = -1;
+      int dp = lin_bwd(i, w2, F, h, dw);
       Fr(dd); Fr(b.p); Fr(b.wb[w2]);
       grad(pidx(i, w2), dw, !amp);
       int ds = A(2 * T * F), du = A(2 * T * F);
       Fr(dp); Fr(b.s);
       int dg = A(2 * T * F);
       Fr(ds); Fr(b.g);
-      int dyc3 = A(2 * T * h);
-      dw = A(2 * numel[pidx(i, w3)]);
+      int dyc3 = lin_bwd(i, w3, h, F, dw);
       Fr(du); Fr(b.u); Fr(b.yc3); Fr(b.wb[w3]);
       grad(pidx(i, w3), dw, !amp);
       int b2 = dyc3;
       if (amp) { b2 = A(4 * T * h); Fr(dyc3); }
-      int dyc1 = A(2 * T * h);
-      dw = A(2 * numel[pidx(i, w1)]);
+      int dyc1 = lin_bwd(i, w1, h, F, dw);
       Fr(dg); Fr(b.yc1); Fr(b.wb[w1]);
       grad(pidx(i, w1), dw, !amp);
       if (amp) { int c1 = A(4 * T * h); Fr(dyc1); Fr(c1); }
@@ -952,8 +1017,7 @@ inline replay_result replay_step_trace(const step_shape& m, caching_allocator& a
         Fr(dx1p);
       }
       int dao = amp ? A(2 * T * h) : -1;
-      int dO = A(2 * T * q);
-      dw = A(2 * numel[pidx(i, wo)]);
+      int dO = lin_bwd(i, wo, q, h, dw);
       Fr(dao); Fr(b.wb[wo]);
       grad(pidx(i, wo), dw, !amp);
       int dqkv[3] = {A(2 * T * q), A(2 * T * kv), A(2 * T * kv)};
@@ -1004,8 +1068,7 @@ inline replay_result replay_step_trace(const step_shape& m, caching_allocator& a
           const int r = ycj[j];
           drh[r] = norm_bwd_w(drh[r], b.qkx[r], b.qkr[r], b.qks[r], pidx(i, r ? kn : qn), hd, T * (r ? kv : q) / hd, true);
         }
-        int dy = A(2 * T * h);
-        dw = A(2 * numel[pidx(i, lw[j])]);
+        int dy = lin_bwd(i, lw[j], h, j < 2 ? kv : q, dw);
         Fr(*src[j]);
         if (amp) { Fr(b.yc[ycj[j]]); Fr(b.wb[lw[j]]); }
         grad(pidx(i, lw[j]), dw, !amp);

@@ -244,6 +244,13 @@ struct memory_shape {
   bool modules_transformers = false;
   /// the allocator trace's eager norms: modules transformers with eager blocks (alloc::step_shape::eager_norm)
   bool eager_norm = false;
+  /// the low-precision blocks' linears are torchao 0.18's eager `Float8Linear` (the hf stack's fp8 and fp8-rowwise
+  /// without compile: the reference trainer, apps/train/bwtrain/precision.py): they save the bf16 input
+  /// (format_traits::saves_hp_inputs), call no `F.linear` (no autocast weight copy) and cast to float8 in eager ops
+  /// (float8_linear_casts; alloc::step_shape::float8)
+  bool f8_linear = false;
+  double q_width = 0;   ///< elements of q per token, heads·head_dim (float8_linear_casts)
+  double kv_width = 0;  ///< elements of k (and of v) per token, kv_heads·head_dim
   bool megatron = false;       ///< Megatron-LM: bf16 model, fp32 main parameters and main-gradient buffer
   double tp = 1;               ///< tensor-parallel degree
   bool sp_gathered = false;    ///< sequence parallel through DTensor styles (tp > 1, not Megatron): the gathered inputs are saved
@@ -326,9 +333,14 @@ struct memory_shape {
   s.V = static_cast<double>(m.vocab);
   s.h = static_cast<double>(m.hidden);
   s.F = detail::mlp_width_per_token(m);
+  s.q_width = static_cast<double>(m.q_dim());
+  s.kv_width = static_cast<double>(m.kv_dim());
   s.largest_linear = largest_block_linear(m) / tpd;
   s.largest_param = std::max(s.largest_linear, s.head_w);
   s.format = traits(c.format, gpu);
+  s.f8_linear = c.stack == training_stack::hf && !s.compile &&
+                (c.format == compute_format::fp8 || c.format == compute_format::fp8_rowwise);
+  s.format.saves_hp_inputs = s.f8_linear;
   const std::int64_t L = m.layers;
   const bf16_blocks keep = c.bf16_kept();
   s.blocks.layers = L;
@@ -608,8 +620,9 @@ struct activation_inventory {
 /// Bytes saved per block, per token. `amp` means fp32 weights under torch.autocast: the residual stream
 /// is fp32 and each linear saves its own bf16 cast of its input (3 for Q/K/V, 2 for gate/up). With a
 /// low-precision format `t` (`quantized`), linear layers save their inputs in `t.saved_input_bytes` per
-/// element instead of bf16 (Q/K/V input, attention output into O, gate/up input, SwiGLU product into down).
-/// A q/k norm (Qwen3) saves its input's fp32 copy and its bf16 normalized tensor, 6 B per element of q and k
+/// element instead of bf16 (Q/K/V input, attention output into O, gate/up input, SwiGLU product into down), unless
+/// `t.saves_hp_inputs` (torchao's eager Float8Linear saves the bf16 input, under autocast its own bf16 cast: the
+/// bf16 block's inventory). A q/k norm (Qwen3) saves its input's fp32 copy and its bf16 normalized tensor, 6 B per element of q and k
 /// (Hugging Face `Qwen3RMSNorm.forward`, `Qwen3Attention.forward`; /work/shared/reference/stacks.md §1).
 /// A residual branch whose output goes through dropout (model_spec::residual_dropouts: GPT-2, Starcoder2, Falcon with
 /// p > 0; Megatron-LM's `hidden_dropout`) saves its bool mask, 1 B per element of h: `F.dropout` in training runs
@@ -641,7 +654,7 @@ struct activation_inventory {
   // Same bytes in pure bf16. (The step trace follows these ops one by one: alloc::step_shape::qk_norm.)
   if (m.qk_norm) attn += (4 + 2) * (q + kv) + 4 * (a + static_cast<double>(m.kv_heads));
   double mlp = m.gated_mlp ? 4 * 2 * f : 2 * 2 * f;  // gate, act(gate), up, product (bf16)
-  if (quantized) {
+  if (quantized && !t.saves_hp_inputs) {  // (inputs saved in bf16: the bf16 block's inventory)
     const double s = t.saved_input_bytes;
     if (amp) norms += -(3 + 2) * 2 * h + s * 5 * h;  // each linear saves its quantized input
     else norms += -2 * 2 * h + s * 2 * h;            // shared norm outputs → one quantized copy each
@@ -1006,6 +1019,45 @@ inline constexpr double stack_loss_chunks = 8;
 // ---------------------------------------------------------------------------------------------------------
 // Weight copies and communication buffers
 
+/// The largest moments of torchao's eager Float8Linear casts (memory_shape::f8_linear), bytes beyond what a bf16
+/// linear holds at the same point, the largest over one block's seven linears.
+struct float8_cast_peaks {
+  double forward = 0;   ///< while a linear runs its forward, beyond its bf16 output
+  double backward = 0;  ///< while a linear runs its backward, beyond its bf16 input and weight gradients
+};
+
+/// float8_cast_peaks of one block (see alloc::replay_step_trace's f8cast, f8_fwd, f8_bwd, which follow torchao 0.18
+/// op by op). One eager cast of n elements holds at its end the fp32 scaled tensor, its clamp and the float8 result,
+/// 9·n bytes (a bf16 source's fp32 copy goes after the product: `x.to(float32) * scale`, then `clamp`, then
+/// `.to(float8)`; _ToFloat8ConstrFunc, to_fp8_saturated). For a linear of rows·in input elements `ri`, rows·out
+/// output elements `ro` and W weight elements: forward casts the input (9·ri), then the weight (ri + 9·W), then
+/// writes the output (ri + W + 2·ro; a bf16 linear holds 2·ro); backward casts the gradient (9·ro), the weight
+/// (ro + 9·W), writes grad_input beside a column-major copy of the weight (ro + 2·W + 2·ri), casts the gradient
+/// again (10·ro + W + 2·ri) and the saved input (2·ro + W + 11·ri), then writes the weight gradient beside
+/// row- and column-major copies (3·ro + 3·W + 4·ri; a bf16 linear holds 2·ri + 2·W). Under tensor parallelism the
+/// column-parallel inputs are the gathered sequence (rows·tp) and the split dimension is ÷ tp. Source:
+/// torchao/float8/float8_linear.py, float8_scaling_utils.py, float8_utils.py, float8_training_tensor.py,
+/// float8_ops.py (`preprocess_addmm`) @v0.18.0.
+[[nodiscard]] constexpr float8_cast_peaks float8_linear_casts(const memory_shape& s) noexcept {
+  float8_cast_peaks p;
+  const double tp = s.tp > 1 ? s.tp : 1.0;
+  auto linear = [&](double rows, double in, double out) {
+    const double ri = rows * in, ro = rows * out, W = in * out;
+    p.forward = std::max(p.forward, std::max({9 * ri, ri + 9 * W, ri + W + 2 * ro}) - 2 * ro);
+    p.backward = std::max(p.backward, std::max({9 * ro, ro + 9 * W, ro + 2 * W + 2 * ri, 10 * ro + W + 2 * ri,
+                                                2 * ro + W + 11 * ri, 3 * ro + 3 * W + 4 * ri}) - (2 * ri + 2 * W));
+  };
+  // column-parallel q, k, v, gate and up (the gathered sequence, out ÷ tp); row-parallel o and down (in ÷ tp)
+  linear(s.T * tp, s.h, s.q_width / tp);
+  linear(s.T * tp, s.h, s.kv_width / tp);
+  linear(s.T * tp, s.h, s.F / tp);
+  linear(s.T * tp, s.q_width / tp, s.h);
+  linear(s.T * tp, s.F / tp, s.h);
+  p.forward = std::max(0.0, p.forward);
+  p.backward = std::max(0.0, p.backward);
+  return p;
+}
+
 /// Copies of the weights in the compute dtype, and the buffers of data-parallel communication.
 struct weight_copies {
   bytes autocast_block;          ///< autocast's bf16 copy of one block's linear weights, 2·lin
@@ -1019,7 +1071,9 @@ struct weight_copies {
   bytes fsdp_gathered;           ///< FSDP2 current + prefetched block, gathered (bf16, or fp8 with FP8 all-gather)
   bytes grad_op_block;           ///< SHARD_GRAD_OP: one block kept gathered (bf16) from its forward to its backward
   bytes grad_op_all;             ///< SHARD_GRAD_OP: every block kept gathered, L · grad_op_block
-  bytes quantized_block;         ///< low-precision copies of one block's weights (and transposes) while it runs (0 under te_weight_cache)
+  bytes autocast_block_low;      ///< autocast's copy of one low-precision block's weights: autocast_block, 0 for Float8Linear (f8_linear)
+  bytes quantized_block;         ///< low-precision copies of one block's weights (and transposes) while it runs (0 under te_weight_cache); Float8Linear: its casts' largest backward moment (float8_linear_casts)
+  bytes quantized_block_forward; ///< the same while the block runs its forward
   /// Megatron + Transformer Engine: the low-precision copies of every low-precision block's weights, cached from the
   /// step's first micro-batch and alive all step (`is_first_microbatch`, see throughput_shape::cached_weight_casts)
   bytes te_weight_cache;
@@ -1052,14 +1106,17 @@ struct weight_copies {
   const double L = static_cast<double>(s.blocks.layers);
   weight_copies r;
   const double amp_block = s.amp ? 2 * s.lin : 0;
+  const double amp_low = s.f8_linear ? 0 : amp_block;  // Float8Linear casts its fp32 weight to float8 itself
+  const double nq = static_cast<double>(std::max<std::int64_t>(0, s.blocks.q_end - s.blocks.q_first));
   r.autocast_block = bytes::base(amp_block);
+  r.autocast_block_low = bytes::base(amp_low);
   r.autocast_head = bytes::base(s.amp ? 2 * s.head_w : 0);
-  r.autocast_blocks = bytes::base(s.amp ? 2 * s.lin * L : 0);
-  r.autocast_all = bytes::base(2 * s.gemm_weights * (s.amp ? 1 : 0));
+  r.autocast_blocks = bytes::base(amp_block * (L - nq) + amp_low * nq);
+  r.autocast_all = bytes::base(2 * s.gemm_weights * (s.amp ? 1 : 0) - (amp_block - amp_low) * nq);
   double after = 0;  // a sum of zeros without autocast
   if (amp_block != 0) {  // the blocks not recomputed keep their copies
     const auto n = s.blocks.count(0, s.blocks.layers);
-    after = amp_block * static_cast<double>(n.low + n.high);
+    after = amp_low * static_cast<double>(n.low) + amp_block * static_cast<double>(n.high);
   }
   r.autocast_after_forward = bytes::base(after);
   r.fsdp_root = bytes::base(s.fsdp ? 2 * (s.emb_units ? s.root_params - s.emb_w - s.head_w : s.root_params) : 0);
@@ -1070,11 +1127,15 @@ struct weight_copies {
   r.grad_op_block = bytes::base(kept_block);
   r.grad_op_all = bytes::base(kept_block * L);
   r.quantized_block = bytes::base(s.format.weight_copy_bytes * s.lin);
+  r.quantized_block_forward = r.quantized_block;
+  if (s.f8_linear) {
+    const float8_cast_peaks p = float8_linear_casts(s);
+    r.quantized_block = bytes::base(p.backward);
+    r.quantized_block_forward = bytes::base(p.forward);
+  }
   if (s.megatron) {  // Transformer Engine keeps the quantized copies of every low-precision block between micro-batches
-    double nq = 0;
-    for (std::int64_t i = 0; i < s.blocks.layers; ++i) nq += s.blocks.quantized(i) ? 1.0 : 0.0;
     r.te_weight_cache = bytes::base(s.format.weight_copy_bytes * s.lin * nq);
-    r.quantized_block = bytes{};
+    r.quantized_block = r.quantized_block_forward = bytes{};
   }
   if (s.ddp && !s.megatron) r.ddp_buckets = bytes::base((s.off_opt ? 2 : s.w) * s.Pt);  // offload: bf16 gradients
   if (s.megatron && !s.zero1) r.bf16_model = bytes::base(2 * s.P / s.n);
@@ -1238,7 +1299,7 @@ struct allocator_overheads {
 /// configuration is one the trace describes, the allocator settings and the policy.
 struct allocator_replay {
   bool replayable = false;  ///< one GPU (unsharded), or FSDP2 full or hybrid sharding with fp32 master, tp = cp = pp = 1,
-                            ///< any gradient accumulation, bf16 GEMMs, the standard or the trainer's chunked loss, no or
+                            ///< any gradient accumulation, bf16 GEMMs or fp8 tensorwise (torchao Float8Linear), the standard or the trainer's chunked loss, no or
                             ///< whole-block checkpointing, a
                             ///< dense Llama-layout model, with or without q/k norms (see replayable())
   runtime_overheads::replay_policy policy = runtime_overheads::replay_policy::always;
@@ -1263,7 +1324,8 @@ struct allocator_replay {
   if (c.sharded() && !fsdp2) return "this sharding";
   if (c.sharded() && c.master != master_weights::fp32) return "FSDP2 with bf16 master weights";
   if (c.loss == loss_impl::liger) return "Liger's fused linear cross-entropy";  // (the hf stack's chunked loss is traced)
-  if (c.format != compute_format::bf16) return "low-precision GEMMs";
+  // (fp8 tensorwise is traced: torchao's Float8Linear, alloc::step_shape::float8)
+  if (c.format != compute_format::bf16 && c.format != compute_format::fp8) return "low-precision GEMMs";
   if (c.ac.mode != ac_mode::none && c.ac.mode != ac_mode::full) return "per-op checkpointing";
   if (c.fp8_all_gather) return "the FP8 all-gather";
   if (c.adapters()) return "LoRA adapters";  // the trace is a full fine-tune with AdamW on the GPU
@@ -1312,6 +1374,10 @@ struct allocator_replay {
   t.grad_accum = std::min<std::int64_t>(c.grad_accum, 2);
   t.checkpointed.resize(static_cast<std::size_t>(m.layers));
   for (std::int64_t i = 0; i < m.layers; ++i) t.checkpointed[static_cast<std::size_t>(i)] = s.blocks.checkpointed(i);
+  if (c.format == compute_format::fp8) {
+    t.float8.resize(static_cast<std::size_t>(m.layers));
+    for (std::int64_t i = 0; i < m.layers; ++i) t.float8[static_cast<std::size_t>(i)] = s.blocks.quantized(i);
+  }
   t.workspace = static_cast<std::uint64_t>(rt.cublas_workspace.raw());
   return r;
 }
@@ -1415,7 +1481,7 @@ struct block_backward_moment {
   const double gres = t.states.block_gradient.raw();
   const double tr = t.transient.activation_gradients.raw() + t.transient.block_gradient_buffers.raw() +
                     t.transient.dequantized_weight.raw() + t.transient.offload_staging.raw();
-  const double amp_block = wc.autocast_block.raw();
+  const double amp_block = wc.autocast_block.raw(), amp_low = wc.autocast_block_low.raw();
   const double kept_block = wc.grad_op_block.raw();
   const double wcopy = wc.quantized_block.raw();
   const double cw0 = wc.autocast_after_forward.raw();
@@ -1429,14 +1495,14 @@ struct block_backward_moment {
     const activation_inventory& inv = qz ? act.low_precision : act.high_precision;
     const double saved_i = act.kept(inv, ck);
     const double rebuilt = recompute(saved_i, inv.block_saved * act.T);
-    const double extra_cw = (ck ? amp_block : 0) + (qz ? wcopy : 0) + kept_block * static_cast<double>(i + 1);
+    const double extra_cw = (ck ? (qz ? amp_low : amp_block) : 0) + (qz ? wcopy : 0) + kept_block * static_cast<double>(i + 1);
     // blocks above i: done with their backward (activations freed, gradients kept)
     const auto n = s.blocks.count(i + 1, L);
     const std::int64_t above = L - 1 - i;
     const double freed = static_cast<double>(n.low_recomputed) * kept_lo_ck + static_cast<double>(n.low) * kept_lo +
                          static_cast<double>(n.high_recomputed) * kept_hi_ck + static_cast<double>(n.high) * kept_hi;
     const double acts = saved_all - freed;
-    const double cw = cw0 - amp_block * static_cast<double>(n.low + n.high);
+    const double cw = cw0 - amp_low * static_cast<double>(n.low) - amp_block * static_cast<double>(n.high);
     const double grads = head_grad + gres * static_cast<double>(above);
     const double v = static_part + acts + rebuilt + cw + extra_cw + grads + tr;
     if (v > best.total) best = {i, v, acts + rebuilt, cw + extra_cw, grads, tr};
@@ -1538,7 +1604,7 @@ struct block_backward_moment {
     memory_breakdown lb = base;
     const std::int64_t i = L - 1;
     lb.compute_weights = base.compute_weights + bytes::base(root + wc.fsdp_gathered.raw() + kept_all + wc.autocast_blocks.raw() +
-                                                            (s.blocks.quantized(i) ? wc.quantized_block.raw() : 0));
+                                                            (s.blocks.quantized(i) ? wc.quantized_block_forward.raw() : 0));
     lb.activations = base.activations + bytes::base(saved_all - act.block(i));
     lb.transient = bytes::base(terms::forward_working_set(act, t.transient, i) + t.transient.dequantized_weight.raw() +
                                t.transient.offload_staging.raw());

@@ -132,6 +132,13 @@ struct format_traits {
   /// calls cuBLAS with unit scales and applies the row and column scales afterwards (pytorch/ao#1325,
   /// `addmm_float8_unwrapped`; the slow kernel: pytorch/pytorch#147971).
   bool backward_rescale = false;
+  /// Whether the linears save their high-precision (bf16) inputs, the tensors a bf16 linear saves, and cast them
+  /// again in backward: torchao's eager `Float8Linear` since torchao 0.9 (`matmul_with_hp_or_float8_args.forward`:
+  /// `ctx.save_for_backward(input_hp, weight_hp_t)`, torchao/float8/float8_linear.py @v0.18.0; the fp8-saving
+  /// `manual_float8_matmul_with_args_in_float8` went in pytorch/ao 2ec9bc15d, 2025-01-13). Set by the memory model
+  /// for the hf stack's eager fp8 and fp8-rowwise (terms::memory_shape::f8_linear); the default traits describe the
+  /// stacks of the validated runs (torchtitan 2024-12 with its torchao, compiled blocks, Transformer Engine).
+  bool saves_hp_inputs = false;
 };
 
 /// Traits of format `f` on `gpu` (FP8 transposes depend on the architecture: Hopper and Ada FP8 GEMMs are
