@@ -255,6 +255,11 @@ std::string format_reason(const model_spec& m, const plan_result& r, const recom
       if (f == compute_format::fp8 && o.numerics == "conservative") cmp.push_back("fp8 needs --numerics balanced");
     }
   }
+  // the hf stack's fp8 runs torchao's eager Float8Linear, five kernels per cast (docs/precision.md): it wins compiled
+  for (const auto& c : r.best_per_format)
+    if (c.config.format != win && (c.config.format == compute_format::fp8 || c.config.format == compute_format::fp8_rowwise) &&
+        c.config.stack == training_stack::hf && !c.config.compile)
+      cmp.push_back(fmt::format("{} runs torchao's eager float8 casts here: try --compile", to_string(c.config.format)));
   for (std::size_t i = 0; i < cmp.size(); ++i) line += (i ? "; " : "; ") + cmp[i];
   if (win == compute_format::bf16) line += "; low-precision GEMMs do not pay for their casts and kept weights at this size";
   return line;

@@ -444,7 +444,9 @@ TEST_CASE("recommend --emit plan writes a plan that check passes and estimate re
   const plan& p = d.value;
   CHECK(p.model == "Llama-3.1-8B");
   CHECK(p.target.instance == "ml.p5en.48xlarge");
-  CHECK(p.training.format == compute_format::fp8);  // --numerics balanced on Hopper: bf16 or fp8, and fp8 wins for 8B
+  // --numerics balanced on Hopper: bf16 or fp8; the hf stack's eager fp8 casts (torchao's Float8Linear) make bf16 win
+  // for 8B unless compiled
+  CHECK(p.training.format == compute_format::bf16);
   REQUIRE(d.has("micro_batch_size"));
   REQUIRE(p.global_batch);
   CHECK(*p.global_batch * 4096 >= 4'194'304);

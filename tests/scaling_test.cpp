@@ -260,6 +260,7 @@ TEST_CASE("context parallel: ring attention fall-off from 32K/CP1 to 256K/CP8 an
     c.ac = checkpointing::full();
     c.shard = sharding::full;
     c.format = compute_format::fp8;
+    c.stack = training_stack::torchtitan;  // the runs' stack (compiled: fused float8 casts, not the hf stack's eager ones)
     return estimate_throughput(m, c, g);
   };
   const auto r1 = run(1, 32768), r8 = run(8, 262144);
@@ -349,6 +350,7 @@ TEST_CASE("torchtitan: Llama 3 8B FSDP from 8 to 128 H100 keeps its per-GPU rate
     c.ac = checkpointing::selective_op();
     c.shard = sharding::full;
     c.format = f;
+    c.stack = training_stack::torchtitan;
     return estimate_throughput(m, c, g, &host).tokens_per_s_per_gpu;
   };
   const double bf16_8 = rate(8, compute_format::bf16), bf16_128 = rate(128, compute_format::bf16);

@@ -663,7 +663,8 @@ TEST_CASE("terms: a low-precision block quantizes this GPU's weights, 1/tp of th
   const model_spec m = llama_1b();
   const gpu_spec g = h100();
   const throughput_calibration k{};
-  const training_config c1 = fp8_gpu();
+  training_config c1 = fp8_gpu();
+  c1.stack = training_stack::torchtitan;  // the fused casts (the hf stack's eager ones: the test below)
   training_config c4 = c1;
   c4.world_size = 4;
   c4.gpus_per_node = 4;
@@ -706,4 +707,42 @@ TEST_CASE("terms: Transformer Engine casts Megatron's weights once per step and 
   CHECK(wh.te_weight_cache.raw() == 0);
   CHECK(wm.quantized_block.raw() == 0);
   CHECK(wm.te_weight_cache.raw() == L * 2 * lin);
+}
+
+// The hf stack's fp8 is torchao 0.18's eager Float8Linear (the reference trainer's, apps/train/bwtrain/precision.py):
+// each cast runs abs, max, to(float32), * scale, clamp and to(float8), 33 B per element through HBM, on the input and
+// the weight in forward (again in a checkpointed block's recompute), on the gradient twice, the weight and the saved
+// input in backward, and `preprocess_addmm` copies W + ro + ri float8 elements into `_scaled_mm`'s layouts. torchao's
+// docs: "enable torch.compile for competitive performance". Hand-derived per linear here; torchtitan's stack (its fp8
+// runs are compiled) keeps the fused one-pass casts.
+TEST_CASE("terms: the hf stack's fp8 pays torchao's eager float8 casts, five kernels each", "[terms][throughput]") {
+  const model_spec m = llama_1b();
+  const gpu_spec g = h100();
+  const throughput_calibration k{};
+  training_config hf = fp8_gpu();  // one GPU, bf16 masters: no autocast
+  const auto s = terms::throughput_shape_of(m, hf, g, k);
+  REQUIRE(s.f8_linear);
+  const double T = 2048, h = static_cast<double>(m.hidden), q = static_cast<double>(m.q_dim());
+  const double kv = static_cast<double>(m.kv_dim()), F = static_cast<double>(m.intermediate), L = static_cast<double>(m.layers);
+  const double shapes[7][2] = {{h, q}, {h, kv}, {h, kv}, {q, h}, {h, F}, {h, F}, {F, h}};  // q k v o gate up down
+  double per_block = 0, forward_casts = 0;
+  for (const auto& io : shapes) {
+    const double ri = T * io[0], ro = T * io[1], W = io[0] * io[1];
+    per_block += 33 * (ri + W) + 33 * (2 * ro + W + ri) + 2 * (W + ro + ri);
+    forward_casts += 33 * (ri + W);
+  }
+  const double eager = terms::memory_bound_time(s, hf).quantization.raw();
+  CHECK(eager == Approx(L * per_block));
+  training_config ck = hf;
+  ck.ac = checkpointing::full();
+  CHECK(terms::memory_bound_time(terms::throughput_shape_of(m, ck, g, k), ck).quantization.raw() == Approx(L * (per_block + forward_casts)));
+  training_config tt = hf;
+  tt.stack = training_stack::torchtitan;
+  const auto st = terms::throughput_shape_of(m, tt, g, k);
+  CHECK_FALSE(st.f8_linear);
+  CHECK(terms::memory_bound_time(st, tt).quantization.raw() < eager / 5);
+  // compiled, the hf stack's casts are Inductor's fused ones too
+  training_config hc = hf;
+  hc.compile = true;
+  CHECK_FALSE(terms::throughput_shape_of(m, hc, g, k).f8_linear);
 }

@@ -440,6 +440,9 @@ struct throughput_shape {
   double moe_layers = 0;  ///< MoE blocks on this GPU (pipeline: the rank's own)
   bool amp = false;  ///< autocast over fp32 weights (fp32 residual stream)
   bool compiled = false;       ///< torch.compile of the blocks: Inductor fuses their element-wise ops (block_elementwise)
+  /// the low-precision linears are torchao 0.18's eager Float8Linear (the hf stack's fp8 and fp8-rowwise without
+  /// compile: the reference trainer): each cast is five eager kernels (memory_bound_time), not a fused one
+  bool f8_linear = false;
   bool compiled_loss = false;  ///< the loss runs under torch.compile (torchtitan, torchtune with compile)
   /// the hf stack's chunked loss, the reference trainer's 8 checkpointed chunks (apps/train/bwtrain/loss.py
   /// `chunked_loss`): each chunk's LM head and cross-entropy run again in backward
@@ -492,6 +495,8 @@ struct throughput_shape {
   r.amp = !r.fsdp && !r.zero1 && c.master == master_weights::fp32;
   // what torch.compile compiles, as memory.hpp's stack_settings reads it (Megatron-LM does not compile its model)
   r.compiled = c.compile && c.stack != training_stack::megatron;
+  r.f8_linear = c.stack == training_stack::hf && !r.compiled &&
+                (c.format == compute_format::fp8 || c.format == compute_format::fp8_rowwise);
   r.compiled_loss = r.compiled && (c.stack == training_stack::torchtitan || c.stack == training_stack::torchtune);
   r.checkpointed_loss = c.loss == loss_impl::chunked && c.stack == training_stack::hf;
   r.eager_norm = ((c.modules == module_kernels::transformers && c.stack == training_stack::hf) || c.stack == training_stack::torchtune) &&
@@ -936,6 +941,7 @@ struct block_elementwise_bytes {
   // where Transformer Engine caches them (cached_weight_casts); this GPU's weights, lin_local
   const double weight_casts = s.cached_weight_casts ? 1 / std::max(1.0, s.ga) : 2.0;
   double quant_bytes = s.nq * (2 * act_elems * dual * ft.quantized_bytes + weight_casts * s.lin_local * (2 + dual * ft.quantized_bytes));
+  double rescale = 0;
   if (ft.backward_rescale) {
     // fp32 outputs of the input- and weight-gradient GEMMs written (4 B), read by the scaling kernel (4 B) and written
     // in their dtype (2 B): the input gradients T·Σ in and the weight gradients of every low-precision linear
@@ -944,7 +950,31 @@ struct block_elementwise_bytes {
       const linear_gemm& g = s.linears[static_cast<std::size_t>(i)];
       rows_in += g.blocks / std::max(1.0, s.L) * g.rows * g.groups * g.in;
     }
-    quant_bytes += s.nq * 10 * (rows_in + s.lin_local);
+    rescale = s.nq * 10 * (rows_in + s.lin_local);
+    quant_bytes += rescale;
+  }
+  if (s.f8_linear) {
+    // torchao 0.18's eager Float8Linear (torchao docs/source/workflows/training.md @v0.18.0: "enable torch.compile for
+    // competitive performance"): each cast of a bf16 (or fp32) tensor runs `abs` (read 2, write 2), `max` (read 2),
+    // `to(float32)` (2 + 4), `* scale` (4 + 4), `clamp` (4 + 4) and `to(float8)` (4 + 1): 33 B per element
+    // (tensor_to_amax, _ToFloat8ConstrFunc, to_fp8_saturated; an fp32 weight skips the copy and reads 4 B in abs and
+    // max: 33 B too). A linear of rows·in input elements ri, rows·out output elements ro and W weight elements casts
+    // ri + W in forward (again in a checkpointed block's recompute) and 2·ro + W + ri in backward (the gradient twice,
+    // the weight and the saved input again: matmul_with_hp_or_float8_args.backward), and `preprocess_addmm` copies
+    // W + ro + ri float8 elements into the layouts `_scaled_mm` takes (read 1, write 1). This replaces the fused
+    // one-pass cast above; the autocast weight cast it replaces under autocast is taken out of `cast_bytes` below.
+    const double rc = s.nck / std::max(1.0, s.L);
+    double per_block = 0;
+    for (int i = 0; i < s.n_linears; ++i) {
+      const linear_gemm& g = s.linears[static_cast<std::size_t>(i)];
+      const double ri = g.rows * g.groups * g.in, ro = g.rows * g.groups * g.out, W = g.groups * g.in * g.out;
+      per_block += g.blocks / std::max(1.0, s.L) * (33 * (ri + W) * (1 + rc) + 33 * (2 * ro + W + ri) + 2 * (W + ro + ri));
+    }
+    quant_bytes = s.nq * per_block + rescale;
+    // under autocast Float8Linear casts its fp32 weight itself: no autocast bf16 copy of a quantized block's weights
+    // (read 4, write 2, again in a recompute)
+    if (s.amp && c.master == master_weights::fp32 && !s.zero1 && !s.fsdp)
+      cast_bytes = std::max(0.0, cast_bytes - s.nq * s.lin_local * 6 * (1 + rc));
   }
   const double elementwise = T * (s.L * (blk.forward + blk.backward) + s.recompute_passes * blk.forward);
   double ring = 0;
