@@ -411,6 +411,40 @@ TEST_CASE("allocator: fp8 (torchao's eager Float8Linear, the reference trainer's
   }
 }
 
+TEST_CASE("allocator: a replay asked only for the verdict stops past the threshold with the whole replay's verdict", "[allocator]") {
+  // search_plans replays near-the-line candidates only to learn whether the device peak stays under its headroom
+  // limit; peak reserved only grows, so once it passes the limit (or a request runs out of memory) the rest of the
+  // step cannot change the answer. Against whole replays of fp8 and bf16 plans: stopped exactly when the whole
+  // replay's peak passes the threshold, and an unstopped replay gives the whole replay's peaks.
+  using namespace bwplan;
+  gpu_spec g = b200_like();
+  g.dense_flops["fp8"] = 4500 * tflop_per_s;
+  const model_spec m = bundled_model("llama-3.1-8b");
+  for (int recipe : {0, 3})
+    for (auto f : {compute_format::bf16, compute_format::fp8}) {
+      training_config c = recipe_config(recipe, 2, 4096);
+      c.format = f;
+      const memory_terms t = compute_memory_terms(m, c, g);
+      REQUIRE(t.replay.replayable);
+      allocator_settings st = t.replay.settings;
+      st.budget = std::uint64_t{1} << 42;
+      caching_allocator whole_a(st);
+      const replay_result whole = replay_step_trace(t.replay.shape, whole_a);
+      CHECK_FALSE(whole.stopped);
+      for (double share : {0.5, 0.9, 0.999, 1.0, 1.2}) {
+        step_shape s = t.replay.shape;
+        s.stop_reserved_above = static_cast<std::uint64_t>(share * static_cast<double>(whole.peak_reserved));
+        caching_allocator a(st);
+        const replay_result r = replay_step_trace(s, a);
+        INFO("recipe " << recipe << " " << to_string(f) << " threshold " << share);
+        CHECK(r.stopped == (whole.peak_reserved > s.stop_reserved_above));
+        if (r.stopped) CHECK(r.peak_reserved > s.stop_reserved_above);
+        else CHECK(r.peak_reserved == whole.peak_reserved);
+        if (!r.stopped) CHECK(r.peak_allocated == whole.peak_allocated);
+      }
+    }
+}
+
 TEST_CASE("bug: fp8 on the hf stack saved 1 B per linear input and kept autocast weight copies torchao's Float8Linear never makes", "[memory][bugs]") {
   // torchao >= 0.9 (pytorch/ao 2ec9bc15d) saves the bf16 input of each Float8Linear and casts it again in backward, and
   // the module calls no F.linear, so autocast caches no bf16 weight copy. The walk priced torchao's older fp8-saving

@@ -406,6 +406,9 @@ struct step_shape {
   /// micro-batches per optimizer step (gradient accumulation): each runs forward and backward, the gradients (FSDP2:
   /// the sharded gradients) are kept across them, the optimizer steps after the last
   std::int64_t grad_accum = 1;
+  /// stop the replay at the first request after an out-of-memory or after peak reserved passes this many bytes (the
+  /// caller wants only the verdict past it: replay_result::stopped); the default replays every step
+  std::uint64_t stop_reserved_above = std::numeric_limits<std::uint64_t>::max();
 };
 
 /// Result of a replay: the allocator's counters over every step, and the allocated bytes at the moments of the
@@ -417,6 +420,8 @@ struct replay_result {
   bool oom = false;                  ///< a request failed after the cache was released
   std::uint64_t oom_request = 0;     ///< bytes of the first failing request
   int steps = 0;                     ///< steps replayed (fewer than step_shape::steps at the steady state)
+  /// stopped early (step_shape::stop_reserved_above): out of memory or past the threshold; the peaks are those so far
+  bool stopped = false;
 };
 
 /// Replays the allocation and free sequence of `steps` training steps of the eager decoder (Llama layout: RMSNorm,
@@ -457,7 +462,13 @@ inline replay_result replay_step_trace(const step_shape& m, caching_allocator& a
   const u64 W = (amp || fsdp) ? 4 : 2;       // stored parameter, gradient and AdamW state bytes
   const u64 GW = amp ? 4 : 2;                // bytes of the embedding gradient autograd produces
   auto ck = [&](std::size_t i) { return i < m.checkpointed.size() && m.checkpointed[i]; };
-  auto A = [&](u64 bytes) { return a.malloc(bytes); };
+  struct stop_replay {};  // thrown by A once the caller's question is answered (step_shape::stop_reserved_above)
+  const bool may_stop = m.stop_reserved_above != std::numeric_limits<u64>::max();
+  auto A = [&](u64 bytes) {
+    const int hdl = a.malloc(bytes);
+    if (may_stop && (a.oom() || a.peak_reserved() > m.stop_reserved_above)) throw stop_replay{};
+    return hdl;
+  };
   auto Fr = [&](int& hdl) { a.free(hdl); hdl = -1; };
   auto f8 = [&](std::size_t i) { return i < m.float8.size() && m.float8[i]; };
   // torchao 0.18's eager cast of `n` elements of `src` bytes to float8, tensorwise (hp_tensor_to_float8_dynamic,
@@ -510,6 +521,8 @@ inline replay_result replay_step_trace(const step_shape& m, caching_allocator& a
     return gi;
   };
 
+  replay_result res;
+  try {  // (stop_replay: the caller's question is answered; res holds the peaks so far)
   // parameters: embedding, per block [attn_norm, wq(, bq), wk(, bk), wv(, bv), wo(, q_norm, k_norm), ffn_norm, w1, w3,
   // w2], norm(, out)
   enum : std::size_t { an, wq, bq, wk, bk, wv, bv, wo, qn, kn, fn, w1, w3, w2, nparam };
@@ -565,7 +578,6 @@ inline replay_result replay_step_trace(const step_shape& m, caching_allocator& a
   std::vector<int> grads(numel.size(), -1), ug(numel.size(), -1), unsharded(numel.size(), -1);
   std::vector<int> rs_out(L + 1, -1);
   bool states = false;
-  replay_result res;
   // handles of one block's forward
   struct block_t {
     int x = -1, yn = -1, r1 = -1, yc[3] = {-1, -1, -1}, qkv[3] = {-1, -1, -1}, cs = -1, sn = -1, o = -1, lse = -1;
@@ -1127,6 +1139,9 @@ inline replay_result replay_step_trace(const step_shape& m, caching_allocator& a
       if (step >= 1 && now == before) break;
       before = std::move(now);
     }
+  }
+  } catch (const stop_replay&) {
+    res.stopped = true;
   }
   res.peak_reserved = a.peak_reserved();
   res.peak_allocated = a.peak_allocated();

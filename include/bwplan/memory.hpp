@@ -38,6 +38,10 @@ struct runtime_overheads {
   /// candidates with `never` and replays (`always`) the replayable ones that would be ranked (replay_ceiling).
   enum class replay_policy { always, near_fit_line, never } replay = replay_policy::always;
   double replay_band = 0.15;  ///< near_fit_line: replay when |device peak / capacity − 1| ≤ this share
+  /// A replay may stop once the device peak (peak reserved + context and NCCL) passes this many bytes, or at an
+  /// out-of-memory: only the verdict is wanted past it (search_plans sets its headroom limit; estimate replays the
+  /// whole step). Peak reserved only grows, so the verdict is the whole replay's; the peaks are then partial.
+  double replay_stop_device_peak = std::numeric_limits<double>::infinity();
   alloc::allocator_settings allocator;  ///< `PYTORCH_CUDA_ALLOC_CONF` of the run (budget is set per estimate)
 };
 
@@ -1304,6 +1308,7 @@ struct allocator_replay {
                             ///< dense Llama-layout model, with or without q/k norms (see replayable())
   runtime_overheads::replay_policy policy = runtime_overheads::replay_policy::always;
   double band = 0.15;
+  double stop_device_peak = std::numeric_limits<double>::infinity();  ///< runtime_overheads::replay_stop_device_peak
   alloc::allocator_settings settings;
   alloc::step_shape shape;
 };
@@ -1352,6 +1357,7 @@ struct allocator_replay {
   r.replayable = replayable(m, c);
   r.policy = rt.replay;
   r.band = rt.replay_band;
+  r.stop_device_peak = rt.replay_stop_device_peak;
   r.settings = rt.allocator;
   r.settings.expandable_segments = c.expandable_segments;
   if (!r.replayable || r.policy == runtime_overheads::replay_policy::never) return r;  // (no trace to build)
@@ -1394,7 +1400,10 @@ inline void apply_allocator_replay(const allocator_replay& r, memory_estimate& e
   const double budget = std::max(0.0, (e.capacity - e.non_pytorch).raw());
   st.budget = static_cast<std::uint64_t>(budget);
   alloc::caching_allocator a(st);
-  const alloc::replay_result res = alloc::replay_step_trace(r.shape, a);
+  alloc::step_shape shape = r.shape;
+  if (std::isfinite(r.stop_device_peak))
+    shape.stop_reserved_above = static_cast<std::uint64_t>(std::max(0.0, r.stop_device_peak - e.non_pytorch.raw()));
+  const alloc::replay_result res = alloc::replay_step_trace(shape, a);
   e.peak_reserved = bytes::base(static_cast<double>(res.peak_reserved));
   e.fits = !res.oom && e.device_peak() <= e.capacity;
   e.replayed = true;

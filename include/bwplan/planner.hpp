@@ -186,6 +186,9 @@ struct plan_result {
   rt_cheap.replay = runtime_overheads::replay_policy::never;
   rt_replay.replay = runtime_overheads::replay_policy::always;
   const bytes limit = (1.0 - req.headroom) * gpu.cuda_capacity();  // the fit line, less recommend's headroom
+  // only the verdict is wanted: a replay stops once the device peak passes the headroom limit (a plan past it is
+  // dropped, the peak only grows) or at an out-of-memory; a plan under it is replayed whole
+  rt_replay.replay_stop_device_peak = limit.raw();
   const std::int64_t total = req.progress ? plan_search_size(req, world, eps.size(), m.layers) : 0;
   plan_result res;
   std::vector<plan_candidate> keep;
