@@ -702,6 +702,7 @@ inline replay_result replay_step_trace(const step_shape& m, caching_allocator& a
       mlp_fwd(i, b);
       int out = -1;
       if (!recompute) { int d = lin(i, w2, F, h); out = A(R * T * h); Fr(d); }
+      else if (f8(i)) { int d = lin(i, w2, F, h); Fr(d); }  // (see block_fwd_hf)
       sv(b.yc1); sv(b.g); sv(b.s); sv(b.yc3); sv(b.u); sv(b.p);
       if (amp) Fr(b.y2); else sv(b.y2);
       sv(b.mid);
@@ -751,8 +752,13 @@ inline replay_result replay_step_trace(const step_shape& m, caching_allocator& a
         if (amp) Fr(b.y2);
         out = A(R * T * h);
         Fr(d);
-      } else if (amp) {
-        Fr(b.y2);
+      } else {
+        // a recompute stops when the down projection's saves are packed: F.linear's mm saves before its kernel, but a
+        // custom autograd.Function (Float8Linear's matmul_with_hp_or_float8_args) saves after its forward returns, so
+        // that forward runs whole (its casts and output) and its output goes with the early stop (torch/utils/checkpoint.py
+        // `_StopRecomputationError`; torch/autograd/function.py: `_save_variables` after `forward`)
+        if (f8(i)) { int d = lin(i, w2, F, h); Fr(d); }
+        if (amp) Fr(b.y2);
       }
       sv(b.yc1); sv(b.g); sv(b.s); sv(b.yc3); sv(b.u); sv(b.p);
       if (!amp) sv(b.y2);
@@ -925,6 +931,20 @@ inline replay_result replay_step_trace(const step_shape& m, caching_allocator& a
     auto norm_bwd = [&](int& g, int& x32, int& rstd, int& hs, std::size_t wk) {
       return norm_bwd_w(g, x32, rstd, hs, wk, h, T, !amp);
     };
+    // A Float8Linear under autocast returns a bf16 gradient for its fp32 weight, which the engine casts to fp32 in
+    // validate_outputs inside call_function, before the node's saved tensors are released (torch/csrc/autograd/engine.cpp
+    // `evaluate_function`: `fn.release_variables()` after `call_function`): the saved input `saved` goes after the cast,
+    // then AccumulateGrad keeps it or adds it into `.grad`. A checkpointed block's recomputed input is held by the
+    // backward's local only and goes when it returns, and F.linear's weight gradient is cast by the cached copy's own
+    // ToCopyBackward0, a later node: there the saved input goes first (the callers' other branch).
+    auto late = [&](std::size_t i) { return f8(i) && amp && !ck(i); };
+    auto wgrad_late = [&](std::size_t k, int& dw, int& saved) {
+      int c = A(4 * numel[k]);
+      Fr(dw);
+      Fr(saved);
+      if (grads[k] >= 0) Fr(c);
+      else grads[k] = c;
+    };
     // a linear's backward: grad_input, then the bf16 weight gradient as `dw` (the mm's two outputs, or f8_bwd's)
     auto lin_bwd = [&](std::size_t i, std::size_t k, u64 in, u64 out, int& dw) {
       if (f8(i)) return f8_bwd(T, in, out, numel[pidx(i, k)], dw);
@@ -1002,20 +1022,23 @@ inline replay_result replay_step_trace(const step_shape& m, caching_allocator& a
       if (ck(i)) { rb.x = blk[i].x; (void)(hf ? block_fwd_hf(i, rb, true, true) : block_fwd(i, rb, true, true)); }
       int dw = -1;
       int dp = lin_bwd(i, w2, F, h, dw);
-      Fr(dd); Fr(b.p); Fr(b.wb[w2]);
-      grad(pidx(i, w2), dw, !amp);
+      Fr(dd);
+      if (late(i)) wgrad_late(pidx(i, w2), dw, b.p);
+      else { Fr(b.p); Fr(b.wb[w2]); grad(pidx(i, w2), dw, !amp); }
       int ds = A(2 * T * F), du = A(2 * T * F);
       Fr(dp); Fr(b.s);
       int dg = A(2 * T * F);
       Fr(ds); Fr(b.g);
       int dyc3 = lin_bwd(i, w3, h, F, dw);
-      Fr(du); Fr(b.u); Fr(b.yc3); Fr(b.wb[w3]);
-      grad(pidx(i, w3), dw, !amp);
+      Fr(du); Fr(b.u);
+      if (late(i)) wgrad_late(pidx(i, w3), dw, b.yc3);
+      else { Fr(b.yc3); Fr(b.wb[w3]); grad(pidx(i, w3), dw, !amp); }
       int b2 = dyc3;
       if (amp) { b2 = A(4 * T * h); Fr(dyc3); }
       int dyc1 = lin_bwd(i, w1, h, F, dw);
-      Fr(dg); Fr(b.yc1); Fr(b.wb[w1]);
-      grad(pidx(i, w1), dw, !amp);
+      Fr(dg);
+      if (late(i)) wgrad_late(pidx(i, w1), dw, b.yc1);
+      else { Fr(b.yc1); Fr(b.wb[w1]); grad(pidx(i, w1), dw, !amp); }
       if (amp) { int c1 = A(4 * T * h); Fr(dyc1); Fr(c1); }
       else { Fr(dyc1); Fr(b.y2); }
       if (hf) {
@@ -1082,8 +1105,12 @@ inline replay_result replay_step_trace(const step_shape& m, caching_allocator& a
         }
         int dy = lin_bwd(i, lw[j], h, j < 2 ? kv : q, dw);
         Fr(*src[j]);
-        if (amp) { Fr(b.yc[ycj[j]]); Fr(b.wb[lw[j]]); }
-        grad(pidx(i, lw[j]), dw, !amp);
+        if (late(i)) {
+          wgrad_late(pidx(i, lw[j]), dw, b.yc[ycj[j]]);
+        } else {
+          if (amp) { Fr(b.yc[ycj[j]]); Fr(b.wb[lw[j]]); }
+          grad(pidx(i, lw[j]), dw, !amp);
+        }
         if (amp) { int c = A(4 * T * h); Fr(dy); dy = c; }
         if (b1 < 0) b1 = dy; else Fr(dy);
       }
