@@ -211,6 +211,17 @@ TEST_CASE("terms: saved activations per block and per checkpointing mode", "[ter
     CHECK(b.low_precision.block_saved == 92296);
     CHECK(b.block(0) == 92296 * T);
   }
+  SECTION("torchao's MXFP8 linear saves the bf16 input the block holds (no autocast): the bf16 block's bytes") {
+    c.master = master_weights::bf16;  // no autocast
+    const double bf = terms::saved_activation_bytes(m, terms::memory_shape_of(m, c, g)).high_precision.block_saved;
+    c.format = compute_format::mxfp8;
+    const auto a = terms::saved_activation_bytes(m, terms::memory_shape_of(m, c, g));
+    // (it counted the O projection's input a second time, 2·q B per token, as if it were a copy of its own)
+    CHECK(a.low_precision.block_saved == bf);
+    c.stack = training_stack::megatron;  // Transformer Engine keeps its own copy of the O input: the 2 B inventory
+    const auto mg = terms::saved_activation_bytes(m, terms::memory_shape_of(m, c, g));
+    CHECK(mg.low_precision.block_saved == mg.high_precision.block_saved + 2 * 2048);
+  }
 }
 
 TEST_CASE("terms: loss buffers, standard vs chunked", "[terms][memory]") {
