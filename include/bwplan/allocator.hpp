@@ -398,6 +398,13 @@ struct step_shape {
   /// weight to float8 and saves the bf16 input (`matmul_with_hp_or_float8_args`), each backward casts the gradient
   /// twice, the weight and the input again (see replay_step_trace)
   std::vector<bool> float8;
+  /// the float8 blocks run torchao's rowwise recipe (`Float8LinearConfig.from_recipe_name("rowwise")`, the reference
+  /// trainer's fp8-rowwise): axiswise scales (a few bytes per row, left out), and the two backward GEMMs without fast
+  /// accumulation, which `addmm_float8_unwrapped` runs with unit scales and then scales in place by the fp32 product of
+  /// the row and column scales, a rows × cols tensor allocated before the bf16 output (torchao/float8/float8_ops.py
+  /// @v0.18.0: `post_inverse_scale = a_inverse_scale * b_inverse_scale`, `output *= post_inverse_scale`; the in-place
+  /// bf16 × fp32 product casts in the CUDA kernel, no temporary). The forward GEMM uses fast accumulation: no rescale
+  bool float8_rowwise = false;
   std::uint64_t workspace = 0;     ///< cuBLAS/cuBLASLt workspaces, allocated at the first matmul
   int steps = 5;                   ///< optimizer steps replayed (AdamW states appear in the first)
   /// stop once a step leaves the allocator as the step before left it: every later step would repeat it (the peaks
@@ -506,16 +513,22 @@ inline replay_result replay_step_trace(const step_shape& m, caching_allocator& a
   // grad_input (bf16); the gradient cast again and the saved input cast for grad_weight, the gradient's transpose made
   // row-major and the input made column-major (copies, gone with the mm), grad_weight (bf16, as `dw`); the four float8
   // locals go when backward returns. Returns grad_input.
+  // Rowwise (step_shape::float8_rowwise): each backward GEMM's fp32 rescale tensor (rows × in, then out × in) lives from
+  // before its output to `addmm_float8_unwrapped`'s return, before `float8_mm` drops the layout copies.
   auto f8_bwd = [&](u64 rows, u64 in, u64 out, u64 wn, int& dw) {
     int g0 = f8cast(rows * out, 2);
     int w0 = f8cast(wn, WB);
     int wt = A(wn);
+    int s0 = m.float8_rowwise ? A(4 * rows * in) : -1;
     const int gi = A(2 * rows * in);
+    Fr(s0);
     Fr(wt);
     int g1 = f8cast(rows * out, 2);
     int x1 = f8cast(rows * in, 2);
     int ac = A(rows * out), bc = A(rows * in);
+    int s1 = m.float8_rowwise ? A(4 * wn) : -1;
     dw = A(2 * wn);
+    Fr(s1);
     Fr(ac); Fr(bc);
     Fr(g0); Fr(w0); Fr(g1); Fr(x1);
     return gi;

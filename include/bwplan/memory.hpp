@@ -1041,18 +1041,22 @@ struct float8_cast_peaks {
 /// writes the output (ri + W + 2·ro; a bf16 linear holds 2·ro); backward casts the gradient (9·ro), the weight
 /// (ro + 9·W), writes grad_input beside a column-major copy of the weight (ro + 2·W + 2·ri), casts the gradient
 /// again (10·ro + W + 2·ri) and the saved input (2·ro + W + 11·ri), then writes the weight gradient beside
-/// row- and column-major copies (3·ro + 3·W + 4·ri; a bf16 linear holds 2·ri + 2·W). Under tensor parallelism the
+/// row- and column-major copies (3·ro + 3·W + 4·ri; a bf16 linear holds 2·ri + 2·W). The rowwise recipe
+/// (format_traits::backward_rescale) runs both backward GEMMs with unit scales and holds each one's fp32 rescale tensor
+/// beside its output (`post_inverse_scale` in `addmm_float8_unwrapped`): 4·ri more at grad_input, 4·W more at the
+/// weight gradient (the casts' per-row scales, a few bytes per row, are left out). Under tensor parallelism the
 /// column-parallel inputs are the gathered sequence (rows·tp) and the split dimension is ÷ tp. Source:
 /// torchao/float8/float8_linear.py, float8_scaling_utils.py, float8_utils.py, float8_training_tensor.py,
 /// float8_ops.py (`preprocess_addmm`) @v0.18.0.
 [[nodiscard]] constexpr float8_cast_peaks float8_linear_casts(const memory_shape& s) noexcept {
   float8_cast_peaks p;
   const double tp = s.tp > 1 ? s.tp : 1.0;
+  const double rs = s.format.backward_rescale ? 4 : 0;  // fp32 rescale bytes per element of a backward GEMM's output
   auto linear = [&](double rows, double in, double out) {
     const double ri = rows * in, ro = rows * out, W = in * out;
     p.forward = std::max(p.forward, std::max({9 * ri, ri + 9 * W, ri + W + 2 * ro}) - 2 * ro);
-    p.backward = std::max(p.backward, std::max({9 * ro, ro + 9 * W, ro + 2 * W + 2 * ri, 10 * ro + W + 2 * ri,
-                                                2 * ro + W + 11 * ri, 3 * ro + 3 * W + 4 * ri}) - (2 * ri + 2 * W));
+    p.backward = std::max(p.backward, std::max({9 * ro, ro + 9 * W, ro + 2 * W + (2 + rs) * ri, 10 * ro + W + 2 * ri,
+                                                2 * ro + W + 11 * ri, 3 * ro + (3 + rs) * W + 4 * ri}) - (2 * ri + 2 * W));
   };
   // column-parallel q, k, v, gate and up (the gathered sequence, out ÷ tp); row-parallel o and down (in ÷ tp)
   linear(s.T * tp, s.h, s.q_width / tp);
@@ -1306,7 +1310,7 @@ struct allocator_overheads {
 /// configuration is one the trace describes, the allocator settings and the policy.
 struct allocator_replay {
   bool replayable = false;  ///< one GPU (unsharded), or FSDP2 full or hybrid sharding with fp32 master, tp = cp = pp = 1,
-                            ///< any gradient accumulation, bf16 GEMMs or fp8 tensorwise (torchao Float8Linear), the standard or the trainer's chunked loss, no or
+                            ///< any gradient accumulation, bf16 GEMMs or fp8 tensorwise or rowwise (torchao Float8Linear), the standard or the trainer's chunked loss, no or
                             ///< whole-block checkpointing, a
                             ///< dense Llama-layout model, with or without q/k norms (see replayable())
   runtime_overheads::replay_policy policy = runtime_overheads::replay_policy::always;
@@ -1332,8 +1336,9 @@ struct allocator_replay {
   if (c.sharded() && !fsdp2) return "this sharding";
   if (c.sharded() && c.master != master_weights::fp32) return "FSDP2 with bf16 master weights";
   if (c.loss == loss_impl::liger) return "Liger's fused linear cross-entropy";  // (the hf stack's chunked loss is traced)
-  // (fp8 tensorwise is traced: torchao's Float8Linear, alloc::step_shape::float8)
-  if (c.format != compute_format::bf16 && c.format != compute_format::fp8) return "low-precision GEMMs";
+  // (fp8 tensorwise and rowwise are traced: torchao's Float8Linear, alloc::step_shape::float8, float8_rowwise)
+  if (c.format != compute_format::bf16 && c.format != compute_format::fp8 && c.format != compute_format::fp8_rowwise)
+    return "low-precision GEMMs";
   if (c.ac.mode != ac_mode::none && c.ac.mode != ac_mode::full) return "per-op checkpointing";
   if (c.fp8_all_gather) return "the FP8 all-gather";
   if (c.adapters()) return "LoRA adapters";  // the trace is a full fine-tune with AdamW on the GPU
@@ -1383,7 +1388,8 @@ struct allocator_replay {
   t.grad_accum = std::min<std::int64_t>(c.grad_accum, 2);
   t.checkpointed.resize(static_cast<std::size_t>(m.layers));
   for (std::int64_t i = 0; i < m.layers; ++i) t.checkpointed[static_cast<std::size_t>(i)] = s.blocks.checkpointed(i);
-  if (c.format == compute_format::fp8) {
+  if (c.format == compute_format::fp8 || c.format == compute_format::fp8_rowwise) {
+    t.float8_rowwise = c.format == compute_format::fp8_rowwise;
     t.float8.resize(static_cast<std::size_t>(m.layers));
     for (std::int64_t i = 0; i < m.layers; ++i) t.float8[static_cast<std::size_t>(i)] = s.blocks.quantized(i);
   }
