@@ -249,6 +249,64 @@ TEST_CASE("allocator: the FSDP2 replay across ranks agrees with the liveness wal
   CHECK_FALSE(terms::replayable(m, tp));
 }
 
+TEST_CASE("allocator: FSDP2 grad-op (reshard_after_forward=False) is replayed and agrees with the liveness walk", "[allocator]") {
+  // The trainer's sharding grad-op is fully_shard(..., reshard_after_forward=False) on every block and the root
+  // (apps/train/bwtrain/parallel.py apply_fsdp): each block stays gathered from its forward to its post-backward, and
+  // backward gathers nothing. It kept the cheap bound ("this sharding"). Now the trace runs it: its peak allocated
+  // against the walk's (memory_shape::grad_op: every block kept gathered, weight_copies::grad_op_all) on two models,
+  // 8 and 16 ranks, with and without checkpointing, gradient accumulation 1 and 4: within 3 %; the peak is above full
+  // sharding's, by less than every block's gathered parameters.
+  using namespace bwplan;
+  const gpu_spec g = b200_like();
+  for (const char* name : {"llama-3.2-1b", "llama-3.1-8b"}) {
+    const model_spec m = bundled_model(name);
+    for (int ranks : {8, 16})
+      for (bool full_ac : {false, true})
+        for (int ga : {1, 4}) {
+          training_config c = fsdp_ranks(ranks, 2, 4096, full_ac);
+          c.grad_accum = ga;
+          training_config full = c;
+          c.shard = sharding::grad_op;
+          INFO(name << " ranks " << ranks << " full AC " << full_ac << " ga " << ga);
+          const memory_terms t = compute_memory_terms(m, c, g), tf = compute_memory_terms(m, full, g);
+          REQUIRE(t.replay.replayable);
+          CHECK_FALSE(t.replay.shape.reshard_after_forward);
+          CHECK(tf.replay.shape.reshard_after_forward);
+          CHECK(t.replay.shape.shards == ranks);
+          const memory_estimate e = compose_memory(t);
+          CHECK(e.replayed);
+          const double traced = replay_peak(t.replay.shape, t.replay.settings), cheap = walk_peak(m, c, g);
+          CHECK(std::abs(traced / cheap - 1) < 0.03);
+          // every block's bf16 parameters, gathered (each parameter padded to a multiple of the ranks on dim 0)
+          const double gathered = t.weights.grad_op_all.raw();
+          CHECK(gathered == Approx(2.0 * static_cast<double>(count_parameters(m).block_linear + count_parameters(m).block_other) *
+                                   static_cast<double>(m.layers)).epsilon(0.01));
+          const double more = traced - replay_peak(tf.replay.shape, tf.replay.settings);
+          CHECK(more > 0);
+          CHECK(more < gathered + 64.0 * MiB);
+        }
+  }
+}
+
+TEST_CASE("bug: the FSDP2 trace held the last block's all-gather buffer through the loss backward", "[allocator][bugs]") {
+  // Forward prefetching keeps each group's all-gather output in comm_ctx.all_gather_state until the next group's wait;
+  // the last block's is freed by the root's post-forward (torch/distributed/fsdp/_fully_shard/_fsdp_state.py
+  // `_post_forward`), and the loss runs inside the root (measure.py's model, the trainer's CausalLMTrainModule). The
+  // trace kept it until backward's first all-gather, so where the loss backward is the peak its peak allocated was one
+  // gathered block above the walk's (Llama 3.2 1B on 8 ranks, 1 x 4096, full checkpointing: +1.38 %; 4 x 4096 +0.44 %;
+  // Llama 3.1 8B 4 x 4096 +1.00 %). Now within 0.2 %.
+  using namespace bwplan;
+  const gpu_spec g = b200_like();
+  for (auto [name, mbs] : {std::pair{"llama-3.2-1b", 1}, std::pair{"llama-3.2-1b", 4}, std::pair{"llama-3.1-8b", 4}}) {
+    const model_spec m = bundled_model(name);
+    const training_config c = fsdp_ranks(8, mbs, 4096, true);
+    const memory_terms t = compute_memory_terms(m, c, g);
+    REQUIRE(t.replay.replayable);
+    INFO(name << " " << mbs << " x 4096");
+    CHECK(std::abs(replay_peak(t.replay.shape, t.replay.settings) / walk_peak(m, c, g) - 1) < 0.002);
+  }
+}
+
 TEST_CASE("allocator: gradient accumulation: the replay agrees with the liveness walk, later micro-batches repeat the second", "[allocator]") {
   // Gradient accumulation (2 and 4 micro-batches per step) under the three recipes the trace describes: one GPU under
   // autocast, pure bf16, FSDP2 on 8 ranks. The estimate is replayed (it took the cheap bound before); the replay's peak
@@ -579,8 +637,9 @@ TEST_CASE("allocator: replay_blocker names what keeps a plan from the step trace
   CHECK(blocker([](training_config& c) { c.loss = loss_impl::liger; }) == "Liger's fused linear cross-entropy");
   CHECK(blocker([](training_config& c) { c.loss = loss_impl::chunked; }).empty());  // the trainer's chunks are traced
   CHECK(blocker([](training_config& c) { c.shard = sharding::none; }) == "DDP");
-  CHECK(blocker([](training_config& c) { c.shard = sharding::grad_op; }) == "this sharding");
-  CHECK(blocker([](training_config& c) { c.world_size = 1; c.gpus_per_node = 1; c.shard = sharding::grad_op; }) == "this sharding");
+  CHECK(blocker([](training_config& c) { c.shard = sharding::grad_op; }).empty());  // FSDP2 without reshard after forward
+  CHECK(blocker([](training_config& c) { c.world_size = 1; c.gpus_per_node = 1; c.shard = sharding::grad_op; }).empty());
+  CHECK(blocker([](training_config& c) { c.shard = sharding::grad_op; c.shard_group = 8; }).empty());  // (ignored: shards over the mesh)
   CHECK(blocker([](training_config& c) { c.shard = sharding::optimizer; }) == "the distributed optimizer");
   CHECK(blocker([](training_config& c) { c.tp = 2; }) == "tensor, context or pipeline parallelism");
   CHECK(blocker([](training_config& c) { c.format = compute_format::fp8; }).empty());  // torchao's Float8Linear is traced

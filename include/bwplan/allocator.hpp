@@ -373,6 +373,12 @@ struct step_shape {
   bool fsdp2 = false;     ///< FSDP2 `fully_shard` per block and root, MixedPrecisionPolicy(param bf16, reduce fp32):
                           ///< fp32 sharded weights, gradients and states, bf16 compute (amp ignored)
   std::int64_t shards = 1;  ///< FSDP2: ranks each parameter is sharded over (dim 0, padded to a multiple of it)
+  /// FSDP2 `reshard_after_forward` of the blocks: true for full and hybrid sharding; false for SHARD_GRAD_OP (the
+  /// reference trainer's sharding grad-op, apps/train/bwtrain/parallel.py `apply_fsdp`): a block's unsharded parameters
+  /// stay from its forward to its post-backward reshard, and its pre-backward unshard and the backward prefetch find it
+  /// unsharded and gather nothing (`FSDPParamGroup.unshard`: "if self.is_unsharded: return"), so backward runs no
+  /// all-gather (torch/distributed/fsdp/_fully_shard/_fsdp_param_group.py `post_forward`, `unshard`)
+  bool reshard_after_forward = true;
   /// FSDP2: the model is built on the meta device and `to_empty` allocates only the shards (the reference trainer,
   /// apps/train/bwtrain/model.py `build_on_meta`, and torchtitan); else it is built on the GPU and `fully_shard`
   /// copies each parameter into its shard (measure.py's one-GPU FSDP2 recipe)
@@ -403,7 +409,8 @@ struct step_shape {
   /// accumulation, which `addmm_float8_unwrapped` runs with unit scales and then scales in place by the fp32 product of
   /// the row and column scales, a rows × cols tensor allocated before the bf16 output (torchao/float8/float8_ops.py
   /// @v0.18.0: `post_inverse_scale = a_inverse_scale * b_inverse_scale`, `output *= post_inverse_scale`; the in-place
-  /// bf16 × fp32 product casts in the CUDA kernel, no temporary). The forward GEMM uses fast accumulation: no rescale
+  /// bf16 × fp32 product casts in the CUDA kernel: TensorIteratorBase::compute_types makes dtype temporaries for
+  /// CPU operations only, aten/src/ATen/TensorIterator.cpp). The forward GEMM uses fast accumulation: no rescale
   bool float8_rowwise = false;
   std::uint64_t workspace = 0;     ///< cuBLAS/cuBLASLt workspaces, allocated at the first matmul
   int steps = 5;                   ///< optimizer steps replayed (AdamW states appear in the first)
@@ -833,7 +840,7 @@ inline replay_result replay_step_trace(const step_shape& m, caching_allocator& a
       blk[i].x = x;
       if (fsdp) unshard(i);
       x = hf ? block_fwd_hf(i, blk[i], !ck(i), false) : block_fwd(i, blk[i], !ck(i), false);
-      if (fsdp) reshard(i);
+      if (fsdp && m.reshard_after_forward) reshard(i);
     }
     int fx = -1, fs = -1, rf = -1;  // the final norm's saved fp32 input copy, normalized tensor (eager_norm) and rstd
     int yf = -1;
@@ -884,6 +891,11 @@ inline replay_result replay_step_trace(const step_shape& m, caching_allocator& a
       if (amp && hf) Fr(yf);  // the model's output (last_hidden_state) goes when LlamaForCausalLM.forward returns
       Fr(lg);
     }
+    // FSDP2: the root's post-forward (the loss runs inside the root module: measure.py's model, the trainer's
+    // CausalLMTrainModule) frees the last block's all-gather output, which implicit forward prefetching kept in
+    // `comm_ctx.all_gather_state` for a next group's wait (torch/distributed/fsdp/_fully_shard/_fsdp_state.py
+    // `_post_forward`: "Free the last all-gather result if needed")
+    if (fsdp) Fr(ag);
     if (amp) {  // autocast exits: the cache drops the copies only checkpointed blocks (and the chunked loss) used
       for (std::size_t i = 0; i < L; ++i)
         if (ck(i)) for (int& w : blk[i].wb) Fr(w);
@@ -1025,7 +1037,7 @@ inline replay_result replay_step_trace(const step_shape& m, caching_allocator& a
     Fr(x);
     for (std::size_t ii = L; ii-- > 0;) {
       const std::size_t i = ii;
-      if (fsdp) {  // pre-backward unshard, and the backward prefetch of the next group
+      if (fsdp && m.reshard_after_forward) {  // pre-backward unshard, and the backward prefetch of the next group
         if (i == L - 1) unshard(i);
         if (i > 0) unshard(i - 1);
       }

@@ -1309,7 +1309,7 @@ struct allocator_overheads {
 /// The caching-allocator replay of one configuration: the step trace's shape (alloc::step_shape) when the
 /// configuration is one the trace describes, the allocator settings and the policy.
 struct allocator_replay {
-  bool replayable = false;  ///< one GPU (unsharded), or FSDP2 full or hybrid sharding with fp32 master, tp = cp = pp = 1,
+  bool replayable = false;  ///< one GPU (unsharded), or FSDP2 full, hybrid or grad-op sharding with fp32 master, tp = cp = pp = 1,
                             ///< any gradient accumulation, bf16 GEMMs or fp8 tensorwise or rowwise (torchao Float8Linear), the standard or the trainer's chunked loss, no or
                             ///< whole-block checkpointing, a
                             ///< dense Llama-layout model, with or without q/k norms (see replayable())
@@ -1323,7 +1323,8 @@ struct allocator_replay {
 /// What keeps the step trace from describing configuration `c` of `m` (see replayable()), the first found, in words
 /// for the output ("the chunked loss"); nullptr when it describes it.
 [[nodiscard]] inline const char* replay_blocker(const model_spec& m, const training_config& c) noexcept {
-  const bool fsdp2 = (c.shard == sharding::full && c.shard_size() == c.world_size) || c.shard == sharding::hybrid;
+  const bool fsdp2 = ((c.shard == sharding::full || c.shard == sharding::grad_op) && c.shard_size() == c.world_size) ||
+                     c.shard == sharding::hybrid;
   if (m.is_moe()) return "a mixture of experts";
   if (m.is_mla()) return "multi-head latent attention";
   if (!m.gated_mlp || m.layer_norm || m.norms_per_block != 2 || m.o_bias || m.mlp_bias || m.positions != 0)
@@ -1351,7 +1352,8 @@ struct allocator_replay {
 
 /// Whether the step trace (alloc::replay_step_trace) describes configuration `c` of `m`: the eager decoder of
 /// `measure.py` / the reference trainer (full fine-tune, AdamW) on one GPU, or on each rank of FSDP2 full sharding
-/// over the whole data-parallel mesh, or of hybrid sharding (HSDP) over its shard group (no tensor, context or pipeline
+/// over the whole data-parallel mesh (with or without reshard after forward: sharding full or grad-op,
+/// alloc::step_shape::reshard_after_forward), or of hybrid sharding (HSDP) over its shard group (no tensor, context or pipeline
 /// parallelism), with or without gradient accumulation. HSDP allocates what FSDP2 over the shard group allocates: the
 /// all-reduce across replicas runs in place on the reduce-scatter output (`foreach_reduce`,
 /// torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py: `dist.all_reduce(reduce_output, group=all_reduce_group)`).
@@ -1376,6 +1378,7 @@ struct allocator_replay {
   t.amp = s.amp;
   t.fsdp2 = s.fsdp;
   t.shards = s.fsdp ? c.shard_size() : 1;
+  t.reshard_after_forward = !s.grad_op;
   t.meta_init = s.fsdp && c.world_size > 1;  // the reference trainer builds on the meta device (measure.py: one GPU, on the device)
   t.foreach_adamw = c.optimizer == optimizer_impl::foreach;
   t.eager_norm = s.eager_norm;
