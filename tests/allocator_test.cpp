@@ -288,13 +288,18 @@ TEST_CASE("allocator: FSDP2 grad-op (reshard_after_forward=False) is replayed an
   }
 }
 
-TEST_CASE("bug: the FSDP2 trace held the last block's all-gather buffer through the loss backward", "[allocator][bugs]") {
-  // Forward prefetching keeps each group's all-gather output in comm_ctx.all_gather_state until the next group's wait;
-  // the last block's is freed by the root's post-forward (torch/distributed/fsdp/_fully_shard/_fsdp_state.py
-  // `_post_forward`), and the loss runs inside the root (measure.py's model, the trainer's CausalLMTrainModule). The
-  // trace kept it until backward's first all-gather, so where the loss backward is the peak its peak allocated was one
-  // gathered block above the walk's (Llama 3.2 1B on 8 ranks, 1 x 4096, full checkpointing: +1.38 %; 4 x 4096 +0.44 %;
-  // Llama 3.1 8B 4 x 4096 +1.00 %). Now within 0.2 %.
+TEST_CASE("bug: FSDP2 backward gathered a prefetched block's parameters at the prefetch, and the loss backward's prefetch was dropped", "[allocator][bugs]") {
+  // In backward FSDP2 runs, per group, `wait_for_unshard` (the copy-out allocates the unsharded parameters and frees the
+  // all-gather output at once) and then `_backward_prefetch` (the next group's all-gather output); the root's
+  // pre-backward hook sits on the loss (the hf stack computes it inside the root) and prefetches block L - 1 before the
+  // loss backward (torch/distributed/fsdp/_fully_shard/_fsdp_param_group.py `pre_backward`, `wait_for_unshard`;
+  // _fsdp_state.py `_post_forward`, `_pre_backward`). The trace allocated the prefetched block's unsharded parameters
+  // with its all-gather, so each block's backward held one gathered block more than FSDP2 (a known difference in
+  // docs/methodology.md); a review found that a later change freeing the forward's last all-gather output at the root's
+  // post-forward had dropped the loss backward's prefetch, and the walk had never counted it; on one rank FSDP2 gathers
+  // nothing at all (the measured one-GPU fsdp2 rows agree). Now both follow FSDP2:
+  // Llama 3.2 1B on 8 ranks, 1 x 4096, full checkpointing, trace vs walk +1.38 % -> +0.03 %; 4 x 4096 +0.44 % -> +0.02 %;
+  // Llama 3.1 8B 4 x 4096 +1.00 % -> +0.01 %.
   using namespace bwplan;
   const gpu_spec g = b200_like();
   for (auto [name, mbs] : {std::pair{"llama-3.2-1b", 1}, std::pair{"llama-3.2-1b", 4}, std::pair{"llama-3.1-8b", 4}}) {
@@ -304,6 +309,70 @@ TEST_CASE("bug: the FSDP2 trace held the last block's all-gather buffer through 
     REQUIRE(t.replay.replayable);
     INFO(name << " " << mbs << " x 4096");
     CHECK(std::abs(replay_peak(t.replay.shape, t.replay.settings) / walk_peak(m, c, g) - 1) < 0.002);
+    // the walk's prefetched block at the loss backward: one gathered block, bf16; none under grad-op (the block is still
+    // gathered) or where the loss runs outside the root (torchtitan)
+    CHECK(t.weights.fsdp_loss_prefetch.raw() == Approx(2.0 * static_cast<double>(count_parameters(m).block())).epsilon(0.01));
+    training_config go = c;
+    go.shard = sharding::grad_op;
+    CHECK(compute_memory_terms(m, go, g).weights.fsdp_loss_prefetch.raw() == 0);
+    training_config tt = c;
+    tt.stack = training_stack::torchtitan;
+    CHECK(compute_memory_terms(m, tt, g).weights.fsdp_loss_prefetch.raw() == 0);
+    // one rank gathers nothing (FSDPParamGroup.unshard, `world_size == 1`): no prefetched all-gather output, one block's
+    // unsharded parameters while it runs
+    const memory_terms t1 = compute_memory_terms(m, fsdp_ranks(1, mbs, 4096, true), g);
+    CHECK(t1.weights.fsdp_loss_prefetch.raw() == 0);
+    CHECK(t1.weights.fsdp_gathered.raw() == Approx(2.0 * static_cast<double>(count_parameters(m).block())).epsilon(0.01));
+    CHECK(t.weights.fsdp_gathered.raw() == Approx(2 * t1.weights.fsdp_gathered.raw()).epsilon(0.01));
+  }
+}
+
+TEST_CASE("allocator: DDP's buckets are grouped as the Reducer groups them", "[allocator]") {
+  // compute_bucket_assignment_by_size (torch/csrc/distributed/c10d/reducer.cpp): a tensor joins the open bucket, which
+  // closes once it reaches the current limit; the limits advance and the last one stays. Hand-made sizes, MiB.
+  using bwplan::alloc::bucket_assignment;
+  const std::uint64_t K = MiB / 4;  // 0.25 MiB
+  CHECK(bucket_assignment({2 * K, 3 * K, 40 * K, 120 * K, 20 * K, 20 * K}, {MiB, 25 * MiB}) ==
+        std::vector<std::uint64_t>{5 * K, 160 * K, 40 * K});
+  CHECK(bucket_assignment({30 * MiB, 30 * MiB}, {MiB, 25 * MiB}) == std::vector<std::uint64_t>{30 * MiB, 30 * MiB});
+  // DDP's construction without find_unused_parameters: one bucket of everything (bucket_size_limits = [sys.maxsize])
+  CHECK(bucket_assignment({30 * MiB, 3 * K, 30 * MiB}, {}) == std::vector<std::uint64_t>{60 * MiB + 3 * K});
+  CHECK(bucket_assignment({}, {MiB}).empty());
+}
+
+TEST_CASE("allocator: DDP (the trainer's sharding none over several GPUs) is replayed and agrees with the liveness walk", "[allocator]") {
+  // DDP kept the cheap bound ("DDP"). The trace now builds the model on the meta device in the master dtype (the
+  // trainer's build_on_meta), runs DDP's coalesced broadcast and its one construction bucket, and rebuilds the buckets
+  // at the second step (step_shape::ddp). Against the walk (ddp_buckets: w·P all step) on three models, under autocast
+  // and in pure bf16 on 8 ranks, every checkpointing mode, micro-batch 1 and 4, gradient accumulation 1 and 4: within
+  // 3 %; and the buckets are w·P beside what one GPU holds: the DDP trace's peak allocated is one GPU's plus w·P.
+  using namespace bwplan;
+  const gpu_spec g = b200_like();
+  for (const char* name : {"llama-3.2-1b", "llama-3.1-8b", "qwen3-0.6b"}) {
+    const model_spec m = bundled_model(name);
+    for (int recipe : {0, 1})
+      for (int ac = 0; ac < 3; ++ac)
+        for (int mbs : {1, 4})
+          for (int ga : {1, 4}) {
+            training_config one = recipe_config(recipe, mbs, 2048);
+            one.ac = ac == 0 ? checkpointing{} : checkpointing::full(ac);
+            one.grad_accum = ga;
+            training_config c = one;
+            c.world_size = 8;
+            c.gpus_per_node = 8;
+            INFO(name << " recipe " << recipe << " ac " << ac << " mbs " << mbs << " ga " << ga);
+            const memory_terms t = compute_memory_terms(m, c, g), t1 = compute_memory_terms(m, one, g);
+            REQUIRE(t.replay.replayable);
+            CHECK(t.replay.shape.ddp);
+            CHECK(t.replay.shape.meta_init);
+            CHECK_FALSE(t1.replay.shape.ddp);
+            CHECK(compose_memory(t).replayed);
+            const double traced = replay_peak(t.replay.shape, t.replay.settings), cheap = walk_peak(m, c, g);
+            CHECK(std::abs(traced / cheap - 1) < 0.03);
+            const double buckets = t.weights.ddp_buckets.raw();
+            CHECK(buckets == Approx((recipe == 0 ? 4.0 : 2.0) * static_cast<double>(count_parameters(m).total())).epsilon(1e-6));
+            CHECK(traced - replay_peak(t1.replay.shape, t1.replay.settings) == Approx(buckets).margin(64.0 * MiB));
+          }
   }
 }
 
@@ -464,7 +533,10 @@ TEST_CASE("allocator: fp8 (torchao's eager Float8Linear, the reference trainer's
               // where the fp8 plan's peak is a moment the walk already misses for bf16 at another checkpointing mode
               // (Llama 3.2 1B, one GPU, micro-batch 1: 2.97 % with every block checkpointed, bf16 or fp8) the fp8
               // plan inherits it
-              if (std::abs(traced_bf / cheap_bf - 1) < 0.01 && !(recipe == 0 && mbs == 1)) CHECK(std::abs(traced / cheap - 1) < 0.015);
+              // (FSDP2 on 8 ranks, micro-batch 1 with accumulation: the walk adds the gate's largest cast moment to the
+              // whole block's bf16 weight gradients, where the trace's gate runs with the MLP's two before it only:
+              // the walk is up to 1.7 % above)
+              if (std::abs(traced_bf / cheap_bf - 1) < 0.01 && !(recipe == 0 && mbs == 1)) CHECK(std::abs(traced / cheap - 1) < (recipe == 3 ? 0.02 : 0.015));
             }
   }
 }
@@ -636,7 +708,7 @@ TEST_CASE("allocator: replay_blocker names what keeps a plan from the step trace
   };
   CHECK(blocker([](training_config& c) { c.loss = loss_impl::liger; }) == "Liger's fused linear cross-entropy");
   CHECK(blocker([](training_config& c) { c.loss = loss_impl::chunked; }).empty());  // the trainer's chunks are traced
-  CHECK(blocker([](training_config& c) { c.shard = sharding::none; }) == "DDP");
+  CHECK(blocker([](training_config& c) { c.shard = sharding::none; }).empty());  // DDP is traced
   CHECK(blocker([](training_config& c) { c.shard = sharding::grad_op; }).empty());  // FSDP2 without reshard after forward
   CHECK(blocker([](training_config& c) { c.world_size = 1; c.gpus_per_node = 1; c.shard = sharding::grad_op; }).empty());
   CHECK(blocker([](training_config& c) { c.shard = sharding::grad_op; c.shard_group = 8; }).empty());  // (ignored: shards over the mesh)
@@ -714,7 +786,8 @@ TEST_CASE("memory: FSDP2 reshards the root before its reduce-scatter input exist
   // FSDPParamGroup.post_backward takes the unsharded gradients, reshards, drops the previous group's reduce-scatter
   // input and only then foreach_reduce allocates the fp32 one. Llama-3.1-8B on 16 ranks, 1 × 2048, full AC: the end of
   // backward is the step's peak — the sharded gradients, the bf16 root gradients and their fp32 copy; the gathered root
-  // (2 · (2·V·h + h) B) and block 0's reduce-scatter input are gone (the former walk added the gathered root).
+  // (2 · (2·V·h + h) B) and block 0's reduce-scatter input are gone (the former walk added the gathered root), and
+  // the root's own sharded gradient is not yet allocated (the former walk counted it).
   using namespace bwplan;
   const model_spec m = test::llama_8b();
   const training_config c = fsdp_ranks(16, 1, 2048, true);
@@ -725,7 +798,11 @@ TEST_CASE("memory: FSDP2 reshards the root before its reduce-scatter input exist
   const double Pb = 218'112'000.0;  // one block's parameters: block 0's fp32 reduce-scatter input is all of them
   CHECK(t.transient.root_before_reshard.raw() == Approx(2 * root + 4 * Pb).epsilon(1e-12));
   CHECK(t.weights.fsdp_root.raw() == 2 * root);
-  const double end = (e.after_backward + t.transient.root_reduce_scatter).raw();
+  // the root's sharded gradient is the reduce-scatter's output, allocated after that input: not yet there (one
+  // micro-batch), 4·root/16 below the gradients after backward
+  const double end = (e.after_backward + t.transient.root_reduce_scatter).raw() - 4 * root / 16;
   CHECK(e.backward_peak.raw() == Approx(end).epsilon(1e-12));
   CHECK(e.peak_allocated.raw() == Approx(end).epsilon(1e-12));
+  // and the step trace's peak is that moment (within its small tensors)
+  CHECK(replay_peak(t.replay.shape, t.replay.settings) == Approx(end).epsilon(0.001));
 }

@@ -379,6 +379,16 @@ struct step_shape {
   /// unsharded and gather nothing (`FSDPParamGroup.unshard`: "if self.is_unsharded: return"), so backward runs no
   /// all-gather (torch/distributed/fsdp/_fully_shard/_fsdp_param_group.py `post_forward`, `unshard`)
   bool reshard_after_forward = true;
+  /// DistributedDataParallel over more than one rank (the reference trainer's sharding none with gpus > 1,
+  /// apps/train/bwtrain/parallel.py `apply_ddp`: default buckets, `gradient_as_bucket_view=False`): built on the meta
+  /// device (meta_init), then DDP's construction broadcasts the parameters from rank 0 in coalesced buckets of 250 MiB,
+  /// two in flight (`_sync_module_states` → `broadcast_coalesced`, torch/csrc/distributed/c10d/comm.cpp), and the
+  /// Reducer allocates one gradient bucket of every parameter (`bucket_size_limits = [sys.maxsize]` without
+  /// `find_unused_parameters`, torch/nn/parallel/distributed.py `_ddp_init_helper`); the second step's first forward
+  /// rebuilds the buckets in the order the gradients became ready, 1 MiB then 25 MiB (`Reducer::rebuild_buckets`,
+  /// `initialize_buckets` clears the old buckets first; torch/csrc/distributed/c10d/reducer.cpp). Gradients are
+  /// copied into and out of the bucket views in place: the buckets are `w·P` beside the `.grad`s, all step
+  bool ddp = false;
   /// FSDP2: the model is built on the meta device and `to_empty` allocates only the shards (the reference trainer,
   /// apps/train/bwtrain/model.py `build_on_meta`, and torchtitan); else it is built on the GPU and `fully_shard`
   /// copies each parameter into its shard (measure.py's one-GPU FSDP2 recipe)
@@ -438,6 +448,31 @@ struct replay_result {
   bool stopped = false;
 };
 
+/// Bytes of each bucket when tensors of `bytes` (in the order given) are grouped as DDP groups them: a tensor joins
+/// the open bucket, which closes once its size reaches the current limit; the limits are taken in turn, the last one
+/// kept (`compute_bucket_assignment_by_size`, torch/csrc/distributed/c10d/reducer.cpp; one dtype and device). An empty
+/// `limits` puts everything in one bucket. Shapes: `bytes` one entry per tensor; returns one entry per bucket, in
+/// order, the last possibly below its limit.
+[[nodiscard]] inline std::vector<std::uint64_t> bucket_assignment(const std::vector<std::uint64_t>& bytes,
+                                                                  const std::vector<std::uint64_t>& limits) {
+  std::vector<std::uint64_t> out;
+  std::uint64_t open = 0;
+  bool any = false;
+  std::size_t li = 0;
+  for (const std::uint64_t b : bytes) {
+    open += b;
+    any = true;
+    if (!limits.empty() && open >= limits[li]) {
+      out.push_back(open);
+      open = 0;
+      any = false;
+      if (li + 1 < limits.size()) ++li;
+    }
+  }
+  if (any) out.push_back(open);
+  return out;
+}
+
 /// Replays the allocation and free sequence of `steps` training steps of the eager decoder (Llama layout: RMSNorm,
 /// Q/K/V/O, with Qwen3's per-head q/k RMSNorm where `m.qk_norm` says so, RoPE, SDPA flash attention with native GQA,
 /// SwiGLU, standard loss over fp32 logits, AdamW) through caching_allocator `a`. Each step runs `grad_accum` micro-batches, forward and backward, then the optimizer.
@@ -471,7 +506,7 @@ inline replay_result replay_step_trace(const step_shape& m, caching_allocator& a
   const std::size_t L = static_cast<std::size_t>(m.layers);
   const bool fsdp = m.fsdp2, amp = m.amp && !fsdp, gqa = m.kv_heads != m.heads, hf = m.eager_norm;
   const u64 N = fsdp && m.shards > 1 ? static_cast<u64>(m.shards) : 1;  // FSDP2 shard count
-  const bool meta = fsdp && m.meta_init;
+  const bool meta = (fsdp || m.ddp) && m.meta_init;
   const u64 R = amp ? 4 : 2;                 // residual stream bytes
   const u64 W = (amp || fsdp) ? 4 : 2;       // stored parameter, gradient and AdamW state bytes
   const u64 GW = amp ? 4 : 2;                // bytes of the embedding gradient autograd produces
@@ -584,13 +619,30 @@ inline replay_result replay_step_trace(const step_shape& m, caching_allocator& a
     for (std::size_t k = 0; k < per_block; ++k) groups[i].push_back(1 + i * per_block + k);
   groups[L] = {0, 1 + L * per_block};
   if (!m.tied) groups[L].push_back(head);
-  if (!amp && !fsdp)  // model.to(bfloat16): each parameter cast, then the fp32 tensor dropped
+  if (!amp && !fsdp && !meta)  // model.to(bfloat16): each parameter cast, then the fp32 tensor dropped
     for (std::size_t k = 0; k < numel.size(); ++k) { const int nb = A(2 * numel[k]); a.free(param[k]); param[k] = nb; }
-  if (meta)  // module.to_empty(device=cuda): each parameter's padded fp32 shard, in parameter order
-    for (std::size_t k = 0; k < numel.size(); ++k) param[k] = A(4 * shard(k));
+  if (meta)  // module.to_empty(device=cuda): each parameter's padded shard (fp32; DDP: the master dtype), in parameter order
+    for (std::size_t k = 0; k < numel.size(); ++k) param[k] = A(W * shard(k));
   else if (fsdp)  // fully_shard: each parameter copied into its padded shard (FSDPParam._init_sharded_param), old dropped
     for (const auto& g : groups)
       for (const std::size_t k : g) { const int nb = A(4 * shard(k)); a.free(param[k]); param[k] = nb; }
+  // DDP's construction: the coalesced broadcast of the parameters (flat copies of up to 250 MiB groups, two in
+  // flight), then the Reducer's one bucket of every parameter (see step_shape::ddp)
+  int ddp_bucket = -1;
+  std::vector<int> ddp_buckets;
+  if (m.ddp) {
+    std::vector<u64> pb;
+    for (const u64 n : numel) pb.push_back(W * n);
+    std::vector<int> in_flight;
+    for (const u64 g : bucket_assignment(pb, {250 * MiB})) {
+      if (in_flight.size() >= 2) { Fr(in_flight.front()); in_flight.erase(in_flight.begin()); }
+      in_flight.push_back(A(g));
+    }
+    for (int& f : in_flight) Fr(f);
+    u64 all = 0;
+    for (const u64 b : pb) all += b;
+    ddp_bucket = A(all);
+  }
   const int tokens = A(8 * (T + static_cast<u64>(m.micro_batch)));
   const int inp = A(8 * T), lab = A(8 * T);
   (void)tokens; (void)inp; (void)lab;
@@ -793,13 +845,33 @@ inline replay_result replay_step_trace(const step_shape& m, caching_allocator& a
     // gradients are views of it (foreach_reduce). Source: torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py,
     // _fsdp_param_group.py, _fsdp_param.py.
     int ag = -1, rs_in = -1;
+    // One rank (N = 1): `unshard` gathers nothing (an empty all-gather output) and `wait_for_unshard` copies each
+    // shard into its unsharded parameter, keeping no all-gather state (`world_size == 1` in FSDPParamGroup.unshard and
+    // wait_for_unshard); the measured one-GPU fsdp2 rows' peak allocated agrees (no gathered block at the loss backward)
     auto unshard = [&](std::size_t g) {
+      if (N > 1) {
+        u64 n = 0;
+        for (const std::size_t k : groups[g]) n += padded(k);
+        const int buf = a.malloc(2 * n, 1);
+        Fr(ag);
+        ag = buf;
+      }
+      for (const std::size_t k : groups[g]) unsharded[k] = A(2 * padded(k));
+    };
+    // Backward (FSDPParamGroup.pre_backward: `unshard` is a no-op for a prefetched group, then `wait_for_unshard`, then
+    // `_backward_prefetch`): the group's copy-out allocates its unsharded parameters and, outside forward, frees the
+    // all-gather output at once ("we free the all-gather result immediately after the current copy-out"); then the
+    // next group's all-gather output is allocated on the copy-in stream and waits as `pend` for that group's backward
+    int pend = -1;
+    auto bwd_wait = [&](std::size_t g) {
+      for (const std::size_t k : groups[g]) unsharded[k] = A(2 * padded(k));
+      Fr(pend);
+    };
+    auto bwd_prefetch = [&](std::size_t g) {
+      if (N == 1) return;  // (nothing gathered on one rank)
       u64 n = 0;
       for (const std::size_t k : groups[g]) n += padded(k);
-      const int buf = a.malloc(2 * n, 1);
-      Fr(ag);
-      ag = buf;
-      for (const std::size_t k : groups[g]) unsharded[k] = A(2 * padded(k));
+      pend = a.malloc(2 * n, 1);
     };
     auto reshard = [&](std::size_t g) { for (const std::size_t k : groups[g]) Fr(unsharded[k]); };
     auto post_backward = [&](std::size_t g) {
@@ -817,6 +889,20 @@ inline replay_result replay_step_trace(const step_shape& m, caching_allocator& a
       rs_in = in;
     };
     // ---- forward
+    if (m.ddp && step == 1 && micro == 0) {  // DDP's _pre_forward: the buckets rebuilt in gradient-ready order
+      // (the first synced backward, the last micro-batch of step 0: no_sync pushes no ready order); ready order: the
+      // untied head, the final norm, each block from the last (down, up, gate, MLP norm, O, then V, K, Q with their
+      // biases and norms, the attention norm), the embedding (with a tied head's second use) last
+      Fr(ddp_bucket);
+      std::vector<u64> ready;
+      if (!m.tied) ready.push_back(W * numel[head]);
+      ready.push_back(W * numel[1 + L * per_block]);
+      for (std::size_t i = L; i-- > 0;)
+        for (const std::size_t k : {w2, w3, w1, fn, wo, bv, wv, kn, bk, wk, qn, bq, wq, an})
+          if (present(k)) ready.push_back(W * numel[pidx(i, k)]);
+      ready.push_back(W * numel[0]);
+      for (const u64 b : bucket_assignment(ready, {1 * MiB, 25 * MiB})) ddp_buckets.push_back(A(b));
+    }
     if (fsdp) unshard(L);
     int x = A(R * T * h);  // embedding output (fp32 under autocast: embedding is not autocast)
     if (step == 0 && micro == 0 && m.workspace > 0) (void)A(m.workspace);  // at the first matmul
@@ -894,7 +980,7 @@ inline replay_result replay_step_trace(const step_shape& m, caching_allocator& a
     // FSDP2: the root's post-forward (the loss runs inside the root module: measure.py's model, the trainer's
     // CausalLMTrainModule) frees the last block's all-gather output, which implicit forward prefetching kept in
     // `comm_ctx.all_gather_state` for a next group's wait (torch/distributed/fsdp/_fully_shard/_fsdp_state.py
-    // `_post_forward`: "Free the last all-gather result if needed")
+    // `_post_forward`: "Free the last all-gather result if needed"); backward's first all-gather follows (gl, below)
     if (fsdp) Fr(ag);
     if (amp) {  // autocast exits: the cache drops the copies only checkpointed blocks (and the chunked loss) used
       for (std::size_t i = 0; i < L; ++i)
@@ -978,6 +1064,11 @@ inline replay_result replay_step_trace(const step_shape& m, caching_allocator& a
       return gi;
     };
     int gl = A(4);
+    // FSDP2: the root's pre-backward hook, which its post-forward registered on the loss, runs before the loss's own
+    // backward and prefetches the block whose forward ran last (`_backward_prefetch` over `post_forward_order`): block
+    // L - 1's all-gather output is allocated now and lives through the loss and head backward (grad-op: the block is
+    // still unsharded, nothing is gathered)
+    if (fsdp && m.reshard_after_forward && L > 0) bwd_prefetch(L - 1);
     int dyf = -1;
     if (m.chunked_loss) {
       // the chunks last to first (autograd's order by sequence number): the first unpack of a chunk's saved tensor
@@ -1037,9 +1128,9 @@ inline replay_result replay_step_trace(const step_shape& m, caching_allocator& a
     Fr(x);
     for (std::size_t ii = L; ii-- > 0;) {
       const std::size_t i = ii;
-      if (fsdp && m.reshard_after_forward) {  // pre-backward unshard, and the backward prefetch of the next group
-        if (i == L - 1) unshard(i);
-        if (i > 0) unshard(i - 1);
+      if (fsdp && m.reshard_after_forward) {  // the group's copy-out, then the backward prefetch of the next group
+        bwd_wait(i);
+        if (i > 0) bwd_prefetch(i - 1);
       }
       int dd = amp ? A(2 * T * h) : -1;
       block_t rb;

@@ -1079,7 +1079,13 @@ struct weight_copies {
   bytes fsdp_root;               ///< FSDP2 root module (embedding, head, final norm; with emb_units the final norm), gathered bf16 all step
   bytes fsdp_head_unit;          ///< emb_units: the LM head's own unit, gathered bf16 `2·V·h` while the loss runs forward and backward
   bytes fsdp_embedding_unit;     ///< emb_units: the embedding's own unit, gathered bf16 `2·V·h` in its backward, the last
-  bytes fsdp_gathered;           ///< FSDP2 current + prefetched block, gathered (bf16, or fp8 with FP8 all-gather)
+  bytes fsdp_gathered;           ///< FSDP2 current + prefetched block, gathered (bf16, or fp8 with FP8 all-gather); one rank: the current only
+  /// FSDP2 with reshard after forward, hf stack: block L − 1's all-gather output, which the root's pre-backward hook
+  /// prefetches before the loss backward (the hf stack computes the loss inside the root module, so the hook sits on
+  /// the loss: torch/distributed/fsdp/_fully_shard/_fsdp_state.py `_post_forward` → `_register_pre_backward_hook`,
+  /// `_pre_backward` → `_backward_prefetch`); alive through the loss and head backward. 0 for grad-op (the block is
+  /// still gathered) and for stacks whose loss runs outside the root (the hook fires on the logits' gradient)
+  bytes fsdp_loss_prefetch;
   bytes grad_op_block;           ///< SHARD_GRAD_OP: one block kept gathered (bf16) from its forward to its backward
   bytes grad_op_all;             ///< SHARD_GRAD_OP: every block kept gathered, L · grad_op_block
   bytes autocast_block_low;      ///< autocast's copy of one low-precision block's weights: autocast_block, 0 for Float8Linear (f8_linear)
@@ -1133,7 +1139,10 @@ struct weight_copies {
   r.fsdp_root = bytes::base(s.fsdp ? 2 * (s.emb_units ? s.root_params - s.emb_w - s.head_w : s.root_params) : 0);
   r.fsdp_head_unit = bytes::base(s.emb_units ? 2 * s.head_w : 0);
   r.fsdp_embedding_unit = bytes::base(s.emb_units ? 2 * s.emb_w : 0);
-  r.fsdp_gathered = bytes::base(s.fsdp && !s.grad_op ? 2 * s.gathered_block : 0);  // QLoRA: the packed NF4 storage
+  // (one rank: FSDP2 gathers nothing, so no prefetched all-gather output beside the running block's parameters;
+  // FSDPParamGroup.unshard and wait_for_unshard, `world_size == 1`)
+  r.fsdp_gathered = bytes::base(s.fsdp && !s.grad_op ? (s.n > 1 ? 2 : 1) * s.gathered_block : 0);  // QLoRA: the packed NF4 storage
+  r.fsdp_loss_prefetch = bytes::base(s.fsdp && !s.grad_op && s.n > 1 && s.stack == training_stack::hf ? s.gathered_block : 0);
   const double kept_block = s.grad_op ? s.gathered_block : 0;
   r.grad_op_block = bytes::base(kept_block);
   r.grad_op_all = bytes::base(kept_block * L);
@@ -1333,7 +1342,7 @@ struct allocator_replay {
   if (c.compile) return "torch.compile";
   if (c.tp > 1 || c.cp > 1 || c.pp > 1) return "tensor, context or pipeline parallelism";
   if (c.shard == sharding::optimizer) return "the distributed optimizer";
-  if (c.world_size > 1 && !fsdp2) return c.shard == sharding::none ? "DDP" : "this sharding";
+  if (c.world_size > 1 && !fsdp2 && c.shard != sharding::none) return "this sharding";  // (DDP is traced: step_shape::ddp)
   if (c.sharded() && !fsdp2) return "this sharding";
   if (c.sharded() && c.master != master_weights::fp32) return "FSDP2 with bf16 master weights";
   if (c.loss == loss_impl::liger) return "Liger's fused linear cross-entropy";  // (the hf stack's chunked loss is traced)
@@ -1379,7 +1388,8 @@ struct allocator_replay {
   t.fsdp2 = s.fsdp;
   t.shards = s.fsdp ? c.shard_size() : 1;
   t.reshard_after_forward = !s.grad_op;
-  t.meta_init = s.fsdp && c.world_size > 1;  // the reference trainer builds on the meta device (measure.py: one GPU, on the device)
+  t.meta_init = (s.fsdp || s.ddp) && c.world_size > 1;  // the reference trainer builds on the meta device (measure.py: one GPU, on the device)
+  t.ddp = s.ddp && !s.fsdp;
   t.foreach_adamw = c.optimizer == optimizer_impl::foreach;
   t.eager_norm = s.eager_norm;
   t.qk_norm = m.qk_norm;
@@ -1646,6 +1656,7 @@ struct block_backward_moment {
   {  // the loss backward
     memory_breakdown lp = after_fwd;
     lp.compute_weights += wc.fsdp_head_unit;  // a head unit of its own is gathered again for its backward
+    if (!s.emb_units) lp.compute_weights += wc.fsdp_loss_prefetch;  // (a head unit of its own: the head is prefetched)
     lp.transient = t.loss.backward_transient;
     bwd_peak = consider(lp, step_phase::backward);
     if (s.emb_units && !s.adapters) {  // the head unit's backward (the loss's saved tensors are gone): its GEMMs read the
@@ -1658,12 +1669,13 @@ struct block_backward_moment {
       // (torchtune applies the head per chunk; torchtitan's chunks are views of one logits tensor)
       const bool per_chunk = s.loss == loss_impl::chunked && s.stack == training_stack::torchtune;
       hb.logits = bytes::base(per_chunk ? 2 * TV / terms::stack_loss_chunks : 2 * TV);
-      hb.compute_weights += wc.fsdp_head_unit;
+      hb.compute_weights += wc.fsdp_head_unit + wc.fsdp_loss_prefetch;  // the head unit's pre-backward prefetched block L - 1
       hb.transient = bytes::base(2 * Vh);
       bwd_peak = std::max(bwd_peak, consider(hb, step_phase::backward));
       memory_breakdown hr = after_fwd;
       hr.logits = bytes{};
       hr.transient = t.transient.head_reduce_scatter;
+      hr.compute_weights += wc.fsdp_loss_prefetch;
       bwd_peak = std::max(bwd_peak, consider(hr, step_phase::backward));
     }
     if (s.in_bwd && !s.tied) {  // optimizer in backward: the untied head is stepped as soon as its gradient is complete
@@ -1696,12 +1708,25 @@ struct block_backward_moment {
      // after both are gone (torch/distributed/fsdp/_fully_shard/_fsdp_param_group.py `post_backward`,
      // /work/shared/reference/allocator.md §6)
     memory_breakdown eb = after_bwd;
+    // the root's sharded gradient is the reduce-scatter's output, allocated after its input: not there yet in the first
+    // micro-batch's backward (with accumulation it is, from the first)
+    const double root_grads = s.emb_units ? s.root_params - s.head_w : s.root_params;
+    if (s.fsdp && !s.accum && !s.adapters && !s.in_bwd) eb.gradients -= bytes::base(s.w * root_grads / s.n);
     eb.compute_weights = base.compute_weights + wc.fsdp_root + wc.fsdp_embedding_unit;  // (an embedding unit: gathered for its backward)
     eb.transient = t.transient.root_before_reshard;
     bwd_peak = std::max(bwd_peak, consider(eb, step_phase::backward));
     eb.compute_weights = base.compute_weights;
     eb.transient = t.transient.root_reduce_scatter;
     bwd_peak = std::max(bwd_peak, consider(eb, step_phase::backward));
+    // then the bf16 gradients go and the output (the root's sharded gradient) is allocated beside the input, which
+    // reduce_scatter_state holds to the end of backward (the root's final callback clears reduce_scatter_states): on one
+    // rank the output is as large as the input
+    const double rs_input = t.transient.root_reduce_scatter.raw() - 2 * root_grads;
+    if (s.fsdp && !s.adapters && rs_input > 0) {
+      eb.gradients = after_bwd.gradients;
+      eb.transient = bytes::base(rs_input);
+      bwd_peak = std::max(bwd_peak, consider(eb, step_phase::backward));
+    }
   }
   // ---- optimizer
   memory_breakdown o = after_bwd;
