@@ -112,6 +112,12 @@ bwplan::gpu_spec b200_like() {  // the capacity only bounds the replay's budget;
   return g;
 }
 
+bwplan::gpu_spec b200_fp8_like() {  // b200_like with an fp8 rate, so fp8 formats are supported
+  bwplan::gpu_spec g = b200_like();
+  g.dense_flops["fp8"] = 4500 * bwplan::tflop_per_s;
+  return g;
+}
+
 bwplan::training_config fsdp_ranks(int ranks, int mbs, int seq, bool full_ac) {
   bwplan::training_config c;
   c.micro_batch = mbs;
@@ -138,6 +144,17 @@ bwplan::training_config recipe_config(int recipe, int mbs, int seq) {
 // A bundled model (configs/models/NAME.json).
 bwplan::model_spec bundled_model(const char* name) {
   return bwplan::io::load_model((std::filesystem::path(BWPLAN_SOURCE_DIR) / "configs" / "models" / (std::string(name) + ".json")).string());
+}
+
+// The memory terms of Llama 3.1 8B on one GPU under autocast, micro-batch 1 × `seq`, in low-precision format `f` on the
+// hf stack: torchao's eager Float8Linear (memory_shape::f8_linear) under autocast, which the fp8 bug tests hand-derive.
+bwplan::memory_terms llama8b_autocast_terms(bwplan::compute_format f, int seq) {
+  bwplan::training_config c = recipe_config(0, 1, seq);
+  c.format = f;
+  const bwplan::memory_terms t = bwplan::compute_memory_terms(bundled_model("llama-3.1-8b"), c, b200_fp8_like());
+  REQUIRE(t.shape.f8_linear);
+  REQUIRE(t.shape.amp);
+  return t;
 }
 
 // Peak allocated bytes of the step trace `shape` replayed with settings `st` and no budget (nothing runs out).
@@ -506,8 +523,7 @@ TEST_CASE("allocator: fp8 (torchao's eager Float8Linear, the reference trainer's
   // mode, both module settings, micro-batch 1 and 4 × 2048, with and without gradient accumulation: within 3 %, and
   // within 1.5 % wherever the bf16 plan's trace and walk are within 1 %.
   using namespace bwplan;
-  gpu_spec g = b200_like();
-  g.dense_flops["fp8"] = 4500 * tflop_per_s;
+  const gpu_spec g = b200_fp8_like();
   for (const char* name : {"llama-3.2-1b", "llama-3.1-8b", "qwen3-0.6b"}) {
     const model_spec m = bundled_model(name);
     for (int recipe = 0; recipe < 4; ++recipe)
@@ -549,8 +565,7 @@ TEST_CASE("allocator: fp8-rowwise (torchao's rowwise Float8Linear) is replayed w
   // allocated against the walk's: within 3 % on the grid of the tensorwise test (fused modules), and the rowwise peak
   // is not below the tensorwise one.
   using namespace bwplan;
-  gpu_spec g = b200_like();
-  g.dense_flops["fp8"] = 4500 * tflop_per_s;
+  const gpu_spec g = b200_fp8_like();
   for (const char* name : {"llama-3.2-1b", "llama-3.1-8b", "qwen3-0.6b"}) {
     const model_spec m = bundled_model(name);
     for (int recipe = 0; recipe < 4; ++recipe)
@@ -589,19 +604,10 @@ TEST_CASE("bug: fp8-rowwise left out the fp32 rescale of its backward GEMMs", "[
   // bf16 linear's 2·T·h + 2·F·h: 3·T·F + 5·F·h + 2·T·h. Tensorwise has no rescale, and its largest moment is the
   // gate's fp32 weight cast (9·F·h beside the gradient's float8 T·F): T·F + 7·F·h − 2·T·h.
   using namespace bwplan;
-  gpu_spec g = b200_like();
-  g.dense_flops["fp8"] = 4500 * tflop_per_s;
-  const model_spec m = bundled_model("llama-3.1-8b");
-  training_config c = recipe_config(0, 1, 3072);
-  c.format = compute_format::fp8_rowwise;
-  const memory_terms t = compute_memory_terms(m, c, g);
-  REQUIRE(t.shape.f8_linear);
-  REQUIRE(t.shape.amp);
   const double T = 3072, h = 4096, F = 14336;
-  CHECK(t.weights.quantized_block.raw() == Approx(3 * T * F + 5 * F * h + 2 * T * h));
-  training_config tw = c;
-  tw.format = compute_format::fp8;
-  CHECK(compute_memory_terms(m, tw, g).weights.quantized_block.raw() == Approx(T * F + 7 * F * h - 2 * T * h));
+  CHECK(llama8b_autocast_terms(compute_format::fp8_rowwise, 3072).weights.quantized_block.raw() ==
+        Approx(3 * T * F + 5 * F * h + 2 * T * h));
+  CHECK(llama8b_autocast_terms(compute_format::fp8, 3072).weights.quantized_block.raw() == Approx(T * F + 7 * F * h - 2 * T * h));
 }
 
 TEST_CASE("allocator: a replay asked only for the verdict stops past the threshold with the whole replay's verdict", "[allocator]") {
@@ -610,8 +616,7 @@ TEST_CASE("allocator: a replay asked only for the verdict stops past the thresho
   // step cannot change the answer. Against whole replays of fp8 and bf16 plans: stopped exactly when the whole
   // replay's peak passes the threshold, and an unstopped replay gives the whole replay's peaks.
   using namespace bwplan;
-  gpu_spec g = b200_like();
-  g.dense_flops["fp8"] = 4500 * tflop_per_s;
+  const gpu_spec g = b200_fp8_like();
   const model_spec m = bundled_model("llama-3.1-8b");
   for (int recipe : {0, 3})
     for (auto f : {compute_format::bf16, compute_format::fp8}) {
@@ -644,14 +649,9 @@ TEST_CASE("bug: fp8 on the hf stack saved 1 B per linear input and kept autocast
   // path: a block's saved bytes per token were 5h + q + f lower than bf16's under autocast, and every quantized block
   // kept 2 B per weight after the forward. Hand-derived here on Llama 3.1 8B, one GPU under autocast, 1 × 4096.
   using namespace bwplan;
-  gpu_spec g = b200_like();
-  g.dense_flops["fp8"] = 4500 * tflop_per_s;
+  const gpu_spec g = b200_fp8_like();
   const model_spec m = bundled_model("llama-3.1-8b");
-  training_config c = recipe_config(0, 1, 4096);
-  c.format = compute_format::fp8;
-  const memory_terms t = compute_memory_terms(m, c, g);
-  REQUIRE(t.shape.f8_linear);
-  REQUIRE(t.shape.amp);
+  const memory_terms t = llama8b_autocast_terms(compute_format::fp8, 4096);
   // the saved bytes of a quantized block are the bf16 block's
   CHECK(t.activations.low_precision.block_saved == Approx(t.activations.high_precision.block_saved));
   // no autocast copies of the quantized blocks: after the forward only the head's is left (not in this term)
