@@ -96,6 +96,28 @@ TEST_CASE("search_plans: ranked by tokens/s, all fitting, every candidate legal"
   }
 }
 
+TEST_CASE("bug: search_plans ranked mxfp8 plans under autocast on the hf stack, which torchao cannot run", "[planner][precision]") {
+  // Llama 3.2 1B on one B200 with sharding none and fp32 masters (the autocast recipe): torchao 0.18's MXFP8 cast
+  // takes bf16 only, so violations() refuses these plans and the search must not rank them. Before the fix mxfp8
+  // ranked first.
+  const model_spec m = preset("Llama-3.2-1B");
+  const auto& b200 = catalog().gpu("b200");
+  plan_request req = full_search(b200, 1);
+  req.shardings = {sharding::none};
+  req.formats = {compute_format::bf16, compute_format::mxfp8};  // the conservative tier
+  const plan_result r = search_plans(m, b200, nullptr, req, 5);
+  REQUIRE_FALSE(r.ranked.empty());
+  for (const auto& p : r.ranked) {
+    CHECK(p.config.format != compute_format::mxfp8);
+    CHECK(violations(p.config).empty());
+  }
+  // with bf16 masters the same layout computes on bf16 weights and mxfp8 is searched (and wins)
+  req.master = master_weights::bf16;
+  const plan_result b = search_plans(m, b200, nullptr, req, 5);
+  REQUIRE_FALSE(b.ranked.empty());
+  CHECK(b.ranked.front().config.format == compute_format::mxfp8);
+}
+
 TEST_CASE("search_plans: the plans near the fit line carry the replay's verdict, as a replay of every candidate ranks them", "[planner][allocator]") {
   // FSDP2 full sharding, bf16, the standard loss, no or full checkpointing, a 4M-token global batch, so that every
   // candidate accumulates: Llama-3.1-8B on one p5 node (8 x H100 80 GB) at 3,584-token sequences, whose fastest fitting

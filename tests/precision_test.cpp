@@ -76,6 +76,30 @@ TEST_CASE("precision: formats the GPU cannot run exit 2 naming the format, the G
   CHECK(c.code == 2);
 }
 
+TEST_CASE("bug: mxfp8 on the hf stack under autocast was estimated, though torchao's MXFP8 cast takes bf16 only", "[precision]") {
+  // torchao 0.18's MXFP8 weight wrapper overrides F.linear before autocast's dispatch, so with fp32 master weights and
+  // no FSDP (the reference trainer's autocast recipe) mx_mm gets the fp32 weight and its Triton dim0 cast asserts
+  // bfloat16 (torchao/prototype/mx_formats/kernels.py triton_to_mxfp8_dim0 @v0.18.0). Before the fix `estimate` gave a
+  // plan (one GPU's default: sharding none, master fp32); the search side is in planner_test.cpp.
+  const auto e = run_cli({"estimate", "Llama-3.1-8B", "--gpu", "b200", "--precision", "mxfp8"});
+  CHECK(e.code == 2);
+  CHECK(e.out.empty());
+  CHECK(std::count(e.err.begin(), e.err.end(), '\n') == 1);
+  CHECK_THAT(e.err, Catch::StartsWith("bwplan: error: --precision: precision mxfp8 on the hf stack needs bf16 weights") &&
+                        Catch::Contains("triton_to_mxfp8_dim0") && Catch::Contains("sharding full"));
+  // the layouts that compute on bf16 weights run: FSDP2 on one GPU, bf16 masters, the distributed optimizer; and
+  // other stacks (their own MXFP8 paths)
+  for (const std::vector<std::string>& extra : std::vector<std::vector<std::string>>{
+           {"--sharding", "full"}, {"--sharding", "grad-op"}, {"--master", "bf16"}, {"--sharding", "optimizer"},
+           {"--stack", "torchtitan", "--sharding", "none"}}) {
+    std::vector<std::string> a{"estimate", "Llama-3.1-8B", "--gpu", "b200", "--precision", "mxfp8"};
+    a.insert(a.end(), extra.begin(), extra.end());
+    const auto r = run_cli(a);
+    INFO(r.err);
+    CHECK(r.code == 0);
+  }
+}
+
 TEST_CASE("precision: recommend's format follows --numerics and says why", "[precision]") {
   auto fmt_of = [](const char* numerics) {
     const auto r = run_cli({"recommend", "Llama-3.1-8B", "--numerics", numerics, "--format", "json"});

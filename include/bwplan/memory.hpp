@@ -345,8 +345,8 @@ struct memory_shape {
   s.f8_linear = c.stack == training_stack::hf && !s.compile &&
                 (c.format == compute_format::fp8 || c.format == compute_format::fp8_rowwise);
   // torchao's MXFP8 linear (the weight wrapper's F.linear override → mx_mm, torchao/prototype/moe_training/tensor.py,
-  // mxfp8_linear.py @v0.18.0) saves `input_hp` too: without autocast the bf16 tensor the block already holds (under
-  // autocast the override runs before autocast and saves the fp32 norm output: not modelled, the 2 B inventory stays)
+  // mxfp8_linear.py @v0.18.0) saves `input_hp` too: the bf16 tensor the block already holds (on autocast's fp32 weights
+  // that path does not run, training_config::autocast_fp32_weights: violations refuses it; other stacks keep 2 B)
   s.format.saves_hp_inputs = s.f8_linear || (c.format == compute_format::mxfp8 && !s.megatron && !s.compile && !s.amp);
   const std::int64_t L = m.layers;
   const bf16_blocks keep = c.bf16_kept();

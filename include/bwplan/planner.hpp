@@ -304,6 +304,8 @@ struct plan_result {
               const char* field = nullptr;
               if (offload_violation(c, &field)) continue;
             }
+            // the hf stack's mxfp8 (torchao's MXFP8 linear) does not run on autocast's fp32 weights (violations)
+            if (c.stack == training_stack::hf && c.format == compute_format::mxfp8 && c.autocast_fp32_weights()) continue;
             const std::int64_t step_tokens = tokens / (tp * pp);  // data-parallel degree world / (tp · pp)
             c.grad_accum = std::max<std::int64_t>(1, (req.global_batch_tokens + step_tokens - 1) / step_tokens);
             if (vpp > 1) c.grad_accum = (c.grad_accum + pp - 1) / pp * pp;  // interleaved: groups of pp micro-batches

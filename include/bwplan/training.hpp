@@ -428,6 +428,15 @@ struct training_config {
   [[nodiscard]] constexpr bool offloads_activations() const noexcept { return (offload & offload_target::activations) != 0; }
   /// Whether the base weights are frozen (LoRA or QLoRA).
   [[nodiscard]] constexpr bool adapters() const noexcept { return finetune != finetune_mode::full; }
+  /// Whether the GEMMs run under torch.autocast on fp32 weights: fp32 master weights computed on directly, without
+  /// FSDP2's bf16 gathers (sharding none; the distributed optimizer computes on bf16 parameters), a frozen bf16 base
+  /// (LoRA, QLoRA) or a bf16 working copy beside host-side masters (offload optimizer); Megatron trains a bf16
+  /// model. The reference trainer's recipe (apps/train/bwtrain/engine.py: `torch.autocast` when there is no FSDP and
+  /// master_weights is fp32) and memory_shape::amp.
+  [[nodiscard]] constexpr bool autocast_fp32_weights() const noexcept {
+    return shard == sharding::none && master == master_weights::fp32 && !adapters() && !offloads_optimizer() &&
+           stack != training_stack::megatron;
+  }
 };
 
 /// Every legality rule of a training configuration on its own (no model, no hardware), in one list.
@@ -534,6 +543,18 @@ struct training_config {
                              "FSDP2 never gathers a head unit of its own: use loss standard, or the FSDP2 root"
                            : "the hf stack's chunked loss calls the head once per chunk in forward and again in each chunk's "
                              "recompute; a head unit of its own is not modelled with it: use loss standard, or the FSDP2 root");
+  });
+  // torchao 0.18's MXFP8 training (the hf stack's mxfp8, MXFP8TrainingOpConfig) quantizes the weight and input it is
+  // handed: its weight wrapper overrides F.linear in __torch_function__, before autocast's dispatch, so under autocast
+  // it gets the fp32 master weight (and the fp32 norm output), and its dim0 cast asserts bfloat16
+  // (torchao/prototype/moe_training/tensor.py MXFP8TrainingWeightWrapperTensor, mxfp8_linear.py mx_mm.forward,
+  // prototype/mx_formats/kernels.py triton_to_mxfp8_dim0 @v0.18.0)
+  need(!(c.stack == training_stack::hf && c.format == compute_format::mxfp8 && c.autocast_fp32_weights()), "precision", [&] {
+    return std::string("precision mxfp8 on the hf stack needs bf16 weights in its GEMMs: with fp32 master weights and sharding none "
+                       "the step runs under torch.autocast, and torchao 0.18's MXFP8 linear quantizes the fp32 weight itself (its "
+                       "F.linear override runs before autocast) with a Triton cast that accepts bfloat16 only "
+                       "(triton_to_mxfp8_dim0); use sharding full or grad-op (FSDP2 gathers bf16 parameters, one GPU too), "
+                       "sharding optimizer, or master_weights bf16");
   });
   need(c.loss != loss_impl::liger || c.stack == training_stack::hf, "loss", [&] {
     return std::string("loss liger (Liger-Kernel's fused linear cross-entropy) is modelled on the hf stack only, got stack ") + to_string(c.stack);

@@ -288,6 +288,9 @@ class RefusalTest(unittest.TestCase):
         self.assertEqual(self.ids(precision="nvfp4", tp=2), {"T-nvfp4-tp"})
         self.assertEqual(self.ids(precision="nvfp4", sharding="none", gpus=1), {"T-nvfp4-autocast"})
         self.assertEqual(self.ids(precision="nvfp4", sharding="none", gpus=1, master_weights="bf16"), set())
+        self.assertEqual(self.ids(precision="mxfp8", sharding="none", gpus=1), {"T-mxfp8-autocast"})
+        self.assertEqual(self.ids(precision="mxfp8", sharding="none", gpus=1, master_weights="bf16"), set())
+        self.assertEqual(self.ids(precision="mxfp8", sharding="full", gpus=1), set())  # FSDP2 gathers bf16 parameters
         self.assertEqual(self.ids(sharding="none", tp=2), {"T-ddp-tp"})
         self.assertEqual(self.ids(sharding="none", tp=2, gpus=2), set())
         self.assertEqual(self.ids(loss="chunked", tp=2), {"T-chunked-tp"})
