@@ -548,8 +548,6 @@ TEST_CASE("cli: bwplan sagemaker prints a valid request, and bad inputs exit 2 w
   SECTION("what the reference trainer cannot run: exit 2, one line naming the flag and the reason") {
     fails({"--precision", "mxfp8"}, "--precision: precision mxfp8: the reference trainer cannot run it (T-mxfp8-torch): torchao 0.18.0's MXFP8");
     fails({"--precision", "nvfp4", "--tp", "2"}, "--precision: precision nvfp4, tp 2: the reference trainer cannot run it (T-nvfp4-tp)");
-    fails({"--precision", "nvfp4", "--sharding", "none"},
-          "--precision: master_weights fp32, precision nvfp4, sharding none: the reference trainer cannot run it (T-nvfp4-autocast)");
     fails({"--sharding", "none", "--tp", "2"},
           "--sharding: 4 data- x context-parallel ranks, sharding none, tp 2: the reference trainer cannot run it (T-ddp-tp)");
     fails({"--loss", "chunked", "--tp", "2"}, "--loss: loss chunked, tp 2: the reference trainer cannot run it (T-chunked-tp)");
@@ -655,7 +653,8 @@ plan plan_of_config(const json& c) {
   t.gpus_per_node = c["gpus_per_node"];
   t.ac = *parse_checkpointing(c["activation_checkpointing"].get<std::string>());
   const std::string sh = c["sharding"];
-  t.shard = sh == "full" ? sharding::full : sh == "hybrid" ? sharding::hybrid : sh == "grad-op" ? sharding::grad_op : sharding::none;
+  t.shard = sh == "full" ? sharding::full : sh == "hybrid" ? sharding::hybrid : sh == "grad-op" ? sharding::grad_op
+          : sh == "optimizer" ? sharding::optimizer : sharding::none;  // (it read the distributed optimizer as none)
   t.tp = c["tp"];
   t.cp = c["cp"];
   t.ep = c["ep"];
@@ -664,7 +663,7 @@ plan plan_of_config(const json& c) {
   t.format = *parse_format(c["precision"].get<std::string>());
   t.fp8_all_gather = c["fp8_all_gather"];
   t.optimizer = c["optimizer_impl"] == "foreach" ? optimizer_impl::foreach : optimizer_impl::fused;
-  t.loss = c["loss"] == "chunked" ? loss_impl::chunked : loss_impl::standard;
+  t.loss = c["loss"] == "chunked" ? loss_impl::chunked : c["loss"] == "liger" ? loss_impl::liger : loss_impl::standard;
   return p;
 }
 

@@ -224,6 +224,45 @@ TEST_CASE("terms: saved activations per block and per checkpointing mode", "[ter
   }
 }
 
+TEST_CASE("bug: NVFP4Linear's saved FP4 weights were not held, and autocast copies were counted for its blocks", "[terms][memory][precision]") {
+  // torchao's NVFP4Linear (nvfp4_mm_triton.forward, nvfp4_linear.py @v0.18.0) saves the transposed FP4 weight, its
+  // E4M3 scales and amax for backward: 0.5625 B per weight of each quantized block, kept from its forward to its
+  // backward. It calls nvfp4_linear, not F.linear, so autocast caches no bf16 copy of its weight. Llama-3.2-1B: the
+  // last 15 % of blocks stay bf16 (ceil(2.4) = 3), 13 NVFP4 blocks. Before, no saved weight was counted and under
+  // autocast every NVFP4 block held autocast's 2·lin copy.
+  const model_spec m = llama_1b();
+  const gpu_spec g = h100();
+  const double saved = 0.5625 * lin;  // 34,209,792 B
+  training_config c = one_gpu(master_weights::bf16);
+  c.format = compute_format::nvfp4;
+  auto wc = [&] { return terms::weight_copy_bytes(terms::memory_shape_of(m, c, g)); };
+  CHECK(wc().saved_quantized_block.raw() == saved);
+  CHECK(wc().autocast_block_low.raw() == 0);
+  CHECK(wc().autocast_after_forward.raw() == 13 * saved);  // 444,727,296 B
+  // under autocast (fp32 masters, no FSDP): the 3 bf16 blocks keep autocast's copies, the NVFP4 blocks their FP4 weights
+  c.master = master_weights::fp32;
+  CHECK(wc().autocast_block_low.raw() == 0);
+  CHECK(wc().autocast_after_forward.raw() == 13 * saved + 3 * 2 * lin);  // 809,631,744 B
+  // full checkpointing: nothing kept after the forward (each recompute makes its block's copy again)
+  c.ac.mode = ac_mode::full;
+  CHECK(wc().autocast_after_forward.raw() == 0);
+  CHECK(wc().saved_quantized_block.raw() == saved);
+  // per-op SAC recomputes the quantize kernels (not in the save list); Megatron's Transformer Engine caches its own
+  c.ac.mode = ac_mode::selective_op;
+  CHECK(wc().saved_quantized_block.raw() == 0);
+  c.ac.mode = ac_mode::none;
+  c.stack = training_stack::megatron;
+  CHECK(wc().saved_quantized_block.raw() == 0);
+  // the walk holds them: the moment after the forward rises by exactly the 13 blocks' saved weights
+  c.stack = training_stack::hf;
+  c.master = master_weights::bf16;
+  const memory_terms t = compute_memory_terms(m, c, g);
+  memory_terms t0 = t;
+  t0.weights.saved_quantized_block = bytes{};
+  t0.weights.autocast_after_forward = bytes{};
+  CHECK(compose_memory(t).after_forward.raw() - compose_memory(t0).after_forward.raw() == Approx(13 * saved));
+}
+
 TEST_CASE("terms: loss buffers, standard vs chunked", "[terms][memory]") {
   const model_spec m = llama_1b();
   const gpu_spec g = h100();

@@ -253,6 +253,10 @@ struct memory_shape {
   /// (format_traits::saves_hp_inputs), call no `F.linear` (no autocast weight copy) and cast to float8 in eager ops
   /// (float8_linear_casts; alloc::step_shape::float8)
   bool f8_linear = false;
+  /// the low-precision linears are torchao's NVFP4Linear (nvfp4 on every stack but Megatron, whose Transformer Engine
+  /// caches its copies): it calls no `F.linear` (no autocast weight copy) and its forward saves the transposed FP4
+  /// weight for backward (weight_copies::saved_quantized_block)
+  bool nvfp4_linear = false;
   double q_width = 0;   ///< elements of q per token, heads·head_dim (float8_linear_casts)
   double kv_width = 0;  ///< elements of k (and of v) per token, kv_heads·head_dim
   bool megatron = false;       ///< Megatron-LM: bf16 model, fp32 main parameters and main-gradient buffer
@@ -344,6 +348,7 @@ struct memory_shape {
   s.format = traits(c.format, gpu);
   s.f8_linear = c.stack == training_stack::hf && !s.compile &&
                 (c.format == compute_format::fp8 || c.format == compute_format::fp8_rowwise);
+  s.nvfp4_linear = c.format == compute_format::nvfp4 && !s.megatron;
   // torchao's MXFP8 linear (the weight wrapper's F.linear override → mx_mm, torchao/prototype/moe_training/tensor.py,
   // mxfp8_linear.py @v0.18.0) saves `input_hp` too: the bf16 tensor the block already holds (on autocast's fp32 weights
   // that path does not run, training_config::autocast_fp32_weights: violations refuses it; other stacks keep 2 B)
@@ -1075,7 +1080,7 @@ struct weight_copies {
   bytes autocast_head;           ///< autocast's bf16 copy of the LM head, 2·V·h
   bytes autocast_blocks;         ///< every block's copies while the last block runs, 2·lin·L
   bytes autocast_all;            ///< every GEMM weight's copy (blocks and head) when the loss runs
-  bytes autocast_after_forward;  ///< copies kept after the forward: non-checkpointed blocks (Σ) — without the head
+  bytes autocast_after_forward;  ///< copies kept after the forward: non-checkpointed blocks (Σ) — without the head; with NVFP4Linear's saved FP4 weights (saved_quantized_block)
   bytes fsdp_root;               ///< FSDP2 root module (embedding, head, final norm; with emb_units the final norm), gathered bf16 all step
   bytes fsdp_head_unit;          ///< emb_units: the LM head's own unit, gathered bf16 `2·V·h` while the loss runs forward and backward
   bytes fsdp_embedding_unit;     ///< emb_units: the embedding's own unit, gathered bf16 `2·V·h` in its backward, the last
@@ -1088,7 +1093,13 @@ struct weight_copies {
   bytes fsdp_loss_prefetch;
   bytes grad_op_block;           ///< SHARD_GRAD_OP: one block kept gathered (bf16) from its forward to its backward
   bytes grad_op_all;             ///< SHARD_GRAD_OP: every block kept gathered, L · grad_op_block
-  bytes autocast_block_low;      ///< autocast's copy of one low-precision block's weights: autocast_block, 0 for Float8Linear (f8_linear)
+  bytes autocast_block_low;      ///< autocast's copy of one low-precision block's weights: autocast_block, 0 for Float8Linear (f8_linear) and NVFP4Linear (nvfp4_linear)
+  /// torchao's NVFP4Linear (memory_shape::nvfp4_linear): the transposed FP4 weight, its E4M3 block scales and amax that
+  /// a low-precision block's forward saves for its backward, 0.5625·lin (`ctx.save_for_backward(..., Wt_fp4_x2, Wt_sf,
+  /// W_amax, ...)` in `nvfp4_mm_triton.forward`, torchao/prototype/moe_training/nvfp4_training/nvfp4_linear.py
+  /// @v0.18.0); kept from the block's forward to its backward like autocast's copy (a recomputed block makes it again
+  /// in its recompute), 0 under per-op SAC, whose recompute rebuilds it (its quantize kernels are not in the save list)
+  bytes saved_quantized_block;
   bytes quantized_block;         ///< low-precision copies of one block's weights (and transposes) while it runs (0 under te_weight_cache); Float8Linear: its casts' largest backward moment (float8_linear_casts)
   bytes quantized_block_forward; ///< the same while the block runs its forward
   /// Megatron + Transformer Engine: the low-precision copies of every low-precision block's weights, cached from the
@@ -1123,17 +1134,23 @@ struct weight_copies {
   const double L = static_cast<double>(s.blocks.layers);
   weight_copies r;
   const double amp_block = s.amp ? 2 * s.lin : 0;
-  const double amp_low = s.f8_linear ? 0 : amp_block;  // Float8Linear casts its fp32 weight to float8 itself
+  // Float8Linear casts its fp32 weight to float8 itself; NVFP4Linear calls nvfp4_linear, no F.linear, and converts an
+  // fp32 weight to bf16 inside its forward for the quantize kernel (`weight_hp.to(torch.bfloat16)`, a copy gone when
+  // forward returns; nvfp4_linear.py @v0.18.0)
+  const double amp_low = s.f8_linear || s.nvfp4_linear ? 0 : amp_block;
+  const double saved_q = s.nvfp4_linear && s.blocks.ac.mode != ac_mode::selective_op
+                             ? storage_bytes_per_element(compute_format::nvfp4) * s.lin : 0;
+  r.saved_quantized_block = bytes::base(saved_q);
   const double nq = static_cast<double>(std::max<std::int64_t>(0, s.blocks.q_end - s.blocks.q_first));
   r.autocast_block = bytes::base(amp_block);
   r.autocast_block_low = bytes::base(amp_low);
   r.autocast_head = bytes::base(s.amp ? 2 * s.head_w : 0);
   r.autocast_blocks = bytes::base(amp_block * (L - nq) + amp_low * nq);
   r.autocast_all = bytes::base(2 * s.gemm_weights * (s.amp ? 1 : 0) - (amp_block - amp_low) * nq);
-  double after = 0;  // a sum of zeros without autocast
-  if (amp_block != 0) {  // the blocks not recomputed keep their copies
+  double after = 0;  // a sum of zeros without autocast or NVFP4Linear
+  if (amp_block != 0 || saved_q != 0) {  // the blocks not recomputed keep their copies
     const auto n = s.blocks.count(0, s.blocks.layers);
-    after = amp_low * static_cast<double>(n.low) + amp_block * static_cast<double>(n.high);
+    after = (amp_low + saved_q) * static_cast<double>(n.low) + amp_block * static_cast<double>(n.high);
   }
   r.autocast_after_forward = bytes::base(after);
   r.fsdp_root = bytes::base(s.fsdp ? 2 * (s.emb_units ? s.root_params - s.emb_w - s.head_w : s.root_params) : 0);
@@ -1512,7 +1529,9 @@ struct block_backward_moment {
   const double gres = t.states.block_gradient.raw();
   const double tr = t.transient.activation_gradients.raw() + t.transient.block_gradient_buffers.raw() +
                     t.transient.dequantized_weight.raw() + t.transient.offload_staging.raw();
-  const double amp_block = wc.autocast_block.raw(), amp_low = wc.autocast_block_low.raw();
+  const double amp_block = wc.autocast_block.raw();
+  // what a low-precision block holds from its forward (or recompute) to its backward: autocast's copy, NVFP4's saved weight
+  const double amp_low = wc.autocast_block_low.raw() + wc.saved_quantized_block.raw();
   const double kept_block = wc.grad_op_block.raw();
   const double wcopy = wc.quantized_block.raw();
   const double cw0 = wc.autocast_after_forward.raw();
@@ -1626,7 +1645,10 @@ struct block_backward_moment {
   memory_estimate e;
   // ---- forward: the loss running
   memory_breakdown f = base;
-  f.compute_weights = base.compute_weights + bytes::base(root + wc.fsdp_head_unit.raw() + kept_all + wc.autocast_all.raw());
+  // NVFP4Linear's saved FP4 weights of the blocks not recomputed (autocast's copies of every block are in autocast_all)
+  const double saved_q = wc.saved_quantized_block.raw();
+  const double saved_q_all = saved_q * static_cast<double>(s.blocks.count(0, L).low);
+  f.compute_weights = base.compute_weights + bytes::base(root + wc.fsdp_head_unit.raw() + kept_all + wc.autocast_all.raw() + saved_q_all);
   f.activations = base.activations + bytes::base(saved_all + final_saved);
   f.logits = t.loss.saved + t.loss.forward_transient;
   f.gradients += t.loss.head_gradient;
@@ -1634,7 +1656,9 @@ struct block_backward_moment {
   {  // last block running: its working set, the gathered blocks and its quantized weights
     memory_breakdown lb = base;
     const std::int64_t i = L - 1;
+    // (the running block's own FP4 copies are in quantized_block_forward)
     lb.compute_weights = base.compute_weights + bytes::base(root + wc.fsdp_gathered.raw() + kept_all + wc.autocast_blocks.raw() +
+                                                            saved_q * static_cast<double>(s.blocks.count(0, i).low) +
                                                             (s.blocks.quantized(i) ? wc.quantized_block_forward.raw() : 0));
     lb.activations = base.activations + bytes::base(saved_all - act.block(i));
     lb.transient = bytes::base(terms::forward_working_set(act, t.transient, i) + t.transient.dequantized_weight.raw() +

@@ -553,7 +553,7 @@ struct training_config {
     return std::string("precision mxfp8 on the hf stack needs bf16 weights in its GEMMs: with fp32 master weights and sharding none "
                        "the step runs under torch.autocast, and torchao 0.18's MXFP8 linear quantizes the fp32 weight itself (its "
                        "F.linear override runs before autocast) with a Triton cast that accepts bfloat16 only "
-                       "(triton_to_mxfp8_dim0); use sharding full or grad-op (FSDP2 gathers bf16 parameters, one GPU too), "
+                       "(triton_to_mxfp8_dim0); use sharding full or grad-op (FSDP2 computes on bf16 parameters, one GPU too), "
                        "sharding optimizer, or master_weights bf16");
   });
   need(c.loss != loss_impl::liger || c.stack == training_stack::hf, "loss", [&] {

@@ -13,7 +13,9 @@ parallelisation, in torchtitan's order (model converters, then TP, AC, compile, 
   checks the same attributes first and refuses with a reason (refusal T-mxfp8-torch).
 * nvfp4: ``quantize_(model, NVFP4TrainingConfig(), filter_fn=...)`` swaps nn.Linear for
   NVFP4Linear (torchao/prototype/moe_training/nvfp4_training/nvfp4_training.py); its kernels need
-  bf16 inputs and M, K, N divisible by 128 (nvfp4_linear.py ``nvfp4_mm_triton``).
+  M, K, N divisible by 128 and take bf16, which ``nvfp4_mm_triton`` makes of an fp32 input or weight itself
+  (nvfp4_linear.py), so it also runs under the fp32-master autocast recipe. mxfp8 does not: the weight
+  wrapper's F.linear override hands the fp32 weight to a Triton cast that asserts bf16 (T-mxfp8-autocast).
 
 Embeddings and the LM head stay bf16; blocks listed by bf16_layers stay bf16 (module filter).
 """
