@@ -263,6 +263,25 @@ TEST_CASE("bug: NVFP4Linear's saved FP4 weights were not held, and autocast copi
   CHECK(compose_memory(t).after_forward.raw() - compose_memory(t0).after_forward.raw() == Approx(13 * saved));
 }
 
+TEST_CASE("terms: torchao's MXFP8 linear holds its casts per linear, not a block's weights in two layouts", "[terms][memory][precision]") {
+  // mx_mm (torchao/prototype/moe_training/mxfp8_linear.py @v0.18.0) casts per linear, 1 + 1/32 B per element, and the
+  // GEMM copies the scales into the blocked layout (1/32 B). Llama-3.2-1B at 2048 tokens: forward, the down projection
+  // (ri = W = 2048·8192 = 16,777,216): 1.0625·(ri + W) = 35,651,584 B; backward, the gate (ro = W = 16,777,216, ri =
+  // 4,194,304): 1.03125·(2ro + ri + W) + (ro + ri)/32 = 56,229,888 + 655,360 = 56,885,248 B. The generic copies (both
+  // layouts of the block's weights, 2.0625·lin = 125,435,904 B) stay for the other stacks' MXFP8.
+  const model_spec m = llama_1b();
+  const gpu_spec g = h100();
+  training_config c = one_gpu(master_weights::bf16);
+  c.format = compute_format::mxfp8;
+  const auto wc = terms::weight_copy_bytes(terms::memory_shape_of(m, c, g));
+  CHECK(wc.quantized_block_forward.raw() == 35'651'584);
+  CHECK(wc.quantized_block.raw() == 56'885'248);
+  c.stack = training_stack::torchtitan;
+  const auto tt = terms::weight_copy_bytes(terms::memory_shape_of(m, c, g));
+  CHECK(tt.quantized_block.raw() == Approx(2.0625 * lin));
+  CHECK(tt.quantized_block_forward.raw() == Approx(2.0625 * lin));
+}
+
 TEST_CASE("terms: loss buffers, standard vs chunked", "[terms][memory]") {
   const model_spec m = llama_1b();
   const gpu_spec g = h100();

@@ -257,6 +257,9 @@ struct memory_shape {
   /// caches its copies): it calls no `F.linear` (no autocast weight copy) and its forward saves the transposed FP4
   /// weight for backward (weight_copies::saved_quantized_block)
   bool nvfp4_linear = false;
+  /// the low-precision linears are torchao 0.18's MXFP8 linear (the hf stack's mxfp8): its casts' transients per
+  /// linear (mx_linear_casts)
+  bool mx_linear = false;
   double q_width = 0;   ///< elements of q per token, heads·head_dim (float8_linear_casts)
   double kv_width = 0;  ///< elements of k (and of v) per token, kv_heads·head_dim
   bool megatron = false;       ///< Megatron-LM: bf16 model, fp32 main parameters and main-gradient buffer
@@ -349,6 +352,7 @@ struct memory_shape {
   s.f8_linear = c.stack == training_stack::hf && !s.compile &&
                 (c.format == compute_format::fp8 || c.format == compute_format::fp8_rowwise);
   s.nvfp4_linear = c.format == compute_format::nvfp4 && !s.megatron;
+  s.mx_linear = c.format == compute_format::mxfp8 && c.stack == training_stack::hf;
   // torchao's MXFP8 linear (the weight wrapper's F.linear override → mx_mm, torchao/prototype/moe_training/tensor.py,
   // mxfp8_linear.py @v0.18.0) saves `input_hp` too: the bf16 tensor the block already holds (on autocast's fp32 weights
   // that path does not run, training_config::autocast_fp32_weights: violations refuses it; other stacks keep 2 B)
@@ -1053,24 +1057,50 @@ struct float8_cast_peaks {
 /// column-parallel inputs are the gathered sequence (rows·tp) and the split dimension is ÷ tp. Source:
 /// torchao/float8/float8_linear.py, float8_scaling_utils.py, float8_utils.py, float8_training_tensor.py,
 /// float8_ops.py (`preprocess_addmm`) @v0.18.0.
+/// Calls `f(rows, in, out)` for each distinct linear shape of one block on this GPU: column-parallel q, k (v alike),
+/// gate (up alike) over the gathered sequence (rows·tp, out ÷ tp), row-parallel o and down (in ÷ tp).
+template <class Fn>
+constexpr void for_each_block_linear(const memory_shape& s, Fn&& f) {
+  const double tp = s.tp > 1 ? s.tp : 1.0;
+  f(s.T * tp, s.h, s.q_width / tp);
+  f(s.T * tp, s.h, s.kv_width / tp);
+  f(s.T * tp, s.h, s.F / tp);
+  f(s.T * tp, s.q_width / tp, s.h);
+  f(s.T * tp, s.F / tp, s.h);
+}
+
 [[nodiscard]] constexpr float8_cast_peaks float8_linear_casts(const memory_shape& s) noexcept {
   float8_cast_peaks p;
-  const double tp = s.tp > 1 ? s.tp : 1.0;
   const double rs = s.format.backward_rescale ? 4 : 0;  // fp32 rescale bytes per element of a backward GEMM's output
-  auto linear = [&](double rows, double in, double out) {
+  for_each_block_linear(s, [&](double rows, double in, double out) {
     const double ri = rows * in, ro = rows * out, W = in * out;
     p.forward = std::max(p.forward, std::max({9 * ri, ri + 9 * W, ri + W + 2 * ro}) - 2 * ro);
     p.backward = std::max(p.backward, std::max({9 * ro, ro + 9 * W, ro + 2 * W + (2 + rs) * ri, 10 * ro + W + 2 * ri,
                                                 2 * ro + W + 11 * ri, 3 * ro + (3 + rs) * W + 4 * ri}) - (2 * ri + 2 * W));
-  };
-  // column-parallel q, k, v, gate and up (the gathered sequence, out ÷ tp); row-parallel o and down (in ÷ tp)
-  linear(s.T * tp, s.h, s.q_width / tp);
-  linear(s.T * tp, s.h, s.kv_width / tp);
-  linear(s.T * tp, s.h, s.F / tp);
-  linear(s.T * tp, s.q_width / tp, s.h);
-  linear(s.T * tp, s.F / tp, s.h);
+  });
   p.forward = std::max(0.0, p.forward);
   p.backward = std::max(0.0, p.backward);
+  return p;
+}
+
+/// float8_cast_peaks of one block under torchao 0.18's MXFP8 linear (the hf stack's mxfp8: MXFP8TrainingOpConfig's
+/// weight wrapper → `mx_mm`, torchao/prototype/moe_training/mxfp8_linear.py @v0.18.0). Each cast is one kernel that
+/// writes the e4m3 elements and one E8M0 scale per 32, c = 1 + 1/32 B per element (Triton dim0
+/// `triton_to_mxfp8_dim0`, CUDA dim1 `mxfp8_quantize_cuda`), and `_addmm_mx_dispatch` copies both operands' scales into
+/// the blocked layout `_scaled_mm` takes (`to_blocked`, 1/32 B per element, gone with the GEMM;
+/// prototype/mx_formats/mx_tensor.py). No cast is freed before the autograd function returns (they are locals).
+/// Forward: input and weight cast along dim0, then the GEMM: c·(ri + W) + (ri + W)/32 beside the bf16 output.
+/// Backward: the gradient along dim0, the weight along dim1, the grad_input GEMM, then the gradient and the saved
+/// input along dim1 and the weight-gradient GEMM: at its end c·(2·ro + ri + W) + (ro + ri)/32 beside grad_input and
+/// the weight gradient (what a bf16 linear holds). Shapes as float8_linear_casts.
+[[nodiscard]] constexpr float8_cast_peaks mx_linear_casts(const memory_shape& s) noexcept {
+  float8_cast_peaks p;
+  constexpr double c = 1 + 1.0 / 32, blocked = 1.0 / 32;
+  for_each_block_linear(s, [&](double rows, double in, double out) {
+    const double ri = rows * in, ro = rows * out, W = in * out;
+    p.forward = std::max(p.forward, (c + blocked) * (ri + W));
+    p.backward = std::max(p.backward, c * (2 * ro + ri + W) + blocked * (ro + ri));
+  });
   return p;
 }
 
@@ -1100,7 +1130,7 @@ struct weight_copies {
   /// @v0.18.0); kept from the block's forward to its backward like autocast's copy (a recomputed block makes it again
   /// in its recompute), 0 under per-op SAC, whose recompute rebuilds it (its quantize kernels are not in the save list)
   bytes saved_quantized_block;
-  bytes quantized_block;         ///< low-precision copies of one block's weights (and transposes) while it runs (0 under te_weight_cache); Float8Linear: its casts' largest backward moment (float8_linear_casts)
+  bytes quantized_block;         ///< low-precision copies of one block's weights (and transposes) while it runs (0 under te_weight_cache); Float8Linear, torchao's MXFP8 linear: its casts' largest backward moment (float8_linear_casts, mx_linear_casts)
   bytes quantized_block_forward; ///< the same while the block runs its forward
   /// Megatron + Transformer Engine: the low-precision copies of every low-precision block's weights, cached from the
   /// step's first micro-batch and alive all step (`is_first_microbatch`, see throughput_shape::cached_weight_casts)
@@ -1165,8 +1195,8 @@ struct weight_copies {
   r.grad_op_all = bytes::base(kept_block * L);
   r.quantized_block = bytes::base(s.format.weight_copy_bytes * s.lin);
   r.quantized_block_forward = r.quantized_block;
-  if (s.f8_linear) {
-    const float8_cast_peaks p = float8_linear_casts(s);
+  if (s.f8_linear || s.mx_linear) {
+    const float8_cast_peaks p = s.f8_linear ? float8_linear_casts(s) : mx_linear_casts(s);
     r.quantized_block = bytes::base(p.backward);
     r.quantized_block_forward = bytes::base(p.forward);
   }
