@@ -422,6 +422,14 @@ struct step_shape {
   /// bf16 × fp32 product casts in the CUDA kernel: TensorIteratorBase::compute_types makes dtype temporaries for
   /// CPU operations only, aten/src/ATen/TensorIterator.cpp). The forward GEMM uses fast accumulation: no rescale
   bool float8_rowwise = false;
+  /// the float8 blocks are torchao 0.18's MXFP8 linear instead (the reference trainer's mxfp8: MXFP8TrainingOpConfig's
+  /// weight wrapper → `mx_mm`, torchao/prototype/moe_training/mxfp8_linear.py @v0.18.0; bf16 weights only, as the
+  /// plan rules require): the same saved tensors (the bf16 input and the weight) and the same custom autograd function,
+  /// but one-kernel casts (e4m3 elements and one E8M0 scale per 32: Triton dim0 `triton_to_mxfp8_dim0`, CUDA dim1
+  /// `mxfp8_quantize_cuda`) and each GEMM's scales copied into the blocked layout `_scaled_mm` takes (`to_blocked`,
+  /// rows padded to 128, scale columns to 4; prototype/mx_formats/mx_tensor.py `_addmm_mx_dispatch`); no cast goes
+  /// before the function returns (see replay_step_trace's mx_fwd, mx_bwd)
+  bool mxfp8 = false;
   std::uint64_t workspace = 0;     ///< cuBLAS/cuBLASLt workspaces, allocated at the first matmul
   int steps = 5;                   ///< optimizer steps replayed (AdamW states appear in the first)
   /// stop once a step leaves the allocator as the step before left it: every later step would repeat it (the peaks
@@ -576,6 +584,44 @@ inline replay_result replay_step_trace(const step_shape& m, caching_allocator& a
     return gi;
   };
 
+  // torchao 0.18's MXFP8 linear (step_shape::mxfp8). `mxcast` casts `n` elements of a rows × cols tensor: the e4m3
+  // elements, then the E8M0 scales (one per 32 along the cast's dimension); `blocked` is `to_blocked`'s copy of an r × c
+  // scale matrix (rows to 128, columns to 4).
+  auto blocked = [](u64 r, u64 c) { return (r + 127) / 128 * 128 * ((c + 3) / 4 * 4); };
+  auto mxcast = [&](u64 n, int& scale) {
+    const int e = A(n);
+    scale = A((n + 31) / 32);
+    return e;
+  };
+  // mx_mm.forward: the input and the weight cast along dim0, the GEMM's two blocked scales, the bf16 output; the casts
+  // go when forward returns. Returns the output.
+  auto mx_fwd = [&](u64 rows, u64 in, u64 out, u64 wn) {
+    int xs = -1, ws = -1;
+    int x = mxcast(rows * in, xs), w = mxcast(wn, ws);
+    int ab = A(blocked(rows, in / 32)), bb = A(blocked(out, in / 32));
+    const int y = A(2 * rows * out);
+    Fr(ab); Fr(bb);
+    Fr(x); Fr(xs); Fr(w); Fr(ws);
+    return y;
+  };
+  // mx_mm.backward: the gradient along dim0, the weight along dim1, grad_input (bf16) with its GEMM's blocked scales;
+  // then the gradient and the saved input along dim1, the weight gradient (bf16, as `dw`) with its blocked scales; the
+  // eight cast tensors go when backward returns. Returns grad_input.
+  auto mx_bwd = [&](u64 rows, u64 in, u64 out, u64 wn, int& dw) {
+    int g0s = -1, w1s = -1, g1s = -1, x1s = -1;
+    int g0 = mxcast(rows * out, g0s), w1 = mxcast(wn, w1s);
+    int ab = A(blocked(rows, out / 32)), bb = A(blocked(in, out / 32));
+    const int gi = A(2 * rows * in);
+    Fr(ab); Fr(bb);
+    int g1 = mxcast(rows * out, g1s), x1 = mxcast(rows * in, x1s);
+    ab = A(blocked(out, rows / 32));
+    bb = A(blocked(in, rows / 32));
+    dw = A(2 * wn);
+    Fr(ab); Fr(bb);
+    Fr(g0); Fr(g0s); Fr(w1); Fr(w1s); Fr(g1); Fr(g1s); Fr(x1); Fr(x1s);
+    return gi;
+  };
+
   replay_result res;
   try {  // (stop_replay: the caller's question is answered; res holds the peaks so far)
   // parameters: embedding, per block [attn_norm, wq(, bq), wk(, bk), wv(, bv), wo(, q_norm, k_norm), ffn_norm, w1, w3,
@@ -676,7 +722,8 @@ inline replay_result replay_step_trace(const step_shape& m, caching_allocator& a
     };
     // a linear's output: `F.linear` (bf16 GEMM) or Float8Linear's (f8_fwd)
     auto lin = [&](std::size_t i, std::size_t k, u64 in, u64 out) {
-      return f8(i) ? f8_fwd(T, in, out, numel[pidx(i, k)]) : A(2 * T * out);
+      if (!f8(i)) return A(2 * T * out);
+      return m.mxfp8 ? mx_fwd(T, in, out, numel[pidx(i, k)]) : f8_fwd(T, in, out, numel[pidx(i, k)]);
     };
     // transformers' LlamaRMSNorm.forward (and Qwen3RMSNorm's, the same code) over `rows` vectors of `width` elements:
     // `x.to(float32)` (with `copy`, a bf16 input's fp32 copy, which `pow` and `mul` save; an fp32 input is returned as
@@ -1058,7 +1105,7 @@ inline replay_result replay_step_trace(const step_shape& m, caching_allocator& a
     };
     // a linear's backward: grad_input, then the bf16 weight gradient as `dw` (the mm's two outputs, or f8_bwd's)
     auto lin_bwd = [&](std::size_t i, std::size_t k, u64 in, u64 out, int& dw) {
-      if (f8(i)) return f8_bwd(T, in, out, numel[pidx(i, k)], dw);
+      if (f8(i)) return m.mxfp8 ? mx_bwd(T, in, out, numel[pidx(i, k)], dw) : f8_bwd(T, in, out, numel[pidx(i, k)], dw);
       const int gi = A(2 * T * in);
       dw = A(2 * numel[pidx(i, k)]);
       return gi;

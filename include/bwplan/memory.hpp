@@ -1393,8 +1393,10 @@ struct allocator_replay {
   if (c.sharded() && !fsdp2) return "this sharding";
   if (c.sharded() && c.master != master_weights::fp32) return "FSDP2 with bf16 master weights";
   if (c.loss == loss_impl::liger) return "Liger's fused linear cross-entropy";  // (the hf stack's chunked loss is traced)
-  // (fp8 tensorwise and rowwise are traced: torchao's Float8Linear, alloc::step_shape::float8, float8_rowwise)
-  if (c.format != compute_format::bf16 && c.format != compute_format::fp8 && c.format != compute_format::fp8_rowwise)
+  // (fp8 tensorwise and rowwise are traced: torchao's Float8Linear, alloc::step_shape::float8, float8_rowwise; mxfp8
+  // on bf16 weights: torchao's MXFP8 linear, step_shape::mxfp8; under autocast violations() refuses it)
+  if (c.format != compute_format::bf16 && c.format != compute_format::fp8 && c.format != compute_format::fp8_rowwise &&
+      (c.format != compute_format::mxfp8 || c.autocast_fp32_weights()))
     return "low-precision GEMMs";
   if (c.ac.mode != ac_mode::none && c.ac.mode != ac_mode::full) return "per-op checkpointing";
   if (c.fp8_all_gather) return "the FP8 all-gather";
@@ -1448,8 +1450,9 @@ struct allocator_replay {
   t.grad_accum = std::min<std::int64_t>(c.grad_accum, 2);
   t.checkpointed.resize(static_cast<std::size_t>(m.layers));
   for (std::int64_t i = 0; i < m.layers; ++i) t.checkpointed[static_cast<std::size_t>(i)] = s.blocks.checkpointed(i);
-  if (c.format == compute_format::fp8 || c.format == compute_format::fp8_rowwise) {
+  if (c.format == compute_format::fp8 || c.format == compute_format::fp8_rowwise || c.format == compute_format::mxfp8) {
     t.float8_rowwise = c.format == compute_format::fp8_rowwise;
+    t.mxfp8 = c.format == compute_format::mxfp8;
     t.float8.resize(static_cast<std::size_t>(m.layers));
     for (std::int64_t i = 0; i < m.layers; ++i) t.float8[static_cast<std::size_t>(i)] = s.blocks.quantized(i);
   }
