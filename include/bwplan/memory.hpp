@@ -1680,7 +1680,7 @@ struct block_backward_moment {
   memory_breakdown f = base;
   // NVFP4Linear's saved FP4 weights of the blocks not recomputed (autocast's copies of every block are in autocast_all)
   const double saved_q = wc.saved_quantized_block.raw();
-  const double saved_q_all = saved_q * static_cast<double>(s.blocks.count(0, L).low);
+  const double saved_q_all = saved_q > 0 ? saved_q * static_cast<double>(s.blocks.count(0, L).low) : 0;
   f.compute_weights = base.compute_weights + bytes::base(root + wc.fsdp_head_unit.raw() + kept_all + wc.autocast_all.raw() + saved_q_all);
   f.activations = base.activations + bytes::base(saved_all + final_saved);
   f.logits = t.loss.saved + t.loss.forward_transient;
@@ -1691,7 +1691,7 @@ struct block_backward_moment {
     const std::int64_t i = L - 1;
     // (the running block's own FP4 copies are in quantized_block_forward)
     lb.compute_weights = base.compute_weights + bytes::base(root + wc.fsdp_gathered.raw() + kept_all + wc.autocast_blocks.raw() +
-                                                            saved_q * static_cast<double>(s.blocks.count(0, i).low) +
+                                                            (saved_q > 0 ? saved_q * static_cast<double>(s.blocks.count(0, i).low) : 0) +
                                                             (s.blocks.quantized(i) ? wc.quantized_block_forward.raw() : 0));
     lb.activations = base.activations + bytes::base(saved_all - act.block(i));
     lb.transient = bytes::base(terms::forward_working_set(act, t.transient, i) + t.transient.dequantized_weight.raw() +
