@@ -100,6 +100,27 @@ TEST_CASE("bug: mxfp8 on the hf stack under autocast was estimated, though torch
   }
 }
 
+TEST_CASE("nvfp4 under autocast runs on bias-free models, and is refused for biased block linears", "[precision]") {
+  // torchao's nvfp4_mm_triton converts an fp32 input and weight to bf16 itself (nvfp4_linear.py @v0.18.0), so the
+  // autocast recipe runs it; a biased linear (Qwen2's q/k/v) adds its fp32 bias to the bf16 output, its backward then
+  // gets an fp32 gradient, and triton_rht_amax rejects it ("Expected bfloat16", hadamard_amax_triton.py)
+  const auto llama = run_cli({"estimate", "Llama-3.1-8B", "--gpu", "b200", "--precision", "nvfp4"});
+  INFO(llama.err);
+  CHECK(llama.code == 0);
+  const auto qwen = run_cli({"estimate", "Qwen2.5-7B", "--gpu", "b200", "--precision", "nvfp4"});
+  CHECK(qwen.code == 2);
+  CHECK(std::count(qwen.err.begin(), qwen.err.end(), '\n') == 1);
+  CHECK_THAT(qwen.err, Catch::StartsWith("bwplan: error: --precision: precision nvfp4 under torch.autocast") &&
+                           Catch::Contains("biased block linears") && Catch::Contains("triton_rht_amax"));
+  for (const std::vector<std::string>& extra : std::vector<std::vector<std::string>>{{"--master", "bf16"}, {"--sharding", "full"}}) {
+    std::vector<std::string> a{"estimate", "Qwen2.5-7B", "--gpu", "b200", "--precision", "nvfp4"};
+    a.insert(a.end(), extra.begin(), extra.end());
+    const auto r = run_cli(a);
+    INFO(r.err);
+    CHECK(r.code == 0);
+  }
+}
+
 TEST_CASE("precision: recommend's format follows --numerics and says why", "[precision]") {
   auto fmt_of = [](const char* numerics) {
     const auto r = run_cli({"recommend", "Llama-3.1-8B", "--numerics", numerics, "--format", "json"});

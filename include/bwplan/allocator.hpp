@@ -435,9 +435,10 @@ struct step_shape {
   /// weight wrapper → `mx_mm`, torchao/prototype/moe_training/mxfp8_linear.py @v0.18.0; bf16 weights only, as the
   /// plan rules require): the same saved tensors (the bf16 input and the weight) and the same custom autograd function,
   /// but one-kernel casts (e4m3 elements and one E8M0 scale per 32: Triton dim0 `triton_to_mxfp8_dim0`, CUDA dim1
-  /// `mxfp8_quantize_cuda`) and each GEMM's scales copied into the blocked layout `_scaled_mm` takes (`to_blocked`,
-  /// rows padded to 128, scale columns to 4; prototype/mx_formats/mx_tensor.py `_addmm_mx_dispatch`); no cast goes
-  /// before the function returns (see replay_step_trace's mx_fwd, mx_bwd)
+  /// `mxfp8_quantize_cuda`) and each GEMM's scales copied into the blocked layout `_scaled_mm` takes (`to_blocked`:
+  /// rows padded to 128, scale columns to 4, two copies, the first gone when the second is made; the blocked scales go
+  /// when `_addmm_mx_dispatch` returns, after the GEMM's output; prototype/mx_formats/mx_tensor.py, utils.py); no cast
+  /// goes before the function returns (see replay_step_trace's mx_fwd, mx_bwd)
   bool mxfp8 = false;
   std::uint64_t workspace = 0;     ///< cuBLAS/cuBLASLt workspaces, allocated at the first matmul
   int steps = 5;                   ///< optimizer steps replayed (AdamW states appear in the first)
@@ -594,9 +595,20 @@ inline replay_result replay_step_trace(const step_shape& m, caching_allocator& a
   };
 
   // torchao 0.18's MXFP8 linear (step_shape::mxfp8). `mxcast` casts `n` elements of a rows × cols tensor: the e4m3
-  // elements, then the E8M0 scales (one per 32 along the cast's dimension); `blocked` is `to_blocked`'s copy of an r × c
-  // scale matrix (rows to 128, columns to 4).
-  auto blocked = [](u64 r, u64 c) { return (r + 127) / 128 * 128 * ((c + 3) / 4 * 4); };
+  // elements, then the E8M0 scales (one per 32 along the cast's dimension). `blocked` runs `to_blocked` on an r × c
+  // scale matrix (torchao/prototype/mx_formats/utils.py): rows padded to 128 and columns to 4 in a zeroed copy when
+  // they are not multiples already (gone at return), the 128 × 4 tiles gathered by a reshape of the permuted view (a
+  // copy, unless there is one row or one column of tiles), then transposed into a second copy, which is returned (the
+  // first goes then). Returns the handle of the blocked scales.
+  auto blocked = [&](u64 r, u64 c) {
+    const u64 rb = (r + 127) / 128, cb = (c + 3) / 4, sz = rb * 128 * cb * 4;
+    int pad = (r % 128 != 0 || c % 4 != 0) ? A(sz) : -1;
+    int first = (rb > 1 && cb > 1) ? A(sz) : -1;
+    const int out = A(sz);
+    Fr(first);
+    Fr(pad);
+    return out;
+  };
   auto mxcast = [&](u64 n, int& scale) {
     const int e = A(n);
     scale = A((n + 31) / 32);
@@ -607,7 +619,7 @@ inline replay_result replay_step_trace(const step_shape& m, caching_allocator& a
   auto mx_fwd = [&](u64 rows, u64 in, u64 out, u64 wn) {
     int xs = -1, ws = -1;
     int x = mxcast(rows * in, xs), w = mxcast(wn, ws);
-    int ab = A(blocked(rows, in / 32)), bb = A(blocked(out, in / 32));
+    int ab = blocked(rows, in / 32), bb = blocked(out, in / 32);
     const int y = A(2 * rows * out);
     Fr(ab); Fr(bb);
     Fr(x); Fr(xs); Fr(w); Fr(ws);
@@ -619,12 +631,12 @@ inline replay_result replay_step_trace(const step_shape& m, caching_allocator& a
   auto mx_bwd = [&](u64 rows, u64 in, u64 out, u64 wn, int& dw) {
     int g0s = -1, w1s = -1, g1s = -1, x1s = -1;
     int g0 = mxcast(rows * out, g0s), w1 = mxcast(wn, w1s);
-    int ab = A(blocked(rows, out / 32)), bb = A(blocked(in, out / 32));
+    int ab = blocked(rows, out / 32), bb = blocked(in, out / 32);
     const int gi = A(2 * rows * in);
     Fr(ab); Fr(bb);
     int g1 = mxcast(rows * out, g1s), x1 = mxcast(rows * in, x1s);
-    ab = A(blocked(out, rows / 32));
-    bb = A(blocked(in, rows / 32));
+    ab = blocked(out, rows / 32);
+    bb = blocked(in, rows / 32);
     dw = A(2 * wn);
     Fr(ab); Fr(bb);
     Fr(g0); Fr(g0s); Fr(w1); Fr(w1s); Fr(g1); Fr(g1s); Fr(x1); Fr(x1s);

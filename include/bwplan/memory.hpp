@@ -253,9 +253,9 @@ struct memory_shape {
   /// (format_traits::saves_hp_inputs), call no `F.linear` (no autocast weight copy) and cast to float8 in eager ops
   /// (float8_linear_casts; alloc::step_shape::float8)
   bool f8_linear = false;
-  /// the low-precision linears are torchao's NVFP4Linear (nvfp4 on every stack but Megatron, whose Transformer Engine
-  /// caches its copies): it calls no `F.linear` (no autocast weight copy) and its forward saves the transposed FP4
-  /// weight for backward (weight_copies::saved_quantized_block)
+  /// the low-precision linears are torchao's NVFP4Linear (nvfp4 on the hf and torchtitan stacks; Megatron's
+  /// Transformer Engine caches its copies): it calls no `F.linear` (no autocast weight copy) and its forward saves the
+  /// transposed FP4 weight for backward (weight_copies::saved_quantized_block)
   bool nvfp4_linear = false;
   /// the low-precision linears are torchao 0.18's MXFP8 linear (the hf stack's mxfp8): its casts' transients per
   /// linear (mx_linear_casts)
@@ -351,8 +351,9 @@ struct memory_shape {
   s.format = traits(c.format, gpu);
   s.f8_linear = c.stack == training_stack::hf && !s.compile &&
                 (c.format == compute_format::fp8 || c.format == compute_format::fp8_rowwise);
-  s.nvfp4_linear = c.format == compute_format::nvfp4 && !s.megatron;
-  s.mx_linear = c.format == compute_format::mxfp8 && c.stack == training_stack::hf;
+  // (torchtitan's NVFP4 converter applies torchao's NVFP4TrainingConfig too; torchtune has none)
+  s.nvfp4_linear = c.format == compute_format::nvfp4 && (c.stack == training_stack::hf || c.stack == training_stack::torchtitan);
+  s.mx_linear = c.format == compute_format::mxfp8 && c.stack == training_stack::hf && !s.compile;  // as f8_linear
   // torchao's MXFP8 linear (the weight wrapper's F.linear override → mx_mm, torchao/prototype/moe_training/tensor.py,
   // mxfp8_linear.py @v0.18.0) saves `input_hp` too: the bf16 tensor the block already holds (on autocast's fp32 weights
   // that path does not run, training_config::autocast_fp32_weights: violations refuses it; other stacks keep 2 B)
@@ -1087,8 +1088,9 @@ constexpr void for_each_block_linear(const memory_shape& s, Fn&& f) {
 /// weight wrapper → `mx_mm`, torchao/prototype/moe_training/mxfp8_linear.py @v0.18.0). Each cast is one kernel that
 /// writes the e4m3 elements and one E8M0 scale per 32, c = 1 + 1/32 B per element (Triton dim0
 /// `triton_to_mxfp8_dim0`, CUDA dim1 `mxfp8_quantize_cuda`), and `_addmm_mx_dispatch` copies both operands' scales into
-/// the blocked layout `_scaled_mm` takes (`to_blocked`, 1/32 B per element, gone with the GEMM;
-/// prototype/mx_formats/mx_tensor.py). No cast is freed before the autograd function returns (they are locals).
+/// the blocked layout `_scaled_mm` takes (`to_blocked`, 1/32 B per element, gone with the GEMM; its transient second
+/// copy of the scales, up to 1/32 B more while it is made, and the 128 × 4 padding are left out here, in the trace not;
+/// prototype/mx_formats/mx_tensor.py, utils.py). No cast is freed before the autograd function returns (they are locals).
 /// Forward: input and weight cast along dim0, then the GEMM: c·(ri + W) + (ri + W)/32 beside the bf16 output.
 /// Backward: the gradient along dim0, the weight along dim1, the grad_input GEMM, then the gradient and the saved
 /// input along dim1 and the weight-gradient GEMM: at its end c·(2·ro + ri + W) + (ro + ri)/32 beside grad_input and
@@ -1124,7 +1126,7 @@ struct weight_copies {
   bytes grad_op_block;           ///< SHARD_GRAD_OP: one block kept gathered (bf16) from its forward to its backward
   bytes grad_op_all;             ///< SHARD_GRAD_OP: every block kept gathered, L · grad_op_block
   bytes autocast_block_low;      ///< autocast's copy of one low-precision block's weights: autocast_block, 0 for Float8Linear (f8_linear) and NVFP4Linear (nvfp4_linear)
-  /// torchao's NVFP4Linear (memory_shape::nvfp4_linear): the transposed FP4 weight, its E4M3 block scales and amax that
+  /// torchao's NVFP4Linear (memory_shape::nvfp4_linear, hf and torchtitan): the transposed FP4 weight, its E4M3 block scales and amax that
   /// a low-precision block's forward saves for its backward, 0.5625·lin (`ctx.save_for_backward(..., Wt_fp4_x2, Wt_sf,
   /// W_amax, ...)` in `nvfp4_mm_triton.forward`, torchao/prototype/moe_training/nvfp4_training/nvfp4_linear.py
   /// @v0.18.0); kept from the block's forward to its backward like autocast's copy (a recomputed block makes it again

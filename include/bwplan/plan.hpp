@@ -148,6 +148,15 @@ struct plan {
     out.push_back({"sequence_parallel", "/sequence_parallel",
                    "Megatron-LM trains MoE models with tensor parallelism only with sequence parallel (MoELayer.forward "
                    "raises otherwise): " + m.name + " at tp " + s(c.tp) + " needs sequence_parallel true"});
+  // torchao's NVFP4Linear under autocast (fp32 master weights, sharding none): a biased linear adds its fp32 bias to the
+  // bf16 output, so its backward gets an fp32 gradient, which the NVFP4 kernels reject (triton_rht_amax "Expected
+  // bfloat16", prototype/moe_training/nvfp4_training/hadamard_amax_triton.py @v0.18.0)
+  if (c.format == compute_format::nvfp4 && c.stack == training_stack::hf && c.autocast_fp32_weights() &&
+      (m.qkv_bias || m.o_bias || m.mlp_bias))
+    out.push_back({"precision", "/precision",
+                   "precision nvfp4 under torch.autocast (master_weights fp32, sharding none) cannot train " + m.name +
+                       "'s biased block linears: the fp32 bias makes the output and its gradient fp32, which torchao's NVFP4 "
+                       "backward rejects (triton_rht_amax expects bfloat16); use master_weights bf16 or sharding full"});
   if (m.positions > 0 && c.seq_len > m.positions)
     out.push_back({"seq_len", "/seq_len", "sequence " + s(c.seq_len) + " exceeds the " + s(m.positions) +
                                               " learned position embeddings of " + m.name + " (n_positions)"});

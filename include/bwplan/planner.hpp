@@ -228,6 +228,7 @@ struct plan_result {
     // thousands of such candidates). Ranking is by tokens/s alone, so what is never replayed could not have been ranked.
     struct waiting { plan_candidate pc; std::size_t fi; bool cheap_fit; };
     std::vector<waiting> pending;
+    const bool biased = m.qkv_bias || m.o_bias || m.mlp_bias;
     auto resolve = [&] {
       std::sort(pending.begin(), pending.end(), [&](const waiting& a, const waiting& b) { return better(a.pc, b.pc); });
       for (const waiting& w : pending) {
@@ -306,6 +307,8 @@ struct plan_result {
             }
             // the hf stack's mxfp8 (torchao's MXFP8 linear) does not run on autocast's fp32 weights (violations)
             if (c.stack == training_stack::hf && c.format == compute_format::mxfp8 && c.autocast_fp32_weights()) continue;
+            // nor its nvfp4 on a model with biased block linears (plan_violations)
+            if (biased && c.stack == training_stack::hf && c.format == compute_format::nvfp4 && c.autocast_fp32_weights()) continue;
             const std::int64_t step_tokens = tokens / (tp * pp);  // data-parallel degree world / (tp · pp)
             c.grad_accum = std::max<std::int64_t>(1, (req.global_batch_tokens + step_tokens - 1) / step_tokens);
             if (vpp > 1) c.grad_accum = (c.grad_accum + pp - 1) / pp * pp;  // interleaved: groups of pp micro-batches

@@ -553,8 +553,8 @@ struct training_config {
     return std::string("precision mxfp8 on the hf stack needs bf16 weights in its GEMMs: with fp32 master weights and sharding none "
                        "the step runs under torch.autocast, and torchao 0.18's MXFP8 linear quantizes the fp32 weight itself (its "
                        "F.linear override runs before autocast) with a Triton cast that accepts bfloat16 only "
-                       "(triton_to_mxfp8_dim0); use sharding full or grad-op (FSDP2 computes on bf16 parameters, one GPU too), "
-                       "sharding optimizer, or master_weights bf16");
+                       "(triton_to_mxfp8_dim0); use sharding full or grad-op (FSDP2 computes on bf16 parameters, one GPU too) or "
+                       "master_weights bf16 (sharding optimizer computes on bf16 too, but the reference trainer does not run it)");
   });
   need(c.loss != loss_impl::liger || c.stack == training_stack::hf, "loss", [&] {
     return std::string("loss liger (Liger-Kernel's fused linear cross-entropy) is modelled on the hf stack only, got stack ") + to_string(c.stack);

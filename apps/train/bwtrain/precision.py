@@ -14,7 +14,8 @@ parallelisation, in torchtitan's order (model converters, then TP, AC, compile, 
 * nvfp4: ``quantize_(model, NVFP4TrainingConfig(), filter_fn=...)`` swaps nn.Linear for
   NVFP4Linear (torchao/prototype/moe_training/nvfp4_training/nvfp4_training.py); its kernels need
   M, K, N divisible by 128 and take bf16, which ``nvfp4_mm_triton`` makes of an fp32 input or weight itself
-  (nvfp4_linear.py), so it also runs under the fp32-master autocast recipe. mxfp8 does not: the weight
+  (nvfp4_linear.py), so it also runs under the fp32-master autocast recipe, except on a linear with a bias, whose
+  fp32 bias makes the output and its gradient fp32, which the NVFP4 backward rejects (T-nvfp4-autocast-bias). mxfp8 does not: the weight
   wrapper's F.linear override hands the fp32 weight to a Triton cast that asserts bf16 (T-mxfp8-autocast).
 
 Embeddings and the LM head stay bf16; blocks listed by bf16_layers stay bf16 (module filter).
@@ -58,6 +59,7 @@ def block_filter(plan: Dict[str, Any], kept: List[int]) -> Callable[[nn.Module, 
     (T-nvfp4-dims), not a silent skip."""
     prec, tp = plan["precision"], plan["tp"]
     mult = DIM_MULTIPLE[prec]
+    autocast = plan["sharding"] == "none" and plan["master_weights"] == "fp32"  # engine.py's recipe without FSDP
     keep = set(kept)
 
     def fn(module: nn.Module, fqn: str) -> bool:
@@ -71,6 +73,10 @@ def block_filter(plan: Dict[str, Any], kept: List[int]) -> Callable[[nn.Module, 
             if prec == "nvfp4":
                 raise Refusal("precision", prec, "T-nvfp4-dims", f"{fqn} has local in/out features {i}/{o}, not multiples of 128")
             return False
+        if prec == "nvfp4" and autocast and module.bias is not None:
+            raise Refusal("precision", prec, "T-nvfp4-autocast-bias",
+                          f"{fqn} has a bias: under autocast its fp32 bias makes the output and the gradient NVFP4's backward gets fp32 "
+                          "(torchao triton_rht_amax expects bfloat16); use master_weights bf16 or sharding full")
         return True
 
     return fn
