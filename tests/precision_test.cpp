@@ -18,6 +18,17 @@ double best_tps(const std::string& model, const std::string& inst, const std::st
   REQUIRE(r.code == 0);
   return nlohmann::json::parse(r.out)["plans"][0]["throughput"]["tokens_per_s"].get<double>();
 }
+// `estimate MODEL --gpu b200 --precision PRECISION` with each of `extras` added exits 0 (the layouts that run)
+void check_estimates_run(const std::string& model, const std::string& precision,
+                         const std::vector<std::vector<std::string>>& extras) {
+  for (const auto& extra : extras) {
+    std::vector<std::string> a{"estimate", model, "--gpu", "b200", "--precision", precision};
+    a.insert(a.end(), extra.begin(), extra.end());
+    const auto r = run_cli(a);
+    INFO(r.err);
+    CHECK(r.code == 0);
+  }
+}
 }  // namespace
 
 TEST_CASE("precision: FP8 and MXFP8 peak within 5% of BF16 (Llama-3-8B, FSDP 8 x B200, 1 x 8192, per-op SAC)", "[precision]") {
@@ -89,15 +100,9 @@ TEST_CASE("bug: mxfp8 on the hf stack under autocast was estimated, though torch
                         Catch::Contains("triton_to_mxfp8_dim0") && Catch::Contains("sharding full"));
   // the layouts that compute on bf16 weights run: FSDP2 on one GPU, bf16 masters, the distributed optimizer; and
   // other stacks (their own MXFP8 paths)
-  for (const std::vector<std::string>& extra : std::vector<std::vector<std::string>>{
-           {"--sharding", "full"}, {"--sharding", "grad-op"}, {"--master", "bf16"}, {"--sharding", "optimizer"},
-           {"--stack", "torchtitan", "--sharding", "none"}}) {
-    std::vector<std::string> a{"estimate", "Llama-3.1-8B", "--gpu", "b200", "--precision", "mxfp8"};
-    a.insert(a.end(), extra.begin(), extra.end());
-    const auto r = run_cli(a);
-    INFO(r.err);
-    CHECK(r.code == 0);
-  }
+  check_estimates_run("Llama-3.1-8B", "mxfp8",
+                      {{"--sharding", "full"}, {"--sharding", "grad-op"}, {"--master", "bf16"}, {"--sharding", "optimizer"},
+                       {"--stack", "torchtitan", "--sharding", "none"}});
 }
 
 TEST_CASE("nvfp4 under autocast runs on bias-free models, and is refused for biased block linears", "[precision]") {
@@ -112,13 +117,7 @@ TEST_CASE("nvfp4 under autocast runs on bias-free models, and is refused for bia
   CHECK(std::count(qwen.err.begin(), qwen.err.end(), '\n') == 1);
   CHECK_THAT(qwen.err, Catch::StartsWith("bwplan: error: --precision: precision nvfp4 under torch.autocast") &&
                            Catch::Contains("biased block linears") && Catch::Contains("triton_rht_amax"));
-  for (const std::vector<std::string>& extra : std::vector<std::vector<std::string>>{{"--master", "bf16"}, {"--sharding", "full"}}) {
-    std::vector<std::string> a{"estimate", "Qwen2.5-7B", "--gpu", "b200", "--precision", "nvfp4"};
-    a.insert(a.end(), extra.begin(), extra.end());
-    const auto r = run_cli(a);
-    INFO(r.err);
-    CHECK(r.code == 0);
-  }
+  check_estimates_run("Qwen2.5-7B", "nvfp4", {{"--master", "bf16"}, {"--sharding", "full"}});
 }
 
 TEST_CASE("precision: recommend's format follows --numerics and says why", "[precision]") {
