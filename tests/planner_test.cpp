@@ -193,6 +193,41 @@ TEST_CASE("search_plans: the plans near the fit line carry the replay's verdict,
   }
 }
 
+TEST_CASE("bug: a searched plan that fits only with expandable segments did not say so", "[planner][allocator][bugs]") {
+  // Llama-3.2-1B on one H200 under autocast, 6 x 5120, no checkpointing: the replay puts the default segments at 0.90 of
+  // the GPU and expandable segments at 0.86. With 12 % headroom the search drops the first and ranks the second. Its
+  // verdict on the allocator setting came from replaying the default segments again only up to the search's line, whose
+  // peak, under the capacity, read as fitting: the plan carried expandable_segments with no note that it needs them.
+  const model_spec m = preset("Llama-3.2-1B");
+  const gpu_spec& gpu = catalog().gpu("h200");
+  plan_request req;
+  req.nodes = 1;
+  req.shardings = {sharding::none};
+  req.tps = {1};
+  req.formats = {compute_format::bf16};
+  req.losses = {loss_impl::standard};
+  req.checkpointings = {checkpointing::none()};
+  req.master = master_weights::fp32;
+  req.min_micro_batch = req.max_micro_batch = 6;
+  req.seq_lens = {5120};
+  req.global_batch_tokens = 6 * 5120;  // one micro-batch per step
+  req.headroom = 0.12;
+  const plan_result r = search_plans(m, gpu, nullptr, req, 1);
+  INFO("evaluated " << r.evaluated << " fitting " << r.fitting);
+  REQUIRE(r.ranked.size() == 1);
+  const plan_candidate& p = r.ranked.front();
+  CHECK(p.config.expandable_segments);
+  CHECK(p.memory.replayed);
+  CHECK(p.memory.allocator_setting == allocator_setting_verdict::needs_expandable);
+  CHECK_FALSE(allocator_setting_note(p.memory).empty());
+  // estimate (the whole replays) agrees on both settings against the same line
+  training_config c = p.config;
+  const bytes limit = (1 - req.headroom) * gpu.cuda_capacity();
+  CHECK(estimate_memory(m, c, gpu).device_peak() <= limit);
+  c.expandable_segments = false;
+  CHECK(estimate_memory(m, c, gpu).device_peak() > limit);
+}
+
 TEST_CASE("search_plans: of two plans with the same tokens/s the first enumerated ranks first, replayed or not", "[planner][allocator]") {
   // FSDP full and shard-grad-op with pp 1 price the same step time; on Llama-3.2-1B over one p4d node (8 x A100 40 GB),
   // 3,072-token sequences, every-other-block checkpointing, the two tie, and their peaks are near the line, where the

@@ -10,11 +10,13 @@
 // below as "A:line") and `c10/cuda/CUDAAllocatorConfig.cpp` (defaults, "C:line").
 
 #include <algorithm>
+#include <array>
+#include <bit>
 #include <cstdint>
 #include <limits>
 #include <map>
 #include <set>
-#include <tuple>
+#include <utility>
 #include <vector>
 
 namespace bwplan::alloc {
@@ -78,16 +80,17 @@ class caching_allocator {
     const bool small = size <= kSmallSize;
     auto& fs = pool(small, stream);
     int b = -1;
-    auto it = std::lower_bound(fs.begin(), fs.end(), key{size, 0, -1});
-    if (it != fs.end()) {  // oversize rules, only with max_split_size set (A:2544-2551)
-      const std::uint64_t bs = std::get<0>(*it);
+    auto [fb, fi] = fs.find(key{size, 0, -1});
+    bool found = fb < fs.bins.size();
+    if (found) {  // oversize rules, only with max_split_size set (A:2544-2551)
+      const std::uint64_t bs = fs.bins[fb][fi].size;
       if ((size < s_.max_split_size && bs >= s_.max_split_size) ||
           (size >= s_.max_split_size && bs >= size + kLargeBuffer))
-        it = fs.end();
+        found = false;
     }
-    if (it != fs.end()) {
-      b = std::get<2>(*it);
-      fs.erase(it);
+    if (found) {
+      b = fs.bins[fb][fi].block;
+      fs.erase_at(fb, fi);
       leave_pool(b);
       remap(b);
     } else if (s_.expandable_segments && !small) {
@@ -121,6 +124,8 @@ class caching_allocator {
     }
     block& kb = blocks_[static_cast<std::size_t>(b)];
     kb.allocated = true;
+    kb.requested = size;
+    requested_ += size;
     allocated_ += kb.size;
     peak_allocated_ = std::max(peak_allocated_, allocated_);
     return b;
@@ -132,6 +137,7 @@ class caching_allocator {
     block& b = blocks_[static_cast<std::size_t>(h)];
     b.allocated = false;
     allocated_ -= b.size;
+    requested_ -= b.requested;
     for (const int nb : {b.prev, b.next}) {
       if (nb < 0) continue;
       block& n = blocks_[static_cast<std::size_t>(nb)];
@@ -156,6 +162,10 @@ class caching_allocator {
   }
 
   [[nodiscard]] std::uint64_t allocated() const noexcept { return allocated_; }
+  /// Bytes of the live requests, each rounded (round_size): what the requests alone hold, whatever blocks they got
+  /// (allocated() counts a block left unsplit whole), so the same for a sequence of requests under any setting; at
+  /// most allocated(), which is at most reserved().
+  [[nodiscard]] std::uint64_t requested() const noexcept { return requested_; }
   [[nodiscard]] std::uint64_t reserved() const noexcept { return reserved_; }
   [[nodiscard]] std::uint64_t peak_allocated() const noexcept { return peak_allocated_; }
   [[nodiscard]] std::uint64_t peak_reserved() const noexcept { return peak_reserved_; }
@@ -193,22 +203,62 @@ class caching_allocator {
     std::uint64_t addr = 0, size = 0;
     int stream = 0, prev = -1, next = -1;
     bool small = false, allocated = false;
+    std::uint64_t requested = 0;  ///< allocated: the rounded request it was handed out for (allocated_ counts size)
     std::uint64_t unmapped = 0;  ///< expandable segments: bytes of whole pages of this free block unmapped after an out of memory
     bool dead = false;           ///< merged into a neighbour or released: the slot waits in dead_ for reuse
     bool whole = false;          ///< in the pools as a whole segment (what release_cached frees)
     bool unmap = false;          ///< expandable segments: in the large pools, not yet seen by unmap_free_pages
     bool whole_listed = false, unmap_listed = false;  ///< in whole_free_ / unmap_pending_ (lists may hold stale handles)
   };
-  using key = std::tuple<std::uint64_t, std::uint64_t, int>;  // size, address, block
-
-  // a pool: its free blocks as keys in ascending order (best fit: the smallest size, then the lowest address), the
-  // order std::set kept; a sorted vector, whose shifts cost less here than a tree's node per insert and erase
-  // (BM_replay_fsdp_step 11.0 -> 8.9 ms, docs/performance.md)
-  using free_list = std::vector<key>;
-  static void pool_insert(free_list& p, const key& k) { p.insert(std::lower_bound(p.begin(), p.end(), k), k); }
+  // a free block in its pool: ordered by size, then address (unique within a pool: free blocks do not overlap)
+  struct key {
+    std::uint64_t size, addr;
+    int block;
+    friend bool operator<(const key& a, const key& b) noexcept {
+      return a.size < b.size || (a.size == b.size && a.addr < b.addr);
+    }
+  };
+  // a pool: its free blocks in ascending (size, address), the order std::set kept (best fit: the first at or above a
+  // request), cut into 64 bins of size ranges (two per power of two from 512 B), each a sorted vector, with a mask of the
+  // bins that hold a block: a request searches its own bin, else takes the first block of the next bin that holds one.
+  // The bins' ranges do not overlap, so the concatenation is the one sorted order and every decision is std::set's.
+  // (Sorted vectors shift less than a tree allocates per node; short ones shift and search less: docs/performance.md.)
+  struct free_list {
+    std::array<std::vector<key>, 64> bins;
+    std::uint64_t used = 0;  ///< bit b: bins[b] holds a block
+    static std::size_t bin(std::uint64_t size) noexcept {
+      if (size < 1024) return 0;
+      const auto lg = static_cast<unsigned>(std::bit_width(size)) - 1;  // >= 10
+      const std::size_t b = static_cast<std::size_t>(lg - 9) * 2 + ((size >> (lg - 1)) & 1) - 1;
+      return b < 63 ? b : 63;
+    }
+    // the first block at or above (size, addr) in the order; bins.size() when none
+    std::pair<std::size_t, std::size_t> find(const key& k) const noexcept {
+      const std::size_t b = bin(k.size);
+      const auto& v = bins[b];
+      const auto it = std::lower_bound(v.begin(), v.end(), k);
+      if (it != v.end()) return {b, static_cast<std::size_t>(it - v.begin())};
+      const std::uint64_t above = b >= 63 ? 0 : used & (~std::uint64_t{0} << (b + 1));
+      if (above == 0) return {bins.size(), 0};
+      return {static_cast<std::size_t>(std::countr_zero(above)), 0};
+    }
+    void erase_at(std::size_t b, std::size_t i) {
+      auto& v = bins[b];
+      v.erase(v.begin() + static_cast<std::ptrdiff_t>(i));
+      if (v.empty()) used &= ~(std::uint64_t{1} << b);
+    }
+  };
+  static void pool_insert(free_list& p, const key& k) {
+    const std::size_t b = free_list::bin(k.size);
+    auto& v = p.bins[b];
+    v.insert(std::lower_bound(v.begin(), v.end(), k), k);
+    p.used |= std::uint64_t{1} << b;
+  }
   static void pool_erase(free_list& p, const key& k) {
-    const auto it = std::lower_bound(p.begin(), p.end(), k);
-    if (it != p.end() && *it == k) p.erase(it);
+    const std::size_t b = free_list::bin(k.size);
+    auto& v = p.bins[b];
+    const auto it = std::lower_bound(v.begin(), v.end(), k);
+    if (it != v.end() && it->size == k.size && it->addr == k.addr) p.erase_at(b, static_cast<std::size_t>(it - v.begin()));
   }
   free_list& pool(bool small, int stream) {
     const std::size_t i = static_cast<std::size_t>(stream) * 2 + (small ? 1 : 0);
@@ -365,7 +415,7 @@ class caching_allocator {
   std::map<int, int> tails_;
   std::vector<int> whole_free_;     ///< free blocks that are a whole segment (block::whole), and stale handles
   std::vector<int> unmap_pending_;  ///< expandable segments: large free blocks not yet unmapped (block::unmap), and stale handles
-  std::uint64_t next_addr_ = 0, allocated_ = 0, reserved_ = 0, peak_allocated_ = 0, peak_reserved_ = 0;
+  std::uint64_t next_addr_ = 0, allocated_ = 0, requested_ = 0, reserved_ = 0, peak_allocated_ = 0, peak_reserved_ = 0;
   std::uint64_t oom_request_ = 0;
   bool oom_ = false;
 };
@@ -448,8 +498,10 @@ struct step_shape {
   /// micro-batches per optimizer step (gradient accumulation): each runs forward and backward, the gradients (FSDP2:
   /// the sharded gradients) are kept across them, the optimizer steps after the last
   std::int64_t grad_accum = 1;
-  /// stop the replay at the first request after an out-of-memory or after peak reserved passes this many bytes (the
-  /// caller wants only the verdict past it: replay_result::stopped); the default replays every step
+  /// stop the replay at the first request after an out-of-memory, after peak reserved passes this many bytes, or, in
+  /// the first step's micro-batches, once the live requests plus the AdamW states the optimizer will add pass it (the
+  /// second step holds both: a lower bound of its reserved; not with DDP, which rebuilds its buckets there) — the
+  /// caller wants only the verdict past it: replay_result::stopped; the default replays every step
   std::uint64_t stop_reserved_above = std::numeric_limits<std::uint64_t>::max();
 };
 
@@ -462,7 +514,8 @@ struct replay_result {
   bool oom = false;                  ///< a request failed after the cache was released
   std::uint64_t oom_request = 0;     ///< bytes of the first failing request
   int steps = 0;                     ///< steps replayed (fewer than step_shape::steps at the steady state)
-  /// stopped early (step_shape::stop_reserved_above): out of memory or past the threshold; the peaks are those so far
+  /// stopped early (step_shape::stop_reserved_above): out of memory or past the threshold; the peaks are those so far,
+  /// peak_reserved at least the lower bound that stopped it
   bool stopped = false;
 };
 
@@ -531,9 +584,17 @@ inline replay_result replay_step_trace(const step_shape& m, caching_allocator& a
   auto ck = [&](std::size_t i) { return i < m.checkpointed.size() && m.checkpointed[i]; };
   struct stop_replay {};  // thrown by A once the caller's question is answered (step_shape::stop_reserved_above)
   const bool may_stop = m.stop_reserved_above != std::numeric_limits<u64>::max();
+  // Before the first optimizer step: the rounded bytes of the AdamW states it will allocate, when the next step repeats
+  // this one's requests with them (see the step loop), else 0. At every moment of the first step's micro-batches the
+  // second step holds the same requests plus the states (and the cuBLAS workspace), and reserved >= allocated >=
+  // requested, so `requested() + ahead` is a lower bound of the replay's peak reserved: once it passes the threshold the
+  // verdict is known before the first step ends.
+  u64 ahead = 0;
   auto A = [&](u64 bytes) {
     const int hdl = a.malloc(bytes);
-    if (may_stop && (a.oom() || a.peak_reserved() > m.stop_reserved_above)) throw stop_replay{};
+    if (may_stop && (a.oom() || a.peak_reserved() > m.stop_reserved_above ||
+                     a.requested() + ahead > m.stop_reserved_above))
+      throw stop_replay{};
     return hdl;
   };
   auto Fr = [&](int& hdl) { a.free(hdl); hdl = -1; };
@@ -731,6 +792,12 @@ inline replay_result replay_step_trace(const step_shape& m, caching_allocator& a
   // later step starts where it started and repeats it exactly, so the replay stops there with the peaks of all `steps`
   // (test "allocator: a replay stops at the steady state with the peaks of every step").
   std::vector<std::uint64_t> before;
+  // The second step makes the first one's requests (the same sizes, in the same order, freed at the same moments): the
+  // gradients, FSDP2's unsharded gradients and reduce-scatter outputs go by the end of every step; only the first step
+  // allocates the workspace and the states, which stay. DDP rebuilds its buckets in the second step, so not there.
+  if (may_stop && m.steps >= 2 && !m.ddp)
+    for (std::size_t k = 0; k < numel.size(); ++k)
+      ahead += (m.foreach_adamw ? 0 : round_size(4)) + 2 * round_size(W * shard(k));
   for (int step = 0; step < m.steps; ++step) {
     a.reset_peak_allocated();  // the peak of the last step replayed: of every later step at the steady state
     const std::int64_t micro_batches = std::max<std::int64_t>(1, m.grad_accum);
@@ -1329,6 +1396,7 @@ inline replay_result replay_step_trace(const step_shape& m, caching_allocator& a
     else { last_graph[0] = blk[L].cs; last_graph[1] = blk[L].sn; last_graph[2] = loss; last_graph[3] = gl; }
    }
     // ---- optimizer
+    ahead = 0;  // (the states are allocated now, and held from here on)
     if (!states) {  // of each parameter's (sharded) local tensor
       for (std::size_t k = 0; k < numel.size(); ++k) {
         if (!m.foreach_adamw) (void)A(4);                // fused: state['step'] on the device
@@ -1354,7 +1422,8 @@ inline replay_result replay_step_trace(const step_shape& m, caching_allocator& a
   } catch (const stop_replay&) {
     res.stopped = true;
   }
-  res.peak_reserved = a.peak_reserved();
+  // stopped by the bound: peak reserved is at least the bound (the replay would reach it in the second step)
+  res.peak_reserved = std::max(a.peak_reserved(), res.stopped ? a.requested() + ahead : 0);
   res.peak_allocated = a.peak_allocated();
   res.reserved = a.reserved();
   res.oom = a.oom();

@@ -1828,8 +1828,11 @@ namespace terms {
 /// and pool and free blocks merge within it (`expandable_segments:True`, c10/cuda/CUDACachingAllocator.cpp
 /// A:2178-2328; /work/shared/reference/allocator.md §3): the replay takes them as the allocator does (simplified);
 /// the cheap bound drops the freed bf16-logits segment. Where neither a replay nor that segment can move the verdict,
-/// nothing is evaluated (the search's hot loop).
+/// nothing is evaluated (the search's hot loop), nor where the replay stops at a threshold
+/// (runtime_overheads::replay_stop_device_peak: a caller that asks only for the verdict against its own line, as
+/// search_plans does, which replays the other setting itself and sets the verdict from its line).
 inline void allocator_setting_check(const memory_terms& t, memory_estimate& e) {
+  if (e.replayed && std::isfinite(t.replay.stop_device_peak)) return;
   const bool expandable = t.shape.expandable;
   if (e.fits != expandable) return;  // does not fit without expandable segments, or fits with them
   if (!expandable && !e.replayed && e.device_peak() - t.allocator.logits_segment > e.capacity) return;  // cannot fit either way

@@ -239,8 +239,11 @@ struct plan_result {
         if (!fit && !c.expandable_segments && req.allow_expandable_segments) {
           training_config ce = c;  // only the allocator setting in the way: the replayed step with expandable segments
           ce.expandable_segments = true;
-          const memory_estimate mx = estimate_memory(m, ce, gpu, rt_replay);
-          if (mx.device_peak() <= limit) { c = ce; e1 = mx; fit = true; }
+          memory_estimate mx = estimate_memory(m, ce, gpu, rt_replay);
+          if (mx.device_peak() <= limit) {
+            mx.allocator_setting = allocator_setting_verdict::needs_expandable;  // (against the search's line)
+            c = ce; e1 = mx; fit = true;
+          }
         }
         res.fitting += (fit ? 1 : 0) - (w.cheap_fit ? 1 : 0);  // the count took the cheap verdict
         if (fit) admit(plan_candidate{c, e1, w.pc.throughput, w.pc.order}, w.fi);
