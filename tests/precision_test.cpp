@@ -2,6 +2,10 @@
 // ratios, and the hardware-support errors.
 #include "test_util.hpp"
 
+#include <bwplan/io/json.hpp>
+
+#include <filesystem>
+
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
@@ -118,6 +122,37 @@ TEST_CASE("nvfp4 under autocast runs on bias-free models, and is refused for bia
   CHECK_THAT(qwen.err, Catch::StartsWith("bwplan: error: --precision: precision nvfp4 under torch.autocast") &&
                            Catch::Contains("biased block linears") && Catch::Contains("triton_rht_amax"));
   check_estimates_run("Qwen2.5-7B", "nvfp4", {{"--master", "bf16"}, {"--sharding", "full"}});
+}
+
+TEST_CASE("bug: mxfp8 on the hf stack was planned for biased block linears, whose bias torchao's MXFP8 linear drops", "[precision][bugs]") {
+  // torchao 0.18's MXFP8TrainingWeightWrapperTensor.__torch_function__ answers F.linear(input, weight, bias) with
+  // _to_mxfp8_then_scaled_mm(input, weight) and never adds the bias (prototype/moe_training/tensor.py; the FP8 wrapper
+  // beside it adds it): Qwen2's q/k/v would train without theirs. estimate refuses the plan; the search skips it; fp8
+  // (Float8Linear keeps the bias) and bias-free models still run.
+  const auto qwen = run_cli({"estimate", "Qwen2.5-7B", "--gpu", "b200", "--precision", "mxfp8", "--sharding", "full", "--gpus", "8"});
+  CHECK(qwen.code == 2);
+  CHECK(std::count(qwen.err.begin(), qwen.err.end(), '\n') == 1);
+  CHECK_THAT(qwen.err, Catch::StartsWith("bwplan: error: --precision: precision mxfp8 on the hf stack") &&
+                           Catch::Contains("biased block linears") && Catch::Contains("_to_mxfp8_then_scaled_mm"));
+  for (const char* ok : {"fp8", "bf16"}) {
+    const auto r = run_cli({"estimate", "Qwen2.5-7B", "--gpu", "b200", "--precision", ok, "--sharding", "full", "--gpus", "8"});
+    INFO(ok << ": " << r.err);
+    CHECK(r.code == 0);
+  }
+  const auto llama = run_cli({"estimate", "Llama-3.1-8B", "--gpu", "b200", "--precision", "mxfp8", "--sharding", "full", "--gpus", "8"});
+  INFO(llama.err);
+  CHECK(llama.code == 0);
+  // the search: Qwen2.5-7B on one p6-b200 node with every format has fitting plans, none of them mxfp8
+  const std::filesystem::path configs = std::filesystem::path(BWPLAN_SOURCE_DIR) / "configs";
+  hardware_catalog cat;
+  io::load_catalog(cat, configs / "hardware" / "catalog.json");
+  const gpu_spec& gpu = cat.gpu("b200");
+  const auto& inst = cat.instance("ml.p6-b200.48xlarge");
+  const plan_request req = full_search(gpu, 1, {compute_format::bf16, compute_format::fp8, compute_format::mxfp8});
+  const plan_result r = search_plans(io::load_model(configs / "models" / "qwen2.5-7b.json"), gpu, &inst, req, 5);
+  REQUIRE_FALSE(r.ranked.empty());
+  for (const auto& p : r.best_per_format) CHECK(p.config.format != compute_format::mxfp8);
+  for (const auto& p : r.ranked) CHECK(p.config.format != compute_format::mxfp8);
 }
 
 TEST_CASE("precision: recommend's format follows --numerics and says why", "[precision]") {

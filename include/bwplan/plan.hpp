@@ -148,6 +148,16 @@ struct plan {
     out.push_back({"sequence_parallel", "/sequence_parallel",
                    "Megatron-LM trains MoE models with tensor parallelism only with sequence parallel (MoELayer.forward "
                    "raises otherwise): " + m.name + " at tp " + s(c.tp) + " needs sequence_parallel true"});
+  // torchao 0.18's MXFP8 linear (the hf stack's mxfp8): the weight wrapper's F.linear override returns
+  // _to_mxfp8_then_scaled_mm(input, weight) and never adds the bias it was called with
+  // (MXFP8TrainingWeightWrapperTensor.__torch_function__, prototype/moe_training/tensor.py @v0.18.0; the FP8 wrapper
+  // beside it adds it), so a biased block linear would train without its bias
+  if (c.format == compute_format::mxfp8 && c.stack == training_stack::hf && (m.qkv_bias || m.o_bias || m.mlp_bias))
+    out.push_back({"precision", "/precision",
+                   "precision mxfp8 on the hf stack cannot train " + m.name +
+                       "'s biased block linears: torchao's MXFP8 linear override drops the bias "
+                       "(_to_mxfp8_then_scaled_mm(input, weight), prototype/moe_training/tensor.py), so they would train "
+                       "without it; use fp8 or bf16"});
   // torchao's NVFP4Linear under autocast (fp32 master weights, sharding none): a biased linear adds its fp32 bias to the
   // bf16 output, so its backward gets an fp32 gradient, which the NVFP4 kernels reject (triton_rht_amax "Expected
   // bfloat16", prototype/moe_training/nvfp4_training/hadamard_amax_triton.py @v0.18.0)

@@ -310,7 +310,9 @@ struct plan_result {
             }
             // the hf stack's mxfp8 (torchao's MXFP8 linear) does not run on autocast's fp32 weights (violations)
             if (c.stack == training_stack::hf && c.format == compute_format::mxfp8 && c.autocast_fp32_weights()) continue;
-            // nor its nvfp4 on a model with biased block linears (plan_violations)
+            // nor on biased block linears, whose bias its F.linear override drops (plan_violations)
+            if (biased && c.stack == training_stack::hf && c.format == compute_format::mxfp8) continue;
+            // nor its nvfp4 under autocast on a model with biased block linears (plan_violations)
             if (biased && c.stack == training_stack::hf && c.format == compute_format::nvfp4 && c.autocast_fp32_weights()) continue;
             const std::int64_t step_tokens = tokens / (tp * pp);  // data-parallel degree world / (tp · pp)
             c.grad_accum = std::max<std::int64_t>(1, (req.global_batch_tokens + step_tokens - 1) / step_tokens);

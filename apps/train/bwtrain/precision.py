@@ -16,7 +16,8 @@ parallelisation, in torchtitan's order (model converters, then TP, AC, compile, 
   M, K, N divisible by 128 and take bf16, which ``nvfp4_mm_triton`` makes of an fp32 input or weight itself
   (nvfp4_linear.py), so it also runs under the fp32-master autocast recipe, except on a linear with a bias, whose
   fp32 bias makes the output and its gradient fp32, which the NVFP4 backward rejects (T-nvfp4-autocast-bias). mxfp8 does not: the weight
-  wrapper's F.linear override hands the fp32 weight to a Triton cast that asserts bf16 (T-mxfp8-autocast).
+  wrapper's F.linear override hands the fp32 weight to a Triton cast that asserts bf16 (T-mxfp8-autocast), and
+  it never adds the linear's bias, so a model with biased block linears is refused (T-mxfp8-bias).
 
 Embeddings and the LM head stay bf16; blocks listed by bf16_layers stay bf16 (module filter).
 """
@@ -73,6 +74,10 @@ def block_filter(plan: Dict[str, Any], kept: List[int]) -> Callable[[nn.Module, 
             if prec == "nvfp4":
                 raise Refusal("precision", prec, "T-nvfp4-dims", f"{fqn} has local in/out features {i}/{o}, not multiples of 128")
             return False
+        if prec == "mxfp8" and module.bias is not None:
+            raise Refusal("precision", prec, "T-mxfp8-bias",
+                          f"{fqn} has a bias: torchao's MXFP8 linear override drops it (_to_mxfp8_then_scaled_mm(input, weight), "
+                          "prototype/moe_training/tensor.py @v0.18.0), so it would train without it; use fp8 or bf16")
         if prec == "nvfp4" and autocast and module.bias is not None:
             raise Refusal("precision", prec, "T-nvfp4-autocast-bias",
                           f"{fqn} has a bias: under autocast its fp32 bias makes the output and the gradient NVFP4's backward gets fp32 "
