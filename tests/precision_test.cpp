@@ -155,6 +155,37 @@ TEST_CASE("bug: mxfp8 on the hf stack was planned for biased block linears, whos
   for (const auto& p : r.ranked) CHECK(p.config.format != compute_format::mxfp8);
 }
 
+TEST_CASE("bug: nvfp4's weight quantization held no fp32 temporaries: torchao's amax runs on an fp32 copy of the weight", "[precision][memory][bugs]") {
+  // nvfp4_mm_triton.forward (torchao/prototype/moe_training/nvfp4_training/nvfp4_linear.py @v0.18.0) quantizes the input
+  // row- and column-wise (0.5625 B per element each; the column-wise one is saved), then the weight through
+  // `_triton_weight_quantize_2d`, whose `x.float().abs().max()` holds an fp32 copy and its absolute value (8 B per weight)
+  // before the kernel writes the codes; an fp32 master weight is first copied to bf16 (2 B), as is the fp32 norm output
+  // under autocast. Backward quantizes the gradient both ways (2 x 0.5625 B per element). Before, the block's moment
+  // held two FP4 copies of its weights, 1.125 B per weight, forward and backward alike. Llama-3.1-8B, 1 x 8192, on a
+  // B200: the down projection (14336 -> 4096, 58,720,256 weights) is the largest forward moment; gate/up the backward.
+  const std::filesystem::path configs = std::filesystem::path(BWPLAN_SOURCE_DIR) / "configs";
+  hardware_catalog cat;
+  io::load_catalog(cat, configs / "hardware" / "catalog.json");
+  const model_spec m = io::load_model(configs / "models" / "llama-3.1-8b.json");
+  const double lin = 218103808, q = 0.5625, T = 8192, W = 4096.0 * 14336, saved = q * lin;
+  for (bool amp : {false, true}) {
+    training_config c;
+    c.format = compute_format::nvfp4;
+    c.seq_len = 8192;
+    if (!amp) { c.shard = sharding::full; c.world_size = 8; c.gpus_per_node = 8; }  // FSDP2: bf16 weights, no autocast
+    const memory_terms t = compute_memory_terms(m, c, cat.gpu("b200"));
+    REQUIRE(t.shape.nvfp4_linear);
+    REQUIRE(t.shape.amp == amp);
+    INFO("autocast " << amp);
+    // down: row-wise input codes q·T·14336, then the weight's fp32 copy and |x| (8·W) with no output yet; under
+    // autocast also the weight's bf16 copy (its input, the SwiGLU product, is bf16 already)
+    const double down = q * T * 14336 + 8 * W - 2 * T * 4096 + (amp ? 2 * W : 0);
+    CHECK(t.weights.quantized_block_forward.raw() == Approx(saved + down).epsilon(1e-12));
+    CHECK(t.weights.quantized_block.raw() == Approx(2 * q * T * 14336).epsilon(1e-12));  // gate / up's gradient
+    CHECK(t.weights.saved_quantized_block.raw() == Approx(saved).epsilon(1e-12));
+  }
+}
+
 TEST_CASE("precision: recommend's format follows --numerics and says why", "[precision]") {
   auto fmt_of = [](const char* numerics) {
     const auto r = run_cli({"recommend", "Llama-3.1-8B", "--numerics", numerics, "--format", "json"});

@@ -1106,6 +1106,35 @@ constexpr void for_each_block_linear(const memory_shape& s, Fn&& f) {
   return p;
 }
 
+/// float8_cast_peaks of one block under torchao 0.18's NVFP4Linear (memory_shape::nvfp4_linear: `nvfp4_mm_triton`,
+/// torchao/prototype/moe_training/nvfp4_training/nvfp4_linear.py @v0.18.0), beyond the FP4 weights every quantized
+/// block saves (weight_copies::saved_quantized_block). Forward: an fp32 weight (autocast's master) is first copied to
+/// bf16 (`weight_hp.to(torch.bfloat16)`, 2·W), as is an fp32 input (under autocast the norm outputs feeding q, k, v,
+/// gate and up: 2·ri); the input is quantized row- and column-wise (`triton_rht_quantize_row_col`, q = 0.5 + 1/16 B per
+/// element each: the column-wise one is the saved input, the row-wise one q·ri lives through the GEMM); then the weight
+/// (`_triton_weight_quantize_2d`: `x.float().abs().max()` holds the fp32 copy and its absolute value, 8·W, before the
+/// kernel writes the row- and column-wise codes), then the GEMM writes the bf16 output beside the row-wise weight codes
+/// (q·W). Backward: the gradient quantized row- and column-wise (2·q·ro, with stochastic rounding), then grad_input and
+/// the weight gradient (what a bf16 linear holds). Shapes as float8_linear_casts; the block's other linears' saved
+/// codes are held throughout (weight_copy_bytes adds q·lin to the forward moment).
+[[nodiscard]] constexpr float8_cast_peaks nvfp4_linear_casts(const memory_shape& s) noexcept {
+  float8_cast_peaks p;
+  constexpr double q = 0.5 + 1.0 / 16;
+  const double tp = s.tp > 1 ? s.tp : 1.0;
+  auto one = [&](double rows, double in, double out, bool norm_input) {
+    const double ri = rows * in, ro = rows * out, W = in * out;
+    const double conv = s.amp ? 2 * W + (norm_input ? 2 * ri : 0) : 0;
+    p.forward = std::max(p.forward, conv + q * ri + std::max(8 * W - 2 * ro, q * W));
+    p.backward = std::max(p.backward, 2 * q * ro);
+  };
+  one(s.T * tp, s.h, s.q_width / tp, true);   // q
+  one(s.T * tp, s.h, s.kv_width / tp, true);  // k, v
+  one(s.T * tp, s.h, s.F / tp, true);         // gate, up
+  one(s.T * tp, s.q_width / tp, s.h, false);  // o
+  one(s.T * tp, s.F / tp, s.h, false);        // down
+  return p;
+}
+
 /// Copies of the weights in the compute dtype, and the buffers of data-parallel communication.
 struct weight_copies {
   bytes autocast_block;          ///< autocast's bf16 copy of one block's linear weights, 2·lin
@@ -1201,6 +1230,10 @@ struct weight_copies {
     const float8_cast_peaks p = s.f8_linear ? float8_linear_casts(s) : mx_linear_casts(s);
     r.quantized_block = bytes::base(p.backward);
     r.quantized_block_forward = bytes::base(p.forward);
+  } else if (s.nvfp4_linear && !s.compile) {  // (compiled, Inductor fuses the amax reduction: the generic copies)
+    const float8_cast_peaks p = nvfp4_linear_casts(s);
+    r.quantized_block = bytes::base(p.backward);  // (the saved FP4 weights are saved_quantized_block)
+    r.quantized_block_forward = bytes::base(storage_bytes_per_element(compute_format::nvfp4) * s.lin + p.forward);
   }
   if (s.megatron) {  // Transformer Engine keeps the quantized copies of every low-precision block between micro-batches
     r.te_weight_cache = bytes::base(s.format.weight_copy_bytes * s.lin * nq);
