@@ -76,6 +76,9 @@ enum class allocator_setting_verdict {
   unaffected,          ///< both settings give the same verdict
   needs_expandable,    ///< fits with `expandable_segments:True` (as planned) and would not fit without it
   fits_if_expandable,  ///< does not fit as planned and would fit with `expandable_segments:True`
+  /// search_plans: keeps the search's headroom with `expandable_segments:True` (as planned) and passes it with the
+  /// default segments (a replay stopped at that line: whether they would still fit the GPU is not known)
+  needs_expandable_for_headroom,
 };
 
 /// Result of estimate_memory: per-GPU bytes, as `torch.cuda` would report them.
@@ -1931,6 +1934,9 @@ inline void allocator_setting_check(const memory_terms& t, memory_estimate& e) {
     case allocator_setting_verdict::fits_if_expandable:
       return "does not fit with the caching allocator's default segments, but fits with PYTORCH_CUDA_ALLOC_CONF="
              "expandable_segments:True (--expandable-segments: the plan file and the SageMaker job then carry it)";
+    case allocator_setting_verdict::needs_expandable_for_headroom:
+      return "keeps the headroom only with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, as planned: with the default "
+             "segments the step's peak passes the share of the GPU the search keeps free";
     case allocator_setting_verdict::needs_expandable:
       return "fits only with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, as planned: with the default segments the step "
              "runs out of memory";

@@ -236,14 +236,25 @@ struct plan_result {
         training_config c = w.pc.config;
         memory_estimate e1 = estimate_memory(m, c, gpu, rt_replay);  // what `estimate` gives for this plan
         bool fit = e1.device_peak() <= limit;
+        // what the default segments do to a plan that fits with expandable segments, from their replay stopped at the
+        // line (the replays here skip allocator_setting_check): past the GPU or out of memory, the plan needs them;
+        // between the line and the GPU, it needs them for the headroom
+        auto needs = [](const memory_estimate& dflt) {
+          return dflt.fits ? allocator_setting_verdict::needs_expandable_for_headroom : allocator_setting_verdict::needs_expandable;
+        };
         if (!fit && !c.expandable_segments && req.allow_expandable_segments) {
           training_config ce = c;  // only the allocator setting in the way: the replayed step with expandable segments
           ce.expandable_segments = true;
           memory_estimate mx = estimate_memory(m, ce, gpu, rt_replay);
           if (mx.device_peak() <= limit) {
-            mx.allocator_setting = allocator_setting_verdict::needs_expandable;  // (against the search's line)
+            mx.allocator_setting = needs(e1);
             c = ce; e1 = mx; fit = true;
           }
+        } else if (fit && c.expandable_segments) {  // asked for (--expandable-segments): does the plan need them?
+          training_config cd = c;
+          cd.expandable_segments = false;
+          const memory_estimate md = estimate_memory(m, cd, gpu, rt_replay);
+          if (md.device_peak() > limit) e1.allocator_setting = needs(md);
         }
         res.fitting += (fit ? 1 : 0) - (w.cheap_fit ? 1 : 0);  // the count took the cheap verdict
         if (fit) admit(plan_candidate{c, e1, w.pc.throughput, w.pc.order}, w.fi);

@@ -136,7 +136,9 @@ namespace bwplan::io {
   mem["reserved_note"] = reserved_source_note(m, c, me);
   mem["allocator_setting"] = me.allocator_setting == allocator_setting_verdict::needs_expandable     ? "needs expandable_segments"
                              : me.allocator_setting == allocator_setting_verdict::fits_if_expandable ? "fits with expandable_segments"
-                                                                                                      : "unaffected";
+                             : me.allocator_setting == allocator_setting_verdict::needs_expandable_for_headroom
+                                 ? "needs expandable_segments for the headroom"
+                                 : "unaffected";
   if (const std::string note = allocator_setting_note(me); !note.empty()) mem["allocator_note"] = note;
   if (me.paged_states.raw() > 0) {  // PagedAdamW8bit: CUDA managed memory outside the caching allocator
     mem["paged_optimizer_states_bytes"] = me.paged_states.raw();
