@@ -444,3 +444,148 @@ TEST_CASE("bug: docs contradicted the code (ep, tp/cp, BWP009's fix, docs/ci.md'
     CHECK(ci.find(shown) != std::string::npos);
   }
 }
+
+// Issue 13 (search speed): the search decides a candidate whose model states alone pass the line without its other
+// terms (model_state_floor, priced once for the checkpointing and loss variants of a layout) and shares the pipeline
+// ranks without the LM head between loss variants (headless_ranks). Neither may change what the search finds: the
+// same search priced candidate by candidate, every rank of every candidate, gives the same fitting count, ranking, best
+// plan per format and best pipeline. (Before the memo's fields were reset with it, a stale "over" dropped the chunked
+// loss's pipeline plans: Llama-3.1-405B on 16 B200 nodes fitted 873 candidates for 1535.)
+TEST_CASE("search_plans: the model-state floor and the shared headless ranks decide what pricing every candidate decides", "[planner][pipeline]") {
+  runtime_overheads cheap;
+  cheap.replay = runtime_overheads::replay_policy::never;
+  struct search_case { const char* model; const char* instance; int nodes; training_stack stack; bool wide; };
+  const search_case cases[] = {
+      {"Llama-3.1-405B", "ml.p6-b200.48xlarge", 16, training_stack::hf, false},
+      {"Llama-3.1-405B", "ml.p6-b200.48xlarge", 4, training_stack::torchtitan, false},
+      {"Llama-3.1-70B", "ml.p5en.48xlarge", 2, training_stack::torchtitan, false},
+      {"Qwen3-30B-A3B", "ml.p6-b200.48xlarge", 2, training_stack::hf, false},  // MoE: expert parallelism too
+      {"Llama-3.2-1B", "ml.p5en.48xlarge", 1, training_stack::hf, true},      // optimizers, offload sets, Liger's loss
+  };
+  for (const auto& sc : cases) {
+    INFO(sc.model << " on " << sc.nodes << " × " << sc.instance);
+    const model_spec m = preset(sc.model);
+    const auto& inst = catalog().instance(sc.instance);
+    const gpu_spec& gpu = catalog().gpu(inst.gpu);
+    plan_request req = full_search(gpu, sc.nodes, formats_for_tier(numerics_tier::balanced, gpu), inst.nvlink_domain_gpus);
+    req.stack = sc.stack;
+    if (sc.wide) {
+      req.optimizers = {optimizer_kind::adamw, optimizer_kind::adamw_8bit, optimizer_kind::adafactor};
+      req.offloads = offload_candidates();
+      req.losses.push_back(loss_impl::liger);
+    }
+    std::vector<training_config> seen;  // every candidate the search evaluates, in its order
+    req.admit = [&](const training_config& c) { seen.push_back(c); return true; };
+    const plan_result r = search_plans(m, gpu, &inst, req, 5, false, cheap);
+    REQUIRE(r.evaluated == static_cast<std::int64_t>(seen.size()));
+    const bytes limit = (1.0 - req.headroom) * gpu.cuda_capacity();
+    std::vector<plan_candidate> fit;
+    for (std::size_t i = 0; i < seen.size(); ++i) {
+      const training_config& c = seen[i];
+      std::optional<memory_estimate> me = estimate_memory_within(m, c, gpu, limit, cheap);  // every rank, no memo
+      if (me && c.pp <= 1 && c.offload != 0 && inst.host_memory.raw() > 0 && host_memory_per_node(*me, c) > inst.host_memory)
+        me.reset();
+      if (!me) continue;
+      fit.push_back({c, *me, estimate_throughput(m, c, gpu, &inst), static_cast<std::int64_t>(i + 1)});
+    }
+    CHECK(r.fitting == static_cast<std::int64_t>(fit.size()));
+    auto better = [](const plan_candidate& a, const plan_candidate& b) {
+      return a.throughput.tokens_per_s > b.throughput.tokens_per_s ||
+             (a.throughput.tokens_per_s == b.throughput.tokens_per_s && a.order < b.order);
+    };
+    std::stable_sort(fit.begin(), fit.end(), better);
+    REQUIRE(r.ranked.size() == std::min<std::size_t>(5, fit.size()));
+    for (std::size_t i = 0; i < r.ranked.size(); ++i) {
+      CHECK(r.ranked[i].order == fit[i].order);
+      CHECK(r.ranked[i].throughput.tokens_per_s == fit[i].throughput.tokens_per_s);
+      CHECK(r.ranked[i].memory.device_peak().raw() == fit[i].memory.device_peak().raw());
+      CHECK(r.ranked[i].memory.pipeline_rank == fit[i].memory.pipeline_rank);
+    }
+    std::size_t formats = 0;
+    for (std::size_t fi = 0; fi < req.formats.size(); ++fi) {
+      const auto it = std::find_if(fit.begin(), fit.end(), [&](const plan_candidate& p) { return p.config.format == req.formats[fi]; });
+      if (it == fit.end()) continue;
+      REQUIRE(formats < r.best_per_format.size());
+      CHECK(r.best_per_format[formats].order == it->order);
+      ++formats;
+    }
+    CHECK(r.best_per_format.size() == formats);
+    const auto pipe = std::find_if(fit.begin(), fit.end(), [](const plan_candidate& p) { return p.config.pp > 1; });
+    REQUIRE(r.best_pipeline.has_value() == (pipe != fit.end()));
+    if (pipe != fit.end()) {
+      CHECK(r.best_pipeline->order == pipe->order);
+      CHECK(r.best_pipeline->throughput.tokens_per_s == pipe->throughput.tokens_per_s);
+      CHECK(r.best_pipeline->memory.device_peak().raw() == pipe->memory.device_peak().raw());
+    }
+    if (std::string(sc.model) == "Llama-3.1-405B" && sc.nodes == 16) CHECK(r.fitting == 1535);
+  }
+}
+
+// The two facts those shortcuts stand on, candidate by candidate over the same kind of searches: the floor is at most
+// the cheap device peak of the rank it prices (a limit just under it rejects the candidate) and the same for every
+// checkpointing and loss; a pipeline rank without the LM head holds and takes the same under every loss.
+TEST_CASE("pipeline: the ranks without the LM head do not depend on the loss, and the model-state floor bounds every rank", "[planner][pipeline][memory]") {
+  runtime_overheads cheap;
+  cheap.replay = runtime_overheads::replay_policy::never;
+  const std::pair<const char*, const char*> cases[] = {{"Llama-3.1-405B", "ml.p6-b200.48xlarge"},
+                                                       {"Qwen3-30B-A3B", "ml.p6-b200.48xlarge"},
+                                                       {"Llama-3.2-1B", "ml.p5en.48xlarge"}};
+  std::int64_t floors = 0, under = 0, ranks = 0;
+  for (const auto& [name, instance] : cases) {
+    const model_spec m = preset(name);
+    const auto& inst = catalog().instance(instance);
+    const gpu_spec& gpu = catalog().gpu(inst.gpu);
+    for (const training_stack st : {training_stack::hf, training_stack::torchtitan}) {
+      plan_request req = full_search(gpu, 2, formats_for_tier(numerics_tier::balanced, gpu), inst.nvlink_domain_gpus);
+      req.stack = st;
+      req.offloads = offload_candidates();
+      std::int64_t i = 0;
+      req.admit = [&](const training_config& c) {
+        if (i++ % 5 != 0) return false;  // a fifth of the space
+        INFO(name << ": " << to_string(c.format) << " " << to_string(c.shard) << " tp " << c.tp << " pp " << c.pp << " vpp " << c.vpp
+                  << " mbs " << c.micro_batch << " ac " << to_string(c.ac) << " offload " << c.offload);
+        const double floor = model_state_floor(m, c, gpu, cheap).raw();
+        ++floors;
+        REQUIRE(floor > 0);
+        // a limit just under the floor: some rank is over it
+        CHECK_FALSE(estimate_memory_within(m, c, gpu, bytes::base(floor * (1 - 1e-12)), cheap).has_value());
+        if (estimate_memory(m, c, gpu, cheap).device_peak().raw() > 1.05 * floor) ++under;
+        for (const checkpointing& ac : req.checkpointings)
+          for (const loss_impl loss : {loss_impl::standard, loss_impl::chunked}) {
+            training_config o = c;
+            o.ac = ac;
+            o.loss = loss;
+            CHECK(model_state_floor(m, o, gpu, cheap).raw() == floor);
+          }
+        if (c.pp > 1) {
+          int rk[3];
+          const int n = peak_memory_ranks(c, rk);
+          for (int k = 0; k < n; ++k) {
+            const pipeline_rank p = pipeline_rank_of(c, m.layers, leading_dense_blocks(m), rk[k]);
+            if (p.head) continue;
+            ++ranks;
+            const memory_estimate e0 = compose_memory(detail::memory_terms_of(m, c, gpu, cheap, &p));
+            const throughput_estimate t0 = compose_throughput(detail::throughput_terms_of(m, c, gpu, &inst, {}, &p));
+            for (const loss_impl loss : {loss_impl::chunked, loss_impl::liger}) {
+              if (loss == loss_impl::liger && st != training_stack::hf) continue;
+              training_config o = c;
+              o.loss = loss;
+              const memory_estimate e1 = compose_memory(detail::memory_terms_of(m, o, gpu, cheap, &p));
+              const throughput_estimate t1 = compose_throughput(detail::throughput_terms_of(m, o, gpu, &inst, {}, &p));
+              CHECK(e1.device_peak().raw() == e0.device_peak().raw());
+              CHECK(e1.peak_allocated.raw() == e0.peak_allocated.raw());
+              CHECK(e1.peak_phase == e0.peak_phase);
+              CHECK(t1.step.raw() == t0.step.raw());
+              CHECK(t1.tokens_per_s == t0.tokens_per_s);
+            }
+          }
+        }
+        return false;
+      };
+      (void)search_plans(m, gpu, &inst, req, 1, false, cheap);
+    }
+  }
+  CHECK(floors > 5000);
+  CHECK(ranks > 1000);
+  CHECK(under > floors / 10);  // the floor is a bound, not the peak: activations come on top
+}

@@ -1990,9 +1990,12 @@ inline void allocator_setting_check(const memory_terms& t, memory_estimate& e) {
 
 /// estimate_memory, stopping at the first pipeline rank whose device peak exceeds `limit` (nullopt then): the
 /// search's fit test, which with pp > 1 need not evaluate every rank of a plan that does not fit. The same
-/// estimate as estimate_memory when every rank is within the limit.
+/// estimate as estimate_memory when every rank is within the limit. With `memo` (pp > 1), the ranks without the LM
+/// head are taken from it when it is known (filled by a configuration that differs only in the loss), else evaluated
+/// and stored in it; the result is the same either way.
 [[nodiscard]] inline std::optional<memory_estimate> estimate_memory_within(const model_spec& m, const training_config& c, const gpu_spec& gpu,
-                                                                           bytes limit, const runtime_overheads& rt = {}) {
+                                                                           bytes limit, const runtime_overheads& rt = {},
+                                                                           headless_ranks<memory_estimate>* memo = nullptr) {
   if (c.pp <= 1) {
     memory_estimate e = compose_memory(compute_memory_terms(m, c, gpu, rt));
     if (e.device_peak() > limit) return std::nullopt;
@@ -2001,17 +2004,58 @@ inline void allocator_setting_check(const memory_terms& t, memory_estimate& e) {
   validate(c);
   detail::validate_moe(m, c);
   validate_pipeline(m, c);
+  if (memo && memo->known && memo->over) return std::nullopt;
+  const bool reuse = memo && memo->known;
   int ranks[3];
   const int n = peak_memory_ranks(c, ranks);
   memory_estimate best;
+  bool have = false;
+  if (reuse && memo->any) { best = memo->best; have = true; }
   for (int i = 0; i < n; ++i) {
     const pipeline_rank st = pipeline_rank_of(c, m.layers, leading_dense_blocks(m), ranks[i]);
+    if (!st.head && reuse) continue;
+    if (st.head && memo && !memo->known) {  // the ranks before the head's are all the headless ones (the head is on pp − 1)
+      memo->known = true;
+      memo->over = false;
+      memo->any = have;
+      if (have) memo->best = best;
+    }
     memory_estimate e = compose_memory(detail::memory_terms_of(m, c, gpu, rt, &st));
-    if (e.device_peak() > limit) return std::nullopt;
+    if (e.device_peak() > limit) {
+      if (!st.head && memo && !memo->known) { memo->known = true; memo->over = true; }
+      return std::nullopt;
+    }
     e.pipeline_rank = ranks[i];
-    if (i == 0 || e.device_peak() > best.device_peak()) best = e;
+    if (!have || e.device_peak() > best.device_peak()) best = e;
+    have = true;
   }
   return best;
+}
+
+/// A lower bound, bytes per GPU, of the cheap bound's device peak (estimate_memory with replay policy never) of
+/// configuration `c` of `m` on `gpu`, which does not depend on `c`'s activation checkpointing or loss: for each
+/// pipeline rank estimate_memory evaluates (peak_memory_ranks; the one rank without pp), what every moment of that
+/// rank's step holds whatever its activations — compose_memory's `base`, less its in-flight activations and compute
+/// weights: the parameters, the optimizer states in the caching allocator and the gradients kept across
+/// micro-batches (model_state_bytes), the cuBLAS workspace — plus the memory outside PyTorch (CUDA context, NCCL:
+/// allocator_bytes); the largest of the ranks. A rank's device peak is its reserved peak (its allocated peak plus
+/// the non-negative fragmentation slack and reduce-scatter pool, runtime_overheads::fragmentation ≥ 0) plus that
+/// outside memory, and its allocated peak is at least `base`; so a floor over a limit means estimate_memory_within
+/// returns nullopt. search_plans prices it once for the checkpointing and loss variants of a layout. Does not
+/// validate `c` (the estimates it bounds do).
+[[nodiscard]] inline bytes model_state_floor(const model_spec& m, const training_config& c, const gpu_spec& gpu,
+                                             const runtime_overheads& rt = {}) {
+  int ranks[3];
+  const int n = peak_memory_ranks(c, ranks);
+  double floor = 0;
+  for (int i = 0; i < n; ++i) {
+    const pipeline_rank st = c.pp > 1 ? pipeline_rank_of(c, m.layers, leading_dense_blocks(m), ranks[i]) : pipeline_rank{};
+    const terms::memory_shape s = terms::memory_shape_of(m, c, gpu, c.pp > 1 ? &st : nullptr);
+    const terms::model_states ms = terms::model_state_bytes(s);
+    const terms::allocator_overheads a = terms::allocator_bytes(s, gpu, rt);
+    floor = std::max(floor, (ms.parameters + ms.optimizer_states + ms.accumulated_gradients + a.workspace + a.non_pytorch).raw());
+  }
+  return bytes::base(floor);
 }
 
 /// Host memory the CPU offload of `c` needs on one node: the host bytes of one rank (memory_estimate::host_per_gpu)

@@ -140,6 +140,21 @@ struct pipeline_rank {
   return n;
 }
 
+/// What an estimate found on the pipeline ranks of a configuration that hold no LM head, for another configuration
+/// that differs from it only in the loss (loss_impl) to reuse: a rank without the head (pipeline_rank::head false;
+/// the head is on rank pp − 1) holds no logits, loss buffers or head weights and runs no head or loss (memory_shape_of
+/// and throughput_shape_of set the vocabulary and head width to 0 there), so neither its memory nor its time depends
+/// on the loss (test "pipeline: the ranks without the LM head do not depend on the loss …"). `Estimate` is
+/// memory_estimate (estimate_memory_within) or throughput_estimate (estimate_throughput); search_plans keeps one of
+/// each per group of loss variants.
+template <class Estimate>
+struct headless_ranks {
+  bool known = false;  ///< the headless ranks were evaluated (the other fields mean something only then)
+  bool over = false;   ///< memory: one of them is over the limit (the configuration does not fit)
+  bool any = false;    ///< `best` holds one (with pp ≥ 2 rank 0 has no head)
+  Estimate best;       ///< the one the estimate keeps of them (the largest device peak, the longest step)
+};
+
 /// The pipeline ranks whose compute per micro-batch can be the longest: the rank with the most blocks among
 /// those without the head and the last rank (the LM head and the loss). Which rank holds the most blocks depends on
 /// the split: rank 1 under torchtitan's (rank 0 gives a unit to the embedding), rank 0 under Megatron's even or

@@ -11,8 +11,10 @@
 #include <bwplan/training.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <optional>
 #include <vector>
 
@@ -192,6 +194,11 @@ struct plan_result {
   const std::int64_t total = req.progress ? plan_search_size(req, world, eps.size(), m.layers) : 0;
   plan_result res;
   std::vector<plan_candidate> keep;
+  const std::size_t variants = req.formats.size() * eps.size() * std::max<std::size_t>(1, req.optimizers.size()) *
+                               std::max<std::size_t>(1, req.offloads.size());
+  std::vector<double> floors(variants);
+  std::vector<headless_ranks<memory_estimate>> headless(variants);
+  std::vector<headless_ranks<throughput_estimate>> headless_time(variants);
   const std::size_t cap = best_per_seq ? req.seq_lens.size() : std::max<std::size_t>(top, 1);
   auto better = [](const plan_candidate& a, const plan_candidate& b) {
     return a.throughput.tokens_per_s > b.throughput.tokens_per_s ||
@@ -269,13 +276,23 @@ struct plan_result {
         if (tp < 1 || tp > domain || world % tp != 0 || m.heads % tp != 0 || m.kv_heads % tp != 0) continue;
         if (sh == sharding::hybrid && req.nodes < 2) continue;
         for (const auto& [pp, vpp] : pipeline_variants(req, world, tp, sh, m.layers)) {
-        for (const checkpointing& ac : req.checkpointings) {
+        // the model-state floor of each (format, expert degree, optimizer, offload) of this layout, priced once for its
+        // checkpointing and loss variants, which it does not depend on (model_state_floor); NaN until priced
+        std::fill(floors.begin(), floors.end(), std::numeric_limits<double>::quiet_NaN());
+        for (std::size_t ai = 0; ai < req.checkpointings.size(); ++ai) {
+          const checkpointing& ac = req.checkpointings[ai];
+          // with pp > 1, what the pipeline ranks without the LM head hold and take, shared by the loss variants (headless_ranks)
+          for (auto& hm : headless) hm.known = false;
+          for (auto& ht : headless_time) ht.known = false;
           for (loss_impl loss : req.losses) {
            for (std::size_t fi = 0; fi < req.formats.size(); ++fi) {
-          for (int ep : eps) {
+          for (std::size_t ei = 0; ei < eps.size(); ++ei) {
+           const int ep = eps[ei];
            if ((world / (tp * pp)) % ep != 0) continue;  // experts are split over ep x tp GPUs of one stage
-           for (optimizer_kind opt : req.optimizers) {
-           for (unsigned off : req.offloads) {
+           for (std::size_t oi = 0; oi < req.optimizers.size(); ++oi) {
+           const optimizer_kind opt = req.optimizers[oi];
+           for (std::size_t ffi = 0; ffi < req.offloads.size(); ++ffi) {
+            const unsigned off = req.offloads[ffi];
             // adapters: tp 1, bf16, pp 1 and no distributed optimizer (violations of training_config)
             if (req.finetune != finetune_mode::full &&
                 (tp != 1 || req.formats[fi] != compute_format::bf16 || pp > 1 || sh == sharding::optimizer))
@@ -335,6 +352,13 @@ struct plan_result {
             if (req.admit && !req.admit(c)) continue;
             ++res.evaluated;
             if (req.progress) req.progress(res.evaluated, total);
+            // a candidate whose model states alone pass the line is decided without its other terms: over `limit` the
+            // cheap bound drops it, and a pp 1 candidate over replay_ceiling · limit is never replayed either (the
+            // floor is at most the cheap device peak of every rank it prices)
+            const std::size_t vi = ((fi * eps.size() + ei) * req.optimizers.size() + oi) * req.offloads.size() + ffi;
+            double& floor = floors[vi];
+            if (std::isnan(floor)) floor = model_state_floor(m, c, gpu, rt_cheap).raw();
+            if (floor > (replaying && c.pp <= 1 ? replay_ceiling : 1.0) * limit.raw()) continue;
             // the fit test (with pp, rank by rank: the first over the limit ends it)
             std::optional<memory_estimate> me;
             if (c.pp <= 1) {
@@ -352,11 +376,11 @@ struct plan_result {
               // CPU offload: the node's host memory (instance_spec::host_memory; unknown for a bare GPU)
               if (off != 0 && inst && inst->host_memory.raw() > 0 && host_memory_per_node(*me, c) > inst->host_memory) continue;
             } else {
-              me = estimate_memory_within(m, c, gpu, limit, rt_cheap);
+              me = estimate_memory_within(m, c, gpu, limit, rt_cheap, &headless[vi]);
               if (!me) continue;
             }
             ++res.fitting;
-            admit(plan_candidate{c, *me, estimate_throughput(m, c, gpu, inst, k), res.evaluated}, fi);
+            admit(plan_candidate{c, *me, estimate_throughput(m, c, gpu, inst, k, c.pp > 1 ? &headless_time[vi] : nullptr), res.evaluated}, fi);
            }
            }
            }

@@ -1610,21 +1610,34 @@ inline throughput_terms compute_throughput_terms(const model_spec& m, const trai
 ///
 /// Pipeline parallelism: the step of the slowest rank (bottleneck_ranks: those that can hold the most blocks and the
 /// last, which runs the LM head and the loss), with its bubble and its sends; `pipeline_rank` says which.
+/// With `memo` (pp > 1) the ranks without the LM head are taken from it when known (filled by a configuration that
+/// differs only in the loss: headless_ranks), else evaluated and stored; the result is the same either way.
 /// docs/scaling.md#pipeline-parallelism
 [[nodiscard]] inline throughput_estimate estimate_throughput(const model_spec& m, const training_config& c,
                                                              const gpu_spec& gpu, const instance_spec* inst = nullptr,
-                                                             const throughput_calibration& k = {}) {
+                                                             const throughput_calibration& k = {},
+                                                             headless_ranks<throughput_estimate>* memo = nullptr) {
   if (c.pp <= 1) return compose_throughput(compute_throughput_terms(m, c, gpu, inst, k));
   validate(c);  // once for every rank
   detail::validate_moe(m, c);
   validate_pipeline(m, c);
+  const bool reuse = memo && memo->known;
   int ranks[3];
   const int n = bottleneck_ranks(c, ranks);
   throughput_estimate best;
+  bool have = false;
+  if (reuse && memo->any) { best = memo->best; have = true; }
   for (int i = 0; i < n; ++i) {
     const pipeline_rank st = pipeline_rank_of(c, m.layers, leading_dense_blocks(m), ranks[i]);
+    if (!st.head && reuse) continue;
+    if (st.head && memo && !memo->known) {  // the ranks before the head's are the headless ones (the head is on pp − 1)
+      memo->known = true;
+      memo->any = have;
+      if (have) memo->best = best;
+    }
     const throughput_estimate e = compose_throughput(detail::throughput_terms_of(m, c, gpu, inst, k, &st));
-    if (i == 0 || e.step.raw() > best.step.raw()) best = e;
+    if (!have || e.step.raw() > best.step.raw()) best = e;
+    have = true;
   }
   return best;
 }
