@@ -589,3 +589,24 @@ TEST_CASE("pipeline: the ranks without the LM head do not depend on the loss, an
   CHECK(ranks > 1000);
   CHECK(under > floors / 10);  // the floor is a bound, not the peak: activations come on top
 }
+
+// The model-state floor decides a candidate before its estimates validate it; a request the stack cannot run must
+// still be refused (before the fix, Llama-3.1-405B on one B200 with Liger's loss under torchtitan: every candidate's
+// states pass the line, so the search returned "nothing fits" where the estimates refuse the loss).
+TEST_CASE("bug: a search whose every candidate the model-state floor decides still refuses a request its stack cannot run", "[planner]") {
+  const model_spec m = preset("Llama-3.1-405B");
+  const gpu_spec& gpu = catalog().gpu("b200");
+  plan_request req = full_search(gpu, 1);  // one GPU: 405B's states alone pass it
+  req.stack = training_stack::torchtitan;
+  req.losses = {loss_impl::standard, loss_impl::liger};
+  try {
+    (void)search_plans(m, gpu, nullptr, req, 1);
+    FAIL("Liger's loss under torchtitan accepted");
+  } catch (const invalid_request& e) {
+    CHECK(std::string(e.what()).find("liger") != std::string::npos);
+  }
+  req.losses = {loss_impl::standard};  // a request it can run: nothing fits, no error
+  const plan_result r = search_plans(m, gpu, nullptr, req, 1);
+  CHECK(r.ranked.empty());
+  CHECK(r.evaluated > 0);
+}

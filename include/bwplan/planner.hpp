@@ -197,6 +197,7 @@ struct plan_result {
   const std::size_t variants = req.formats.size() * eps.size() * std::max<std::size_t>(1, req.optimizers.size()) *
                                std::max<std::size_t>(1, req.offloads.size());
   std::vector<double> floors(variants);
+  std::vector<bool> loss_validated(req.losses.size(), false);
   std::vector<headless_ranks<memory_estimate>> headless(variants);
   std::vector<headless_ranks<throughput_estimate>> headless_time(variants);
   const std::size_t cap = best_per_seq ? req.seq_lens.size() : std::max<std::size_t>(top, 1);
@@ -284,7 +285,8 @@ struct plan_result {
           // with pp > 1, what the pipeline ranks without the LM head hold and take, shared by the loss variants (headless_ranks)
           for (auto& hm : headless) hm.known = false;
           for (auto& ht : headless_time) ht.known = false;
-          for (loss_impl loss : req.losses) {
+          for (std::size_t li = 0; li < req.losses.size(); ++li) {
+           const loss_impl loss = req.losses[li];
            for (std::size_t fi = 0; fi < req.formats.size(); ++fi) {
           for (std::size_t ei = 0; ei < eps.size(); ++ei) {
            const int ep = eps[ei];
@@ -355,6 +357,14 @@ struct plan_result {
             // a candidate whose model states alone pass the line is decided without its other terms: over `limit` the
             // cheap bound drops it, and a pp 1 candidate over replay_ceiling · limit is never replayed either (the
             // floor is at most the cheap device peak of every rank it prices)
+            // a request the model cannot run throws, as the estimates' validate does, though the floor may decide every
+            // candidate: what validate refuses beyond the rules above is the request's own (a loss or modules the stack
+            // does not run, an optimizer in backward or TP overlap outside their stack), the same for every candidate of
+            // a loss, so the first candidate of each loss is validated
+            if (!loss_validated[li]) {
+              validate(c);
+              loss_validated[li] = true;
+            }
             const std::size_t vi = ((fi * eps.size() + ei) * req.optimizers.size() + oi) * req.offloads.size() + ffi;
             double& floor = floors[vi];
             if (std::isnan(floor)) floor = model_state_floor(m, c, gpu, rt_cheap).raw();
