@@ -155,6 +155,50 @@ TEST_CASE("bug: mxfp8 on the hf stack was planned for biased block linears, whos
   for (const auto& p : r.ranked) CHECK(p.config.format != compute_format::mxfp8);
 }
 
+TEST_CASE("bug: nvfp4 was planned for linears and micro-batches torchao's NVFP4 GEMMs refuse (not multiples of 128)", "[precision][bugs]") {
+  // nvfp4_mm_triton.forward raises unless the GEMM's M, K and N are multiples of 128
+  // (torchao/prototype/moe_training/nvfp4_training/nvfp4_linear.py @v0.18.0); torchtitan's converter refuses such a linear
+  // and the reference trainer the plan (T-nvfp4-dims). Before, `recommend falcon-7b --gpu b200 --numerics aggressive`
+  // ranked nvfp4 first for a model whose hidden size is 4544 (35.5 x 128).
+  const auto rec = run_cli({"recommend", "falcon-7b", "--gpu", "b200", "--numerics", "aggressive", "--format", "json"});
+  INFO(rec.err);
+  REQUIRE(rec.code == 0);
+  const auto j = nlohmann::json::parse(rec.out);
+  REQUIRE(!j["plans"].empty());
+  for (const auto& p : j["plans"]) CHECK(p["config"]["precision"] != "nvfp4");
+  // estimate refuses it on one line, naming the linear and its features
+  const auto falcon = run_cli({"estimate", "falcon-7b", "--gpu", "b200", "--precision", "nvfp4"});
+  CHECK(falcon.code == 2);
+  CHECK(std::count(falcon.err.begin(), falcon.err.end(), '\n') == 1);
+  CHECK_THAT(falcon.err, Catch::StartsWith("bwplan: error: --precision: precision nvfp4 cannot run") &&
+                             Catch::Contains("4544 in and 4544 out features") && Catch::Contains("nvfp4_mm_triton"));
+  // the features one tensor-parallel rank holds: Llama-3.2-1B's 8 KV heads of 64 give 64 per rank at tp 8
+  const auto tp8 = run_cli({"estimate", "Llama-3.2-1B", "--gpu", "b200", "--gpus", "8", "--tp", "8", "--precision", "nvfp4", "--sharding", "full"});
+  CHECK(tp8.code == 2);
+  CHECK_THAT(tp8.err, Catch::Contains("2048 in and 64 out features on each of 8 tensor-parallel ranks"));
+  const auto tp4 = run_cli({"estimate", "Llama-3.2-1B", "--gpu", "b200", "--gpus", "8", "--tp", "4", "--precision", "nvfp4", "--sharding", "full"});
+  INFO(tp4.err);
+  CHECK(tp4.code == 0);
+  // M: the micro-batch's tokens
+  const auto m1000 = run_cli({"estimate", "Llama-3.2-1B", "--gpu", "b200", "--seq", "1000", "--precision", "nvfp4", "--sharding", "full"});
+  CHECK(m1000.code == 2);
+  CHECK_THAT(m1000.err, Catch::Contains("1000 tokens"));
+  const auto m1024 = run_cli({"estimate", "Llama-3.2-1B", "--gpu", "b200", "--seq", "1024", "--precision", "nvfp4", "--sharding", "full"});
+  CHECK(m1024.code == 0);
+  // torchtune's stack has no NVFP4 converter: nothing to refuse there (nor in another format)
+  const model_spec falcon_m = io::load_model(std::filesystem::path(BWPLAN_SOURCE_DIR) / "configs" / "models" / "falcon-7b.json");
+  training_config c;
+  c.format = compute_format::nvfp4;
+  CHECK_FALSE(nvfp4_shape_misfit(falcon_m, c).empty());
+  c.stack = training_stack::torchtitan;
+  CHECK_FALSE(nvfp4_shape_misfit(falcon_m, c).empty());
+  c.stack = training_stack::torchtune;
+  CHECK(nvfp4_shape_misfit(falcon_m, c).empty());
+  c.stack = training_stack::hf;
+  c.format = compute_format::mxfp8;
+  CHECK(nvfp4_shape_misfit(falcon_m, c).empty());
+}
+
 TEST_CASE("bug: nvfp4's weight quantization held no fp32 temporaries: torchao's amax runs on an fp32 copy of the weight", "[precision][memory][bugs]") {
   // nvfp4_mm_triton.forward (torchao/prototype/moe_training/nvfp4_training/nvfp4_linear.py @v0.18.0) quantizes the input
   // row- and column-wise (0.5625 B per element each; the column-wise one is saved), then the weight through

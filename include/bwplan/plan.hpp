@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <optional>
+#include <array>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -117,6 +118,67 @@ struct plan {
   return {};
 }
 
+/// Why torchao's NVFP4 kernels cannot run the plan `c` of `m`, or "" when they can (or `c` is not NVFP4 on the hf or
+/// torchtitan stack, the two that convert with torchao's NVFP4TrainingConfig). `nvfp4_mm_triton.forward` raises unless
+/// the GEMM's M (the micro-batch's tokens, mbs · seq / cp: sequence parallel gathers them for every linear), K and N are
+/// multiples of 128 (torchao/prototype/moe_training/nvfp4_training/nvfp4_linear.py @v0.18.0); torchtitan's converter
+/// refuses such a linear when it builds the model (components/quantization/nvfp4.py `_NVFP4_BLOCK`) and the reference
+/// trainer refuses the plan (T-nvfp4-dims). Every linear of a quantized block counts, as one tensor-parallel rank holds
+/// it (q, k, v, gate, up, the shared experts' split on their outputs, o and down on their inputs, rounded up as
+/// bwtrain's `local_features`; MLA's q_a, q_b, kv_a, kv_b and o; a MoE block's router and routed experts whole).
+[[nodiscard]] inline std::string nvfp4_shape_misfit(const model_spec& m, const training_config& c) {
+  if (c.format != compute_format::nvfp4 || (c.stack != training_stack::hf && c.stack != training_stack::torchtitan)) return "";
+  if (c.quantized_blocks(m.layers) <= 0) return "";
+  constexpr std::int64_t k = 128;
+  const std::int64_t tp = std::max(1, c.tp), cp = std::max(1, c.cp);
+  const std::int64_t tokens = c.micro_batch * c.seq_len / cp;
+  auto s = [](std::int64_t v) { return std::to_string(v); };
+  if (tokens % k != 0)
+    return "the micro-batch's " + s(tokens) + " tokens (micro-batch x sequence / cp) are not a multiple of 128, which torchao's "
+           "NVFP4 GEMMs need (nvfp4_mm_triton)";
+  const auto split = [&](std::int64_t v) { return (v + tp - 1) / tp; };
+  const std::int64_t h = m.hidden;
+  struct linear { const char* name; std::int64_t in, out; };
+  std::array<linear, 12> lin{};
+  std::size_t n = 0;
+  auto add = [&](const char* name, std::int64_t in, std::int64_t out) { if (n < lin.size()) lin[n++] = {name, in, out}; };
+  if (m.is_mla()) {
+    const std::int64_t a = m.heads, dqk = m.head_dim, dv = m.v_head_dim, dnope = m.head_dim - m.qk_rope_dim;
+    if (m.q_lora_rank > 0) {
+      add("the query down-projection (q_a_proj)", h, m.q_lora_rank);
+      add("the query up-projection (q_b_proj)", m.q_lora_rank, split(a * dqk));
+    } else {
+      add("the query projection", h, split(a * dqk));
+    }
+    add("the key/value down-projection (kv_a_proj_with_mqa)", h, m.kv_lora_rank + m.qk_rope_dim);
+    add("the key/value up-projection (kv_b_proj)", m.kv_lora_rank, split(a * (dnope + dv)));
+    add("the output projection", split(a * dv), h);
+  } else {
+    add("the query projection", h, split(m.q_dim()));
+    add("the key and value projections", h, split(m.kv_dim()));
+    add("the output projection", split(m.q_dim()), h);
+  }
+  if (!m.is_moe() || m.moe_layers < m.layers) {
+    add(m.gated_mlp ? "the MLP's gate and up projections" : "the MLP's first linear", h, split(m.intermediate));
+    add(m.gated_mlp ? "the MLP's down projection" : "the MLP's second linear", split(m.intermediate), h);
+  }
+  if (m.is_moe()) {
+    add("the router", h, m.experts);
+    add("the routed experts' gate and up projections", h, m.moe_intermediate);
+    add("the routed experts' down projection", m.moe_intermediate, h);
+    if (m.shared_intermediate > 0) {
+      add("the shared experts' gate and up projections", h, split(m.shared_intermediate));
+      add("the shared experts' down projection", split(m.shared_intermediate), h);
+    }
+  }
+  for (std::size_t i = 0; i < n; ++i)
+    if (lin[i].in % k != 0 || lin[i].out % k != 0)
+      return std::string(lin[i].name) + " of " + m.name + " has " + s(lin[i].in) + " in and " + s(lin[i].out) + " out features" +
+             (tp > 1 ? " on each of " + s(tp) + " tensor-parallel ranks" : std::string()) +
+             ", not multiples of 128, which torchao's NVFP4 GEMMs need (nvfp4_mm_triton)";
+  return "";
+}
+
 /// Every legality rule of a plan for `m`: violations(p.training), then the model's (moe_violations; tp divides
 /// the attention and KV heads; every pipeline stage holds a decoder block, pipeline_violations; learned
 /// positions cap the sequence), the batch arithmetic (global batch = micro-batch × data-parallel size ×
@@ -167,6 +229,8 @@ struct plan {
                    "precision nvfp4 under torch.autocast (master_weights fp32, sharding none) cannot train " + m.name +
                        "'s biased block linears: the fp32 bias makes the output and its gradient fp32, which torchao's NVFP4 "
                        "backward rejects (triton_rht_amax expects bfloat16); use master_weights bf16 or sharding full"});
+  if (const std::string why = nvfp4_shape_misfit(m, c); !why.empty())
+    out.push_back({"precision", "/precision", "precision nvfp4 cannot run: " + why + "; use mxfp8, fp8 or bf16"});
   if (m.positions > 0 && c.seq_len > m.positions)
     out.push_back({"seq_len", "/seq_len", "sequence " + s(c.seq_len) + " exceeds the " + s(m.positions) +
                                               " learned position embeddings of " + m.name + " (n_positions)"});

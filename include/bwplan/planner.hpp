@@ -344,6 +344,8 @@ struct plan_result {
             if (biased && c.stack == training_stack::hf && c.format == compute_format::mxfp8) continue;
             // nor its nvfp4 under autocast on a model with biased block linears (plan_violations)
             if (biased && c.stack == training_stack::hf && c.format == compute_format::nvfp4 && c.autocast_fp32_weights()) continue;
+            // nor NVFP4 on linears or micro-batches that are not multiples of 128 (plan_violations)
+            if (c.format == compute_format::nvfp4 && !nvfp4_shape_misfit(m, c).empty()) continue;
             const std::int64_t step_tokens = tokens / (tp * pp);  // data-parallel degree world / (tp · pp)
             c.grad_accum = std::max<std::int64_t>(1, (req.global_batch_tokens + step_tokens - 1) / step_tokens);
             if (vpp > 1) c.grad_accum = (c.grad_accum + pp - 1) / pp * pp;  // interleaved: groups of pp micro-batches
