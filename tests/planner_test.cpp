@@ -609,4 +609,18 @@ TEST_CASE("bug: a search whose every candidate the model-state floor decides sti
   const plan_result r = search_plans(m, gpu, nullptr, req, 1);
   CHECK(r.ranked.empty());
   CHECK(r.evaluated > 0);
+  // a refusal only some candidates meet: Megatron's TP overlap without sequence parallel is set on tp > 1 candidates
+  // only, so the first candidate (tp 1) is valid (a differential fuzz of the search found it; validating the first
+  // candidate of each loss missed it)
+  const auto& inst = catalog().instance("ml.p5e.48xlarge");
+  plan_request mg = full_search(catalog().gpu(inst.gpu), 1, {}, inst.nvlink_domain_gpus);
+  mg.stack = training_stack::megatron;
+  mg.tp_comm_overlap = true;
+  mg.sequence_parallel = false;
+  try {
+    (void)search_plans(m, catalog().gpu(inst.gpu), &inst, mg, 1);
+    FAIL("TP overlap without sequence parallel accepted");
+  } catch (const invalid_request& e) {
+    CHECK(std::string(e.what()).find("tp_comm_overlap") != std::string::npos);
+  }
 }

@@ -197,7 +197,7 @@ struct plan_result {
   const std::size_t variants = req.formats.size() * eps.size() * std::max<std::size_t>(1, req.optimizers.size()) *
                                std::max<std::size_t>(1, req.offloads.size());
   std::vector<double> floors(variants);
-  std::vector<bool> loss_validated(req.losses.size(), false);
+  std::vector<bool> floor_validated(variants), pair_validated(req.checkpointings.size() * req.losses.size());
   std::vector<headless_ranks<memory_estimate>> headless(variants);
   std::vector<headless_ranks<throughput_estimate>> headless_time(variants);
   const std::size_t cap = best_per_seq ? req.seq_lens.size() : std::max<std::size_t>(top, 1);
@@ -280,6 +280,7 @@ struct plan_result {
         // the model-state floor of each (format, expert degree, optimizer, offload) of this layout, priced once for its
         // checkpointing and loss variants, which it does not depend on (model_state_floor); NaN until priced
         std::fill(floors.begin(), floors.end(), std::numeric_limits<double>::quiet_NaN());
+        std::fill(floor_validated.begin(), floor_validated.end(), false);
         for (std::size_t ai = 0; ai < req.checkpointings.size(); ++ai) {
           const checkpointing& ac = req.checkpointings[ai];
           // with pp > 1, what the pipeline ranks without the LM head hold and take, shared by the loss variants (headless_ranks)
@@ -359,18 +360,26 @@ struct plan_result {
             // a candidate whose model states alone pass the line is decided without its other terms: over `limit` the
             // cheap bound drops it, and a pp 1 candidate over replay_ceiling · limit is never replayed either (the
             // floor is at most the cheap device peak of every rank it prices)
-            // a request the model cannot run throws, as the estimates' validate does, though the floor may decide every
-            // candidate: what validate refuses beyond the rules above is the request's own (a loss or modules the stack
-            // does not run, an optimizer in backward or TP overlap outside their stack), the same for every candidate of
-            // a loss, so the first candidate of each loss is validated
-            if (!loss_validated[li]) {
-              validate(c);
-              loss_validated[li] = true;
-            }
             const std::size_t vi = ((fi * eps.size() + ei) * req.optimizers.size() + oi) * req.offloads.size() + ffi;
             double& floor = floors[vi];
             if (std::isnan(floor)) floor = model_state_floor(m, c, gpu, rt_cheap).raw();
-            if (floor > (replaying && c.pp <= 1 ? replay_ceiling : 1.0) * limit.raw()) continue;
+            if (floor > (replaying && c.pp <= 1 ? replay_ceiling : 1.0) * limit.raw()) {
+              // Validated as the estimates validate what they price, so that a request the model cannot run throws
+              // whichever candidates the floor decides (Liger's loss outside the hf stack, TP overlap without sequence
+              // parallel, an invalid checkpointing): the first dropped candidate of each floor group, which differ from
+              // one another only in checkpointing and loss, and the first of each checkpointing × loss pair. A rule of
+              // validate reads either what a group shares or the pair (with the request's constants); the rules that
+              // read both (offloaded activations need full checkpointing, a head unit of its own only with the hf
+              // stack's standard loss, Megatron's loss) are the search's own filters above, so no candidate reaching
+              // here breaks them.
+              const std::size_t pi = ai * req.losses.size() + li;
+              if (!floor_validated[vi] || !pair_validated[pi]) {
+                validate(c);
+                floor_validated[vi] = true;
+                pair_validated[pi] = true;
+              }
+              continue;
+            }
             // the fit test (with pp, rank by rank: the first over the limit ends it)
             std::optional<memory_estimate> me;
             if (c.pp <= 1) {
