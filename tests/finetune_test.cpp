@@ -398,3 +398,41 @@ TEST_CASE("finetune: a paged optimizer's states are managed memory, outside the 
   CHECK(j["memory"]["paged_on_host_bytes"].get<double>() == 0);
   CHECK_FALSE(estimate_json({"Llama-3.2-1B", "--gpu", "h100", "--sharding", "none"})["memory"].contains("paged_optimizer_states_bytes"));
 }
+
+// memory_shape_of took QLoRA's NF4 block linears from the whole model while the parameters it subtracts them from
+// (s.P) are the expert-parallel rank's own without sharding: Mixtral-8x7B, QLoRA, ep 8, 16 GPUs, sharding none held
+// frozen -54.4 GB and a device peak of -49 GiB (found by a differential fuzz of the search). Hand-derived: the rank's
+// block linears (its 1 of 8 experts per MoE block, every attention linear) at 0.5 + 1/64 + 4/(64·256) B, the rest of its
+// parameters (embedding, head, norms, routers) bf16.
+TEST_CASE("bug: QLoRA on a MoE model with expert parallelism and no sharding had a negative device peak", "[finetune][moe][bugs]") {
+  const fs::path configs = fs::path(BWPLAN_SOURCE_DIR) / "configs";
+  hardware_catalog cat;
+  io::load_catalog(cat, configs / "hardware" / "catalog.json");
+  const model_spec m = io::load_model(configs / "models" / "mixtral-8x7b-v0.1.json");
+  runtime_overheads cheap;
+  cheap.replay = runtime_overheads::replay_policy::never;
+  for (const unsigned off : {0u, unsigned{offload_target::optimizer}}) {
+    training_config c;
+    c.world_size = 16;
+    c.gpus_per_node = 8;
+    c.micro_batch = 2;
+    c.seq_len = 512;
+    c.ac = checkpointing::full();
+    c.master = master_weights::bf16;
+    c.finetune = finetune_mode::qlora;
+    c.ep = 8;
+    c.offload = off;
+    INFO("offload " << off);
+    const memory_terms t = compute_memory_terms(m, c, cat.gpu("b200"), cheap);
+    const parameter_count pl = detail::ep_local(count_parameters(m), m, 8);
+    const double block_lin = static_cast<double>(pl.block_linear * m.layers + pl.layer_adjust);
+    CHECK(t.shape.P == Approx(static_cast<double>(pl.total())).epsilon(1e-12));
+    CHECK(t.shape.frozen == Approx(nf4_bytes_per_param * block_lin + 2 * (t.shape.P - block_lin)).epsilon(1e-12));
+    CHECK(t.shape.frozen > nf4_bytes_per_param * block_lin);
+    CHECK(compose_memory(t).device_peak().raw() > 0);
+  }
+  const auto j = estimate_json({"Mixtral-8x7B-v0.1", "--gpu", "b200", "--gpus", "16", "--mbs", "2", "--seq", "512", "--master", "bf16",
+                                "--finetune", "qlora", "--ep", "8", "--sharding", "none", "--offload", "optimizer"});
+  CHECK(j["memory"]["device_peak_bytes"].get<double>() > 4 * 1073741824.0);
+  CHECK(j["memory"]["peak_allocated_bytes"].get<double>() > 0);
+}

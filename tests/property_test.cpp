@@ -82,6 +82,9 @@ TEST_CASE("property: estimate outputs hold no NaN, inf or negative time, size or
       {"Llama-3.1-405B", "--instance", "ml.p6-b200.48xlarge", "--nodes", "16", "--tp", "8", "--cp", "4", "--precision", "nvfp4",
        "--ac", "full", "--tokens", "10T"},
       {moe, "--instance", "ml.p6-b200.48xlarge", "--nodes", "2", "--ep", "16", "--precision", "mxfp8", "--ac", "selective-op"},
+      // QLoRA on the MoE model with expert parallelism and no sharding (its device peak was negative)
+      {moe, "--instance", "ml.p6-b200.48xlarge", "--nodes", "2", "--ep", "8", "--finetune", "qlora", "--sharding", "none",
+       "--master", "bf16", "--offload", "optimizer"},
       {"Llama-3.1-8B", "--instance", "ml.p5en.48xlarge", "--nodes", "4", "--sharding", "hybrid", "--grad-accum", "64", "--loss",
        "chunked", "--master", "bf16", "--optimizer-impl", "foreach"},
       {"Qwen3-32B", "--instance", "ml.p6-b200.48xlarge", "--precision", "fp8", "--fp8-all-gather", "--ac", "every-3"}};

@@ -384,7 +384,11 @@ struct memory_shape {
     s.lora_rank = c.lora.rank;
     s.lora_dropout = c.lora.dropout;
     s.adapter_bytes = (c.master == master_weights::fp32 && !s.fsdp) ? 4 : 2;
-    const double block_lin_all = static_cast<double>(pc_full.block_linear * L + pc_full.layer_adjust) / tpd;  // every block linear
+    // every block linear this GPU stores before sharding: the model's under FSDP (s.P counts them all), this expert-parallel
+    // rank's experts without it (s.P is pc's); the full count there made `P − block_lin_all` negative (QLoRA on a MoE
+    // model with ep > 1 and no sharding: Mixtral-8x7B at ep 8 had a negative device peak)
+    const parameter_count& pl = s.fsdp ? pc_full : pc;
+    const double block_lin_all = static_cast<double>(pl.block_linear * L + pl.layer_adjust) / tpd;
     if (c.finetune == finetune_mode::qlora) {
       // under FSDP bitsandbytes' constants stay whole on every rank; torchao's are sharded with the codes
       // (nf4_constants_sharded, finetune.hpp). Without sharding both layouts hold the same bytes.
