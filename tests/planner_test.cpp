@@ -624,3 +624,33 @@ TEST_CASE("bug: a search whose every candidate the model-state floor decides sti
     CHECK(std::string(e.what()).find("tp_comm_overlap") != std::string::npos);
   }
 }
+
+// search_fleet reads only the top plan and the best pipeline of each search, so it turns off the best plan per format
+// (plan_request::best_per_format), whose plans the search otherwise replays through the caching allocator too: the top
+// plan, the best pipeline and the count of evaluated candidates do not change (405B on 16 and 32 B200 nodes, where
+// the replays are).
+TEST_CASE("search_plans: without the best plan per format the top plan and the best pipeline do not change", "[planner]") {
+  const model_spec m = preset("Llama-3.1-405B");
+  const auto& inst = catalog().instance("ml.p6-b200.48xlarge");
+  const gpu_spec& gpu = catalog().gpu(inst.gpu);
+  for (int nodes : {16, 32}) {
+    INFO(nodes << " nodes");
+    plan_request req = full_search(gpu, nodes, formats_for_tier(numerics_tier::balanced, gpu), inst.nvlink_domain_gpus);
+    const plan_result on = search_plans(m, gpu, &inst, req, 1);
+    req.best_per_format = false;
+    const plan_result off = search_plans(m, gpu, &inst, req, 1);
+    REQUIRE(on.ranked.size() == 1);
+    REQUIRE(off.ranked.size() == 1);
+    CHECK(off.ranked[0].order == on.ranked[0].order);
+    CHECK(off.ranked[0].throughput.tokens_per_s == on.ranked[0].throughput.tokens_per_s);
+    CHECK(off.ranked[0].memory.device_peak().raw() == on.ranked[0].memory.device_peak().raw());
+    CHECK(off.ranked[0].memory.replayed == on.ranked[0].memory.replayed);
+    CHECK(off.ranked[0].memory.allocator_setting == on.ranked[0].memory.allocator_setting);
+    CHECK(off.ranked[0].config.expandable_segments == on.ranked[0].config.expandable_segments);
+    REQUIRE(off.best_pipeline.has_value() == on.best_pipeline.has_value());
+    if (on.best_pipeline) CHECK(off.best_pipeline->order == on.best_pipeline->order);
+    CHECK(off.evaluated == on.evaluated);
+    CHECK(off.best_per_format.empty());
+    CHECK(on.best_per_format.size() >= 2);
+  }
+}

@@ -72,6 +72,10 @@ struct plan_request {
   /// Without expandable_segments: a candidate over the line whose replayed step fits with `expandable_segments:True`
   /// is kept with that setting (the plan carries it; the SageMaker job sets PYTORCH_CUDA_ALLOC_CONF).
   bool allow_expandable_segments = true;
+  /// Keep the best fitting plan of each format (plan_result::best_per_format, what recommend's `precision:` line
+  /// compares), replaying the caching allocator for it too; search_fleet, which reads only the top plan and the best
+  /// pipeline, turns it off (its rows do not change; the best plan of a format that does not rank is not replayed).
+  bool best_per_format = true;
   /// Called after each evaluated configuration with (evaluated so far, configurations in the search), e.g.
   /// to draw a progress bar; empty: not called. It must not throw.
   std::function<void(std::int64_t, std::int64_t)> progress;
@@ -213,7 +217,7 @@ struct plan_result {
     // a fitting candidate into the ranking: the best per format, the best pipeline, the best of this sequence length
     // (best_per_seq) or the top `cap`
     auto admit = [&](const plan_candidate& pc, std::size_t fi) {
-      if (!have_format[fi] || better(pc, per_format[fi])) { per_format[fi] = pc; have_format[fi] = true; }
+      if (req.best_per_format && (!have_format[fi] || better(pc, per_format[fi]))) { per_format[fi] = pc; have_format[fi] = true; }
       if (pc.config.pp > 1 && (!res.best_pipeline || better(pc, *res.best_pipeline))) res.best_pipeline = pc;
       if (best_per_seq) {
         if (!have_seq || better(pc, best_seq)) { best_seq = pc; have_seq = true; }
@@ -226,7 +230,7 @@ struct plan_result {
     };
     // would admit() change the ranking (pp 1 candidates: the best pipeline is not theirs)?
     auto would_rank = [&](const plan_candidate& pc, std::size_t fi) {
-      if (!have_format[fi] || better(pc, per_format[fi])) return true;
+      if (req.best_per_format && (!have_format[fi] || better(pc, per_format[fi]))) return true;
       if (best_per_seq) return !have_seq || better(pc, best_seq);
       return keep.size() < cap || better(pc, keep.back());
     };
@@ -495,6 +499,7 @@ struct batch_hint {
   auto best_at = [&](std::int64_t f) -> std::optional<plan_candidate> {
     plan_request r = req;
     r.global_batch_tokens = req.global_batch_tokens * f;
+    r.best_per_format = false;  // only the top plan is read
     const plan_result res = search_plans(m, gpu, inst, r, 1, false, rt, k);
     if (res.ranked.empty()) return std::nullopt;
     return res.ranked.front();
@@ -585,6 +590,7 @@ struct fleet_result {
   for (const instance_spec* inst : req.instances) {
     const gpu_spec& gpu = gpu_of(*inst);
     plan_request rq = req.search;
+    rq.best_per_format = false;  // a row reads the top plan and the best pipeline only
     rq.formats.clear();
     for (compute_format f : req.search.formats)
       if (supports(gpu, f)) rq.formats.push_back(f);

@@ -213,6 +213,7 @@ void BM_recommend_405b_1_to_128_nodes_pp(benchmark::State& state) {
   for (auto _ : state) {
     for (int nodes = 1; nodes <= 128; nodes *= 2) {
       plan_request req = full_search(gpu, nodes, formats_for_tier(numerics_tier::balanced, gpu), inst.nvlink_domain_gpus);
+      req.best_per_format = state.range(0) != 0;  // search_fleet, which that command runs, turns it off
       const auto r = search_plans(f.m405, gpu, &inst, req, 1);
       evaluated += r.evaluated;
       benchmark::DoNotOptimize(r.ranked.size());
@@ -220,7 +221,8 @@ void BM_recommend_405b_1_to_128_nodes_pp(benchmark::State& state) {
   }
   state.counters["candidates_per_s"] = benchmark::Counter(static_cast<double>(evaluated), benchmark::Counter::kIsRate);
 }
-BENCHMARK(BM_recommend_405b_1_to_128_nodes_pp)->Unit(benchmark::kMillisecond);
+// /0: as search_fleet runs it (no best plan per format); /1: with them, as before 2026-12-06 (fifth session)
+BENCHMARK(BM_recommend_405b_1_to_128_nodes_pp)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond);
 }  // namespace
 
 BENCHMARK_MAIN();
