@@ -290,13 +290,25 @@ TEST_CASE("finetune: flags, plan file, reproduce line and contract carry every s
 }
 
 TEST_CASE("finetune: the SageMaker payload carries the settings or refuses the plan with the reason", "[finetune][sagemaker]") {
-  auto r = run_cli({"sagemaker", "Llama-3.1-8B", "--instance", "ml.p5en.48xlarge", "--finetune", "lora", "--role-arn",
+  // LoRA runs on the reference trainer (PEFT, apps/train/bwtrain/lora.py): the job carries every LoRA setting
+  auto r = run_cli({"sagemaker", "Llama-3.1-8B", "--instance", "ml.p5en.48xlarge", "--finetune", "lora", "--lora-rank", "8",
+                    "--lora-targets", "attention", "--lora-dropout", "0.05", "--role-arn",
                     "arn:aws:iam::123456789012:role/SageMakerRole", "--output-s3", "s3://bucket/out"});
-  CHECK(r.code != 0);
-  CHECK(r.err.find("T-lora") != std::string::npos);
+  REQUIRE(r.code == 0);
+  const auto job = nlohmann::json::parse(r.out);
+  const auto& hp = job.at("HyperParameters");
+  CHECK(hp.at("finetune").get<std::string>() == "\"lora\"");  // strings JSON-encoded (docs/training-contract.md section 2)
+  CHECK(hp.at("lora_rank").get<std::string>() == "8");
+  CHECK(hp.at("lora_targets").get<std::string>() == "\"attention\"");
+  CHECK(std::stod(hp.at("lora_dropout").get<std::string>()) == Approx(0.05));
+  // QLoRA needs bitsandbytes' NF4 layers, which the image lacks: refused with the reason
+  r = run_cli({"sagemaker", "Llama-3.1-8B", "--instance", "ml.p5en.48xlarge", "--finetune", "qlora", "--role-arn",
+               "arn:aws:iam::123456789012:role/SageMakerRole", "--output-s3", "s3://bucket/out"});
+  CHECK(r.code == 2);
+  CHECK(r.err.find("T-qlora") != std::string::npos);
   r = run_cli({"sagemaker", "Llama-3.1-8B", "--instance", "ml.p5en.48xlarge", "--optimizer", "adamw-8bit", "--role-arn",
                "arn:aws:iam::123456789012:role/SageMakerRole", "--output-s3", "s3://bucket/out"});
-  CHECK(r.code != 0);
+  CHECK(r.code == 2);
   CHECK(r.err.find("T-bnb") != std::string::npos);
 }
 

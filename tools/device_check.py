@@ -77,6 +77,10 @@ PLANS: List[Tuple[str, List[str], bool]] = [
                                "transformers"], False),
     # the trainer's chunked loss (8 checkpointed chunks, apps/train/bwtrain/loss.py), which bwplan's hf chunked loss models
     ("chunked loss", ["--precision", "bf16", "--master", "fp32", "--ac", "none", "--loss", "chunked"], False),
+    # LoRA (issue 14): PEFT adapters r 16 on all seven block linears over a frozen bf16 base, fp32 adapters, no autocast
+    # (apps/train/bwtrain/lora.py), which bwplan's LoRA terms model (docs/finetune.md)
+    ("LoRA r16 all-linear", ["--precision", "bf16", "--master", "fp32", "--ac", "none", "--loss", "standard", "--finetune",
+                             "lora", "--lora-rank", "16", "--lora-targets", "all-linear"], False),
 ]
 
 # keys the trainer needs that are not plan-file keys (bwplan's plan reader rejects them)
@@ -295,12 +299,15 @@ def read_records(path: str) -> List[Dict[str, Any]]:
 
 
 def match_record(row: Dict[str, Any], recs: List[Dict[str, Any]]) -> Optional[Dict[str, Any]]:
+    """The record of the row's plan: the same plan in every field that tells the probe plans apart (the trainer-only
+    keys aside); fields a record may leave out compare as their defaults."""
     keys = ("precision", "master_weights", "activation_checkpointing", "micro_batch_size", "seq_len")
+    defaults = {"modules": "fused", "loss": "standard", "finetune": "full", "lora_rank": None, "lora_alpha": None,
+                "lora_targets": None, "lora_dropout": None}
     for r in recs:
         p = r.get("plan") or {}
         if (r.get("kind") != "env" and all(p.get(k) == row["plan"][k] for k in keys)
-                and p.get("modules", "fused") == row["plan"].get("modules", "fused")
-                and p.get("loss", "standard") == row["plan"].get("loss", "standard")):
+                and all(p.get(k, d) == row["plan"].get(k, d) for k, d in defaults.items())):
             return r
     return None
 

@@ -47,7 +47,8 @@ class TorchFreeTest(unittest.TestCase):
 
     def test_module_level_imports_are_light(self):
         light = [os.path.join(ROOT, "apps", "train", p) for p in
-                 ("train.py", "contract.py", "bwtrain/__init__.py", "bwtrain/runtime.py", "bwtrain/calls.py")]
+                 ("train.py", "contract.py", "bwtrain/__init__.py", "bwtrain/runtime.py", "bwtrain/calls.py",
+                  "bwtrain/lora.py")]
         for path in light:
             tree = ast.parse(read(path))
             for node in tree.body:  # module level only; lazy imports inside functions are the point
@@ -260,6 +261,67 @@ class RuntimeTest(unittest.TestCase):
         self.assertLess(src.index("model_mod.apply_module_kernels("), src.index("parallel.apply_fsdp("))
         self.assertLess(src.index("model_mod.rebuild_buffers("), src.index("model_mod.apply_rotary_dtype("))
         self.assertLess(src.index("model_mod.apply_rotary_dtype("), src.index("model_mod.init_weights("))
+
+    def test_lora_targets_and_settings(self):
+        """finetune lora: the plan's lora_targets as PEFT target_modules (bwplan's groups, never the LM head), the
+        LoraConfig arguments with the contract's defaults, and a checkpoint key's way to an adapted linear's base."""
+        from bwtrain import lora
+
+        self.assertEqual(lora.target_modules("attention"), ["q_proj", "k_proj", "v_proj", "o_proj"])
+        self.assertEqual(lora.target_modules("mlp"), ["gate_proj", "up_proj", "down_proj"])
+        self.assertEqual(len(lora.target_modules("all-linear")), 7)
+        self.assertNotIn("lm_head", lora.target_modules("all-linear"))
+        self.assertEqual(lora.target_modules("q,v_proj,q_proj"), ["q_proj", "v_proj"])
+        with self.assertRaises(ValueError):
+            lora.target_modules("lm_head")
+        kw = lora.lora_settings({"finetune": "lora", "lora_rank": 8, "lora_alpha": 16.0, "lora_targets": "q,v",
+                                 "lora_dropout": 0.05})
+        self.assertEqual(kw, {"r": 8, "lora_alpha": 16.0, "target_modules": ["q_proj", "v_proj"], "lora_dropout": 0.05,
+                              "bias": "none"})
+        self.assertEqual(lora.lora_settings({"finetune": "lora"})["r"], 16)
+        self.assertEqual(lora.lora_settings({"finetune": "lora"})["lora_alpha"], 32.0)
+        keys = {"hf.model.layers.0.self_attn.q_proj.base_layer.weight", "hf.model.layers.0.self_attn.q_proj.lora_A.default.weight",
+                "hf.model.layers.0.self_attn.k_proj.weight", "hf.lm_head.weight"}
+        self.assertEqual(lora.base_layer_key("hf.model.layers.0.self_attn.q_proj.weight", keys),
+                         "hf.model.layers.0.self_attn.q_proj.base_layer.weight")
+        self.assertEqual(lora.base_layer_key("hf.model.layers.0.self_attn.k_proj.weight", keys),
+                         "hf.model.layers.0.self_attn.k_proj.weight")
+        self.assertEqual(lora.base_layer_key("hf.lm_head.weight", keys), "hf.lm_head.weight")
+        self.assertTrue(lora.is_lora({"finetune": "lora"}))
+        self.assertFalse(lora.is_lora({"finetune": "qlora"}))
+
+    def test_dry_run_lora(self):
+        """finetune lora is no longer refused: the dry run injects PEFT adapters before FSDP, runs without autocast
+        (the frozen base is bf16), preserves the RNG state of checkpointed blocks when the adapters use dropout and
+        steps the adapters only; qlora is still refused (T-qlora)."""
+        base = ["--dry-run", "--model", "Llama-3.2-1B", "--gpus", "1", "--contract_version", "1", "--sharding", "none",
+                "--activation_checkpointing", "full", "--finetune", "lora", "--lora_rank", "8", "--lora_targets", "attention",
+                "--lora_dropout", "0.1"]
+        r = run_trainer(base)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        out = json.loads(r.stdout)
+        self.assertEqual(out["plan"]["finetune"], "lora")
+        calls = out["calls"]
+        inject = [i for i, c in enumerate(calls) if c.startswith("peft.inject_adapter_in_model")]
+        self.assertEqual(len(inject), 1, calls)
+        self.assertIn("r=8", calls[inject[0]])
+        self.assertIn("['q_proj', 'k_proj', 'v_proj', 'o_proj']", calls[inject[0]])
+        self.assertIn("lora_dropout=0.1", calls[inject[0]])
+        self.assertTrue(any("preserve_rng_state=True" in c for c in calls), calls)
+        self.assertFalse(any("autocast" in c for c in calls), calls)
+        self.assertTrue(any(c.startswith("torch.optim.AdamW(the adapters") for c in calls), calls)
+        fsdp = run_trainer(["--dry-run", "--model", "Llama-3.2-1B", "--gpus", "8", "--contract_version", "1", "--sharding", "full",
+                            "--finetune", "lora"])
+        self.assertEqual(fsdp.returncode, 0, fsdp.stderr)
+        calls = json.loads(fsdp.stdout)["calls"]
+        first = lambda prefix: next(i for i, c in enumerate(calls) if c.startswith(prefix))  # noqa: E731
+        self.assertLess(first("peft.inject_adapter_in_model"), first("torch.distributed.fsdp.fully_shard"))
+        q = run_trainer(["--dry-run", "--model", "Llama-3.2-1B", "--gpus", "1", "--contract_version", "1", "--finetune", "qlora"])
+        self.assertEqual(q.returncode, 2, q.stdout)
+        self.assertIn("T-qlora", q.stderr)
+        src = read(os.path.join(ROOT, "apps", "train", "bwtrain", "engine.py"))
+        self.assertLess(src.index("lora_mod.apply_lora("), src.index("parallel.apply_ac("))
+        self.assertLess(src.index("model_mod.init_weights("), src.index("lora_mod.init_adapters("))
 
     def test_all_trainer_sources_parse(self):
         for p in glob.glob(os.path.join(ROOT, "apps", "train", "**", "*.py"), recursive=True):

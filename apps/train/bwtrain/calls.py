@@ -10,6 +10,8 @@ from typing import Any, Dict, List
 
 import contract as C
 
+from .lora import lora_settings
+
 
 def describe(plan: Dict[str, Any], local_world_size: int = 8) -> List[str]:
     lay = C.layout(plan, local_world_size)
@@ -39,6 +41,13 @@ def describe(plan: Dict[str, Any], local_world_size: int = 8) -> List[str]:
                 f'filter_fn=decoder-block linears; {kept}) [needs SM100 and a torch with the DTensor scaled_mm strategy]')
         else:
             add(f'torchao.quantization.quantize_(model, NVFP4TrainingConfig(), filter_fn=decoder-block linears; {kept}) [needs SM100]')
+    lora = plan.get("finetune", "full") == "lora"
+    amp = not fsdp and plan["master_weights"] == "fp32" and not lora
+    if lora:
+        kw = lora_settings(plan)
+        add(f'peft.inject_adapter_in_model(LoraConfig(r={kw["r"]}, lora_alpha={kw["lora_alpha"]:g}, '
+            f'target_modules={kw["target_modules"]}, lora_dropout={kw["lora_dropout"]:g}, bias="none"), model, '
+            f'low_cpu_mem_usage=True): base frozen and cast to bf16, adapters {plan["master_weights"]}')
     add("forward pre-hook on every self_attn: attention_mask=None, is_causal=True")
     if tp > 1:
         style = "Float8ColwiseParallel/Float8RowwiseParallel/PrepareFloat8ModuleInput" if prec == "fp8" else \
@@ -47,8 +56,9 @@ def describe(plan: Dict[str, Any], local_world_size: int = 8) -> List[str]:
             "(output Shard(1)), norm SequenceParallel, lm_head ColwiseParallel(output Shard(-1)) + loss_parallel; "
             f"per block q/k/v gate/up colwise, o/down rowwise(output Shard(1)), norms SequenceParallel ({style})")
     ac = plan["activation_checkpointing"]
+    rng = "True" if lora and float(plan.get("lora_dropout") or 0) > 0 else "False"
     if ac == "full":
-        add("checkpoint_wrapper(block, preserve_rng_state=False) for every decoder block")
+        add(f"checkpoint_wrapper(block, preserve_rng_state={rng}) for every decoder block")
     elif ac.startswith("every-"):
         add(f"checkpoint_wrapper(block) for blocks 0, {ac[6:]}, 2x{ac[6:]}, ...")
     elif ac == "selective-op":
@@ -57,7 +67,7 @@ def describe(plan: Dict[str, Any], local_world_size: int = 8) -> List[str]:
         add('transformers.AttentionInterface.register("sdpa", checkpointed sdpa_attention_forward)')
     if plan.get("modules", "fused") == "fused":
         add("F.rms_norm as the forward of model.norm and every block's input_layernorm / post_attention_layernorm"
-            + ("; rotary tables cast to bf16" if not fsdp and plan["master_weights"] == "fp32" else "")
+            + ("; rotary tables cast to bf16" if amp else "")
             + " (modules fused)")
     else:
         add("transformers' own RMSNorm and rotary tables (modules transformers)")
@@ -75,7 +85,8 @@ def describe(plan: Dict[str, Any], local_world_size: int = 8) -> List[str]:
         add("module.to_empty(device=cpu) (the sharded parameters live in host memory); re-tie embeddings; rebuild rotary buffers on "
             "cuda; initialise weights")
     else:
-        add("module.to_empty(device=cuda); re-tie embeddings; rebuild rotary buffers; initialise weights")
+        add("module.to_empty(device=cuda); re-tie embeddings; rebuild rotary buffers; initialise weights"
+            + ("; adapters: reset_lora_parameters (lora_A Kaiming-uniform, lora_B zeros)" if lora else ""))
     if plan["model_init"] == "pretrained":
         add("rank 0: AutoModelForCausalLM.from_pretrained(...) on CPU; torch.distributed.checkpoint.state_dict.set_model_state_dict("
             "full_state_dict=True, broadcast_from_rank0=True)")
@@ -84,14 +95,14 @@ def describe(plan: Dict[str, Any], local_world_size: int = 8) -> List[str]:
     impl = "fused=True" if plan["optimizer_impl"] == "fused" else "foreach=True"
     if offload != "none":
         impl = "foreach=True (the step runs on the host's shards)"
-    add(f"torch.optim.AdamW(params, lr={plan['learning_rate']}, {impl})")
+    add(f"torch.optim.AdamW({'the adapters' if lora else 'params'}, lr={plan['learning_rate']}, {impl})")
     if plan["checkpoint_dir"] != "none":
         add(f"resume: torch.distributed.checkpoint.load from {plan['checkpoint_dir']}/latest when present")
     data = plan["data"]
     add(f"data: {data} (packed tokens of channel '{'train' if data == 'auto' else data}'"
         + (" when present, else synthetic)" if data == "auto" else ")") if data != "synthetic" else "data: synthetic random token ids")
     per_step = f"{plan['grad_accum']} micro-batch(es) of {plan['micro_batch_size']} x {plan['seq_len']} tokens"
-    if not fsdp and plan["master_weights"] == "fp32":
+    if amp:
         per_step += " under torch.autocast(bf16)"
     if cp > 1:
         per_step += f"; context_parallel(cp_mesh[{cp}], buffers=[ids, labels, position_ids], buffer_seq_dims=[1, 1, 1])"

@@ -1,8 +1,9 @@
 """Runs one plan (or a list of probe plans): build, parallelise, train, checkpoint, measure.
 
 The order of operations is torchtitan's (torchtitan/train.py): model on the meta device ->
-low-precision conversion -> tensor parallel -> activation checkpointing -> compile -> FSDP ->
-``to_empty`` + initialisation (or pretrained weights) -> optimizer -> resume -> steps.
+low-precision conversion -> LoRA adapters (PEFT, ``finetune lora``: bwtrain.lora) -> tensor parallel ->
+activation checkpointing -> compile -> FSDP -> ``to_empty`` + initialisation (or pretrained weights) ->
+optimizer -> resume -> steps.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import contract as contract_mod
 from . import checkpoint as ckpt
 from . import data as data_mod
 from . import measure as meas
+from . import lora as lora_mod
 from . import model as model_mod
 from . import parallel, precision, records, runtime
 from .model import Refusal
@@ -129,6 +131,14 @@ def run_plan(plan: Dict[str, Any], contract: Dict[str, Any], s: Session, probe: 
         layers = len(hf.model.layers)
         kept = model_mod.bf16_kept(plan, layers) if plan["precision"] != "bf16" else []
         rec["conversion"] = precision.convert(hf, plan, kept)
+        lora = lora_mod.is_lora(plan)
+        if lora:  # PEFT adapters on the meta model, before TP, checkpointing, compile and FSDP wrap the blocks
+            try:
+                rec["lora"] = lora_mod.apply_lora(hf, plan, master)
+            except ValueError as e:
+                raise Refusal("lora_targets", plan.get("lora_targets"), "T-lora-targets", str(e)) from None
+        # autocast over fp32 weights: the full fine-tune without FSDP (LoRA's base is bf16 and runs without it)
+        amp = plan["sharding"] == "none" and plan["master_weights"] == "fp32" and not lora
         model_mod.install_causal_hooks(hf)
         rec["module_kernels"] = model_mod.apply_module_kernels(hf, plan)
         tp, cp = plan["tp"], plan["cp"]
@@ -143,7 +153,9 @@ def run_plan(plan: Dict[str, Any], contract: Dict[str, Any], s: Session, probe: 
             from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
             restore_attention = lambda: AttentionInterface.register("sdpa", sdpa_attention_forward)  # noqa: E731
-        rec["checkpointed_blocks"] = parallel.apply_ac(hf, plan["activation_checkpointing"])
+        # LoRA dropout draws random masks: the recompute must draw the same ones (preserve_rng_state)
+        rec["checkpointed_blocks"] = parallel.apply_ac(hf, plan["activation_checkpointing"],
+                                                       preserve_rng_state=lora and float(plan.get("lora_dropout") or 0) > 0)
         if plan["compile"]:
             parallel.apply_compile(hf)
         if fsdp:
@@ -160,8 +172,10 @@ def run_plan(plan: Dict[str, Any], contract: Dict[str, Any], s: Session, probe: 
         model_mod.tie_embeddings(hf)
         model_mod.rebuild_buffers(hf, s.device)
         # after rebuild_buffers, which replaces the rotary modules
-        model_mod.apply_rotary_dtype(hf, plan, not fsdp and plan["master_weights"] == "fp32", rec["module_kernels"])
+        model_mod.apply_rotary_dtype(hf, plan, amp, rec["module_kernels"])
         model_mod.init_weights(hf, plan["seed"])
+        if lora:
+            lora_mod.init_adapters(hf, plan["seed"])
         if plan["precision"] == "nvfp4":
             precision.init_buffers(hf, plan["seed"], s.rank)
         if plan["model_init"] == "pretrained":
@@ -178,7 +192,8 @@ def run_plan(plan: Dict[str, Any], contract: Dict[str, Any], s: Session, probe: 
             # the step runs on the host's sharded DTensors (CPUOffloadPolicy): the multi-tensor CPU path; its
             # temporaries are host memory, which is why bwplan's GPU terms drop the optimizer's under offload
             kw = {"foreach": True}
-        optimizer = torch.optim.AdamW(train_module.parameters(), lr=plan["learning_rate"], **kw)
+        # the parameters that train: every one for a full fine-tune, the adapters under LoRA (no state for the base)
+        optimizer = torch.optim.AdamW(lora_mod.trainable_parameters(train_module), lr=plan["learning_rate"], **kw)
         objs["optimizer"] = optimizer
 
         # ---- resume
@@ -203,7 +218,7 @@ def run_plan(plan: Dict[str, Any], contract: Dict[str, Any], s: Session, probe: 
         rec["data"] = how
         cp_mesh = mesh["cp"] if cp > 1 else None
         loss_group = mesh["dp_cp"].get_group() if mesh is not None and lay["dp_cp"] > 1 else None
-        autocast = torch.autocast("cuda", dtype=torch.bfloat16, enabled=(not fsdp and plan["master_weights"] == "fp32"))
+        autocast = torch.autocast("cuda", dtype=torch.bfloat16, enabled=amp)
         ga, seq = plan["grad_accum"], plan["seq_len"]
         meter = meas.Meter(True)
 
@@ -295,7 +310,8 @@ def run_plan(plan: Dict[str, Any], contract: Dict[str, Any], s: Session, probe: 
             tokens = plan["global_batch_size"] * seq
             rec["tokens_per_s"] = tokens / rec["step_s"]
             rec["tokens_per_s_per_gpu"] = rec["tokens_per_s"] / plan["gpus"]
-            rec["flops_per_token"] = model_mod.flops_per_token(hf, seq, rec["params_nonembed"])
+            rec["flops_per_token"] = model_mod.flops_per_token(hf, seq, rec["params_nonembed"],
+                                                               rec["lora"]["params_trainable"] if lora else None)
             gid = runtime.gpu_id_of(s.device_name)
             rec["peak_flops"] = runtime.PEAK_BF16_TFLOPS.get(gid, 0) * 1e12 or None
             rec["mfu"] = meas.mfu(rec["tokens_per_s_per_gpu"], rec["flops_per_token"], runtime.PEAK_BF16_TFLOPS.get(gid))

@@ -23,7 +23,7 @@ import hashlib
 import json
 import math
 import os
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
 
 import torch
 import torch.distributed as dist
@@ -301,21 +301,27 @@ def rebuild_buffers(hf, device: torch.device) -> None:
 
 def load_pretrained(train_module, src: Dict[str, str], rank: int) -> None:
     """Rank 0 reads the checkpoint on CPU; ``set_model_state_dict`` broadcasts it into the sharded
-    (FSDP/TP DTensor) or plain parameters. Keys are the HF names under the ``hf.`` prefix."""
+    (FSDP/TP DTensor) or plain parameters. Keys are the HF names under the ``hf.`` prefix; a LoRA-adapted
+    linear's weight goes to its ``base_layer`` (bwtrain.lora.base_layer_key) and its adapters, which no base
+    checkpoint holds, keep their initialisation."""
     from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
     import transformers
+
+    from .lora import base_layer_key
 
     full: Dict[str, torch.Tensor] = {}
     if rank == 0:
         m = transformers.AutoModelForCausalLM.from_pretrained(src.get("path") or src["id"], attn_implementation="sdpa")
-        full = {"hf." + k: v for k, v in m.state_dict().items()}
+        keys = set(train_module.state_dict().keys())
+        full = {base_layer_key("hf." + k, keys): v for k, v in m.state_dict().items()}
         del m
     if dist.is_available() and dist.is_initialized():
         opts = StateDictOptions(full_state_dict=True, broadcast_from_rank0=True, strict=False)
         result = set_model_state_dict(train_module, full, options=opts)
     else:  # one process: a plain copy (CheckpointWrapper's load hooks map the names)
         result = train_module.load_state_dict(full, strict=False)
-    missing = [k for k in getattr(result, "missing_keys", []) if not k.endswith(("_sr_seed", "_rht_sign_vector"))]
+    missing = [k for k in getattr(result, "missing_keys", [])
+               if not k.endswith(("_sr_seed", "_rht_sign_vector")) and ".lora_A." not in k and ".lora_B." not in k]
     if missing:
         raise Refusal("model", src.get("id") or src.get("path"), "T-model", f"checkpoint lacks {len(missing)} weights, e.g. {missing[0]}")
 
@@ -335,13 +341,19 @@ def count_params(hf) -> Dict[str, int]:
     return {"params": total, "params_nonembed": nonembed}
 
 
-def flops_per_token(hf, seq_len: int, params_nonembed: int) -> float:
+def flops_per_token(hf, seq_len: int, params_nonembed: int, params_trainable: Optional[int] = None) -> float:
     """Training FLOPs per token: 6 x (non-embedding parameters + LM head) + 12 x layers x heads x
-    head_dim x seq_len (torchtitan's get_num_flop_per_token, the LM head counted once)."""
+    head_dim x seq_len (torchtitan's get_num_flop_per_token, the LM head counted once). With LoRA
+    (``params_trainable``, the adapters) the frozen weights cost forward and input gradient only, 4 x
+    (non-embedding parameters - adapters + LM head), and the adapters 6 x theirs: bwplan's MFU of a frozen
+    base (docs/finetune.md "MFU counts the FLOPs the step needs")."""
     c = hf.config
     heads = c.num_attention_heads
     head_dim = getattr(c, "head_dim", None) or c.hidden_size // heads
-    return 6.0 * (params_nonembed + c.vocab_size * c.hidden_size) + 12.0 * c.num_hidden_layers * heads * head_dim * seq_len
+    attention = 12.0 * c.num_hidden_layers * heads * head_dim * seq_len
+    if params_trainable is None:
+        return 6.0 * (params_nonembed + c.vocab_size * c.hidden_size) + attention
+    return 4.0 * (params_nonembed - params_trainable + c.vocab_size * c.hidden_size) + 6.0 * params_trainable + attention
 
 
 class CausalLMTrainModule(nn.Module):

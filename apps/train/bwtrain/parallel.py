@@ -184,8 +184,10 @@ def enable_attention_recompute() -> None:
     AttentionInterface.register("sdpa", recomputed_sdpa)
 
 
-def apply_ac(hf: nn.Module, mode: str) -> int:
-    """Wrap decoder blocks; returns how many were wrapped."""
+def apply_ac(hf: nn.Module, mode: str, preserve_rng_state: bool = False) -> int:
+    """Wrap decoder blocks; returns how many were wrapped. ``preserve_rng_state`` makes the recompute draw the
+    forward's random numbers again (``torch.utils.checkpoint``: stash and restore the CPU and CUDA RNG states): needed
+    when a block draws any, as LoRA's adapter dropout does; off otherwise (torchtitan's setting: nothing to replay)."""
     if mode in ("none", "selective-attn"):
         if mode == "selective-attn":
             enable_attention_recompute()
@@ -197,9 +199,9 @@ def apply_ac(hf: nn.Module, mode: str) -> int:
     n = 0
     for i in range(len(layers)):
         if mode == "selective-op":
-            layers[i] = checkpoint_wrapper(layers[i], context_fn=_sac_context_fn, preserve_rng_state=False)
+            layers[i] = checkpoint_wrapper(layers[i], context_fn=_sac_context_fn, preserve_rng_state=preserve_rng_state)
         elif i % every == 0:
-            layers[i] = checkpoint_wrapper(layers[i], preserve_rng_state=False)
+            layers[i] = checkpoint_wrapper(layers[i], preserve_rng_state=preserve_rng_state)
         else:
             continue
         n += 1
