@@ -405,9 +405,10 @@ runner register_check(CLI::App& app, context& ctx) {
     } else {
       write_output_file(o->output, report.str(), "--output");
     }
-    // Unusable input is also reported on stderr, one line per plan, as every other command does.
+    // Unusable input is also reported on stderr, one line per plan, as every other command does (in every format:
+    // a CI log that shows stderr only still names the file, the field and the problem)
     for (const auto& po : all)
-      if (po.input_error && (o->format != "text" || !o->output.empty())) ctx.err << "bwplan: error: " << po.error << "\n";
+      if (po.input_error) ctx.err << "bwplan: error: " << po.error << "\n";
     return code;
   };
 }

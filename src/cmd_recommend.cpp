@@ -312,9 +312,13 @@ int scale_out(context& ctx, const recommend_options& o, const hardware_catalog& 
       std::string n = fmt::format("{}: a single node is enough ({:.0f} tokens/s, peak {} per GPU)", name,
                                   one->best->throughput.tokens_per_s, human(one->best->memory.device_peak()));
       if (two && two->best) {
-        n += fmt::format("; a second node buys {:+.0f}% tokens/s ({:.0f}% scaling efficiency) at {:+.0f}% cost per token",
-                         100 * (two->best->throughput.tokens_per_s / one->best->throughput.tokens_per_s - 1), 100 * two->scaling,
-                         100 * (two->usd_per_billion_tokens / one->usd_per_billion_tokens - 1));
+        n += fmt::format("; a second node buys {:+.0f}% tokens/s ({:.0f}% scaling efficiency)",
+                         100 * (two->best->throughput.tokens_per_s / one->best->throughput.tokens_per_s - 1), 100 * two->scaling);
+        // at a price of 0 (--price-per-hour 0) both costs are 0: no ratio to print
+        if (one->usd_per_billion_tokens > 0)
+          n += fmt::format(" at {:+.0f}% cost per token", 100 * (two->usd_per_billion_tokens / one->usd_per_billion_tokens - 1));
+        else
+          n += " at no cost (price 0)";
         if (two->scaling > 1.0)
           n += fmt::format(" (above 100% because the memory that sharding frees lets the plan change: {} vs {})",
                            describe(two->best->config), describe(one->best->config));

@@ -161,10 +161,16 @@ resolved_plan resolve_plan(const context& ctx, const hardware_catalog& cat, cons
   // Where a broken rule came from: the flag, or the plan file's member.
   auto fail = [&](const plan_violation& v) {
     const std::string key = v.pointer.size() > 1 ? v.pointer.substr(1) : v.field;
-    const bool in_file = doc && (doc->has(key) || (key == "activation_checkpointing" && doc->has("ac_every")));
-    if (in_file && !given(o, plan_flag(v.field).c_str())) {
+    // A plan file's value, or one the file leaves to its default or derives (gpus from instance and nodes): the
+    // file's member, with its line when the file holds it; a flag's value: the flag. The world size is broken by the
+    // parallel degrees and the target as much as by gpus: a flag given for one of them is named.
+    if (doc && v.field == "gpus")
+      for (const char* f : {"--gpus", "--tp", "--cp", "--pp", "--ep", "--nodes", "--instance", "--gpu"})
+        if (given(o, f)) throw invalid_request(std::string(f) + ": " + v.message);
+    if (doc && !given(o, plan_flag(v.field).c_str())) {
       const std::string ptr = doc->pointer(v.pointer);  // a SageMaker job: the member in the job
-      if (auto l = doc->where(v.pointer)) throw config_error(doc->file, ptr, v.message, l->line, l->column, l->byte);
+      const bool in_file = doc->has(key) || (key == "activation_checkpointing" && doc->has("ac_every"));
+      if (auto l = in_file ? doc->where(v.pointer) : std::nullopt) throw config_error(doc->file, ptr, v.message, l->line, l->column, l->byte);
       throw config_error(doc->file, ptr, v.message);
     }
     throw flag_error(v);
@@ -190,7 +196,18 @@ resolved_plan resolve_plan(const context& ctx, const hardware_catalog& cat, cons
   if (from_flag("--gpus", "gpus")) p.target.gpus = o.gpus;
   if (given(o, "--instance") && o.target.instance.empty()) throw invalid_request("--instance: must not be empty");
   if (given(o, "--gpu") && o.target.gpu.empty()) throw invalid_request("--gpu: must not be empty");
-  resolved_target t = resolve_target(cat, {p.target.gpu, p.target.instance, p.target.nodes}, "ml.p6-b200.48xlarge");
+  const bool target_from_file = doc && !given(o, "--instance") && !given(o, "--gpu");
+  resolved_target t = [&] {
+    try {
+      return resolve_target(cat, {p.target.gpu, p.target.instance, p.target.nodes}, "ml.p6-b200.48xlarge");
+    } catch (const invalid_request& e) {
+      if (!target_from_file) throw;
+      // the plan file's instance or GPU: name the file and the member (with its line)
+      const std::string ptr = doc->has("instance") && !p.target.instance.empty() ? "/instance" : "/gpu";
+      if (auto l = doc->where(ptr)) throw config_error(doc->file, doc->pointer(ptr), e.what(), l->line, l->column, l->byte);
+      throw config_error(doc->file, doc->pointer(ptr), e.what());
+    }
+  }();
   if (t.instance) p.target.instance = t.instance->id;
   else p.target.gpu = t.gpu.id;
   if (!t.instance && p.target.gpus == 0 && p.target.nodes > 1) p.target.gpus = p.target.nodes;  // --gpu b200 --nodes 2

@@ -276,15 +276,20 @@ std::vector<sweep_point> run_sweep(const hardware_catalog& cat, const model_spec
       for (const auto& v : apply_global_batch(pt.p)) throw bad(flag_error(v).what());
     for (const auto& v : plan_violations(m, pt.p)) throw bad(flag_error(v).what());
     pt.config = pt.p.training;
-    const calibration_constants k = constants_for(profile, pt.target.gpu.id, to_string(pt.config.stack));  // --calibration
-    pt.memory = estimate_memory(m, pt.config, pt.target.gpu, k.overheads);
-    pt.throughput = estimate_throughput(m, pt.config, pt.target.gpu, pt.target.instance_ptr(), k.throughput);
     points.push_back(std::move(pt));
-    if (on_point) on_point(done + 1, total);
     for (std::size_t i = axes.size(); i-- > 0;) {  // odometer: the last axis fastest
       if (++idx[i] < axes[i].values.size()) break;
       idx[i] = 0;
     }
+  }
+  // every point is resolved and checked before any is estimated: a broken point is reported at once, not after
+  // the estimates of the points before it (mbs=1..100000 failed at mbs=65537 after two minutes)
+  std::int64_t done = 0;
+  for (auto& pt : points) {
+    const calibration_constants k = constants_for(profile, pt.target.gpu.id, to_string(pt.config.stack));  // --calibration
+    pt.memory = estimate_memory(m, pt.config, pt.target.gpu, k.overheads);
+    pt.throughput = estimate_throughput(m, pt.config, pt.target.gpu, pt.target.instance_ptr(), k.throughput);
+    if (on_point) on_point(++done, total);
   }
   return points;
 }

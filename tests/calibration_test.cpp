@@ -548,3 +548,34 @@ TEST_CASE("calibration: estimates off the H200 carry the public evidence's bands
   CHECK(j["band"]["memory_from"] == "h200/hf/single");
   CHECK(j["band"]["memory"].get<double>() == Approx(group(h200, "h200/hf/single").memory));
 }
+
+TEST_CASE("bug: a profile's memory band above 100 % gives a peak-reserved range that ends at 0, not below", "[calibration]") {
+  // found by a CLI fuzz: a band of 2 (the profile reader takes up to 10) printed peak_reserved_bytes [-149e9, ...]
+  const fs::path prof = out_dir() / "wide-band.json";
+  calibration_profile p;
+  p.bwplan_version = "test";
+  p.created = "2026-01-01T00:00:00Z";
+  profile_entry e;
+  e.gpu = "h200";
+  e.stack = "hf";
+  error_band b;
+  b.gpu = "h200";
+  b.stack = "hf";
+  b.mode = "*";
+  b.rows = 12;
+  b.memory = 2.0;
+  b.tokens_per_s = 1.5;
+  e.band = b;
+  p.entries.push_back(e);
+  std::ofstream(prof) << io::profile_to_json(p).dump(2);
+  const auto r = test::run_cli({"--calibration", prof.string(), "estimate", "Llama-3.1-8B", "--gpu", "h200", "--format", "json"});
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  const auto j = nlohmann::json::parse(r.out);
+  REQUIRE(j.contains("band"));
+  CHECK(j["band"]["memory"].get<double>() == Approx(2.0));
+  const double reserved = j["memory"]["peak_reserved_bytes"].get<double>();
+  CHECK(j["band"]["peak_reserved_bytes"][0].get<double>() == 0.0);
+  CHECK(j["band"]["peak_reserved_bytes"][1].get<double>() == Approx(3 * reserved));
+  CHECK(j["band"]["tokens_per_s_range"][0].get<double>() == 0.0);
+}

@@ -448,3 +448,35 @@ TEST_CASE("bug: QLoRA on a MoE model with expert parallelism and no sharding had
   CHECK(j["memory"]["device_peak_bytes"].get<double>() > 4 * 1073741824.0);
   CHECK(j["memory"]["peak_allocated_bytes"].get<double>() > 0);
 }
+
+TEST_CASE("bug: Adafactor's step holds one parameter's full-size variance estimate at a time", "[finetune][terms]") {
+  // torch.optim.Adafactor defaults to its single-tensor loop (torch/optim/_adafactor.py: "Adafactor will default to
+  // the slower single tensor for-loop implementation unless this flag is explicitly True"), where
+  // `var_estimate = row_var @ col_var` is a full-size tensor of the parameter being stepped; bwplan counted none.
+  const model_spec m = llama_1b();
+  const gpu_spec g = h100();
+  training_config c;
+  c.seq_len = 2048;
+  c.optim = optimizer_kind::adafactor;
+  auto temp = [&](const training_config& cc) {
+    const auto s = terms::memory_shape_of(m, cc, g);
+    return terms::transient_bytes(s, terms::saved_activation_bytes(m, s), terms::weight_copy_bytes(s)).optimizer.raw();
+  };
+  // one GPU, fp32 masters: the largest parameter is the (tied) embedding, 128,256 x 2,048
+  CHECK(temp(c) == Approx(4.0 * 128256 * 2048));
+  // FSDP2 over 8 GPUs: the GPU's shard of it; bf16 masters: 2 bytes
+  c.world_size = 8;
+  c.shard = sharding::full;
+  CHECK(temp(c) == Approx(4.0 * 128256 * 2048 / 8));
+  c.master = master_weights::bf16;
+  CHECK(temp(c) == Approx(2.0 * 128256 * 2048 / 8));
+  // SGD's foreach step updates its momentum buffers in place: no temporary
+  c.optim = optimizer_kind::sgd;
+  CHECK(temp(c) == 0);
+  // and the step's peak carries it: Adafactor's optimizer peak exceeds SGD-free states + temporary bookkeeping
+  training_config one;
+  one.seq_len = 2048;
+  one.optim = optimizer_kind::adafactor;
+  const auto e = estimate_memory(m, one, g);
+  CHECK(e.at_optimizer_peak.transient.raw() >= 4.0 * 128256 * 2048);
+}

@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <fstream>
+#include <functional>
 #include <limits>
 #include <streambuf>
 #include <string>
@@ -459,4 +460,101 @@ TEST_CASE("test cases: no name holds a semicolon, which would keep ctest from ru
     INFO(tc.name);
     CHECK(tc.name.find(';') == std::string::npos);
   }
+}
+
+// ---- found by a CLI fuzz of 33,000 requests (2026-12-06); each failed on the code before its fix
+
+TEST_CASE("bug: check --format json or sarif on a plan file that is not UTF-8 reports it, not an internal JSON error", "[hardening][check]") {
+  // nlohmann's parse error quotes the bytes last read, the ill-formed one included; dumping that message into the
+  // JSON report threw type_error 316 ("internal: ... invalid UTF-8 byte")
+  const std::string f = write_temp("latin1-plan.json", "{\"model\":\"gpt2\",\"gpu\":\"h100\",\"seq_len\":1024,\"name\":\"caf\xe9\"}");
+  for (const char* format : {"json", "sarif", "text"}) {
+    INFO(format);
+    const auto r = run_cli({"check", "--format", format, f});
+    check_usage_error(r, f);
+    CHECK_THAT(r.err, Catch::Contains("malformed JSON"));
+    CHECK_THAT(r.err, Catch::Contains("\\xE9"));  // the byte, escaped
+    if (std::string(format) != "text") CHECK_NOTHROW(nlohmann::json::parse(r.out));  // a valid report
+  }
+  CHECK(io::detail::printable_utf8("caf\xc3\xa9 \xe9\x01") == "caf\xc3\xa9 \\xE9\\x01");  // well-formed UTF-8 kept
+  CHECK(io::detail::printable_utf8("\xed\xa0\x80") == "\\xED\\xA0\\x80");                 // a surrogate is not UTF-8
+}
+
+TEST_CASE("bug: check in the text format also names unusable input on stderr, in one line", "[hardening][check]") {
+  const std::string f = write_temp("truncated-plan.json", "{");
+  const auto r = run_cli({"check", f});
+  check_usage_error(r, f);
+  CHECK_THAT(r.out, Catch::Contains("unusable input"));
+}
+
+TEST_CASE("bug: recommend --nodes auto --price-per-hour 0 prints no NaN in its scaling note", "[hardening][recommend]") {
+  const auto r = run_cli({"recommend", "Llama-3.2-1B", "--nodes", "auto", "--max-nodes", "2", "--price-per-hour", "0", "--format", "json"});
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  CHECK_THAT(r.out, !Catch::Contains("nan"));
+  const auto j = nlohmann::json::parse(r.out);
+  REQUIRE(j.contains("notes"));
+  bool said = false;
+  for (const auto& n : j["notes"]) said = said || n.get<std::string>().find("a second node buys") != std::string::npos;
+  CHECK(said);
+}
+
+TEST_CASE("bug: a plan file's broken rule names the file and its member, not a flag", "[hardening][plan]") {
+  // lora_alpha with finetune full blamed --lora-rank; pp 3 of 8 GPUs blamed --gpus; an unknown instance named no file
+  const std::string base = (fs::path(BWPLAN_SOURCE_DIR) / "configs/examples/llama-3.1-8b-p6-b200.json").string();
+  auto doc = nlohmann::json::parse(std::ifstream(base));
+  auto with = [&](const char* name, const std::function<void(nlohmann::json&)>& f) {
+    auto d = doc;
+    f(d);
+    return write_temp(name, d.dump(2));
+  };
+  const std::string alpha = with("plan-alpha.json", [](nlohmann::json& d) { d["lora_alpha"] = 7; });
+  auto r = run_cli({"estimate", "--plan", alpha});
+  check_usage_error(r, alpha + ": /lora_alpha: LoRA settings need finetune lora or qlora");
+  CHECK_THAT(r.err, !Catch::Contains("--lora"));
+  const std::string pp = with("plan-pp3.json", [](nlohmann::json& d) { d["pp"] = 3; });
+  r = run_cli({"estimate", "--plan", pp});
+  check_usage_error(r, pp + ": /gpus:");
+  const std::string inst = with("plan-instance.json", [](nlohmann::json& d) { d["instance"] = "gpt2"; });
+  r = run_cli({"estimate", "--plan", inst});
+  check_usage_error(r, inst + ": /instance: unknown instance 'gpt2'");
+  // a flag given on the command line is still named as the flag
+  r = run_cli({"estimate", "--plan", base, "--pp", "3"});
+  check_usage_error(r, "--pp: tp x cp x pp = 3 does not divide the world size 8");
+}
+
+TEST_CASE("bug: --hardware refuses a file that is not a hardware catalog instead of merging nothing", "[hardening][catalog]") {
+  const std::string model = (fs::path(BWPLAN_SOURCE_DIR) / "configs/models/gpt2.json").string();
+  check_usage_error(run_cli({"--hardware", model, "hardware"}), model + ": /");
+  const std::string typo = write_temp("catalog-typo.json", R"({"gpu": [{"id": "zz"}]})");
+  check_usage_error(run_cli({"--hardware", typo, "hardware"}), typo + ": /gpu: unknown member");
+  const std::string empty = write_temp("catalog-empty.json", "{}");
+  check_usage_error(run_cli({"--hardware", empty, "hardware"}), "not a hardware catalog");
+}
+
+TEST_CASE("bug: sweep checks every point before estimating any", "[hardening][sweep]") {
+  // mbs=1..100000 computed 65,536 points (about two minutes) before refusing mbs=65537
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto r = run_cli({"sweep", "Llama-3.2-1B", "--instance", "ml.p5.48xlarge", "--vary", "mbs=1..100000", "--format", "json"});
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  check_usage_error(r, "mbs=65537");
+  CHECK(s < 30);  // generous for a loaded CI host; the check itself takes about a second
+}
+
+TEST_CASE("bug: a model with thousands of blocks keeps the cheap bound instead of a replay that grows with their square", "[hardening][allocator]") {
+  auto j = nlohmann::json::parse(llama_like);
+  j["num_hidden_layers"] = 10000;  // took over 20 s in the replay
+  const std::string f = write_temp("llama-10k-blocks.json", j.dump());
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto r = run_cli({"estimate", f, "--gpu", "h200", "--format", "json"});
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  const auto e = nlohmann::json::parse(r.out);
+  CHECK(e["memory"]["not_replayed_because"] == "more than 1,024 decoder blocks");
+  CHECK(s < 10);
+  j["num_hidden_layers"] = 1024;  // at the limit: replayed
+  const std::string g = write_temp("llama-1024-blocks.json", j.dump());
+  const auto e2 = nlohmann::json::parse(run_cli({"estimate", g, "--gpu", "h200", "--mbs", "1", "--seq", "512", "--format", "json"}).out);
+  CHECK_FALSE(e2["memory"].contains("not_replayed_because"));
 }

@@ -988,4 +988,12 @@ TEST_CASE("estimate says what the module kernels mean: fused against transformer
   CHECK(md.out.find("Modules: fused") != std::string::npos);
   const auto tt = estimate_json({"Llama-3.2-1B", "--gpu", "h100", "--master", "bf16", "--stack", "torchtune"});
   CHECK_FALSE(tt["memory"].contains("modules_note"));  // other stacks' module code is their own
+  // bug (found by a CLI fuzz): a difference under 0.05 % printed as "runs -0.0% slower"
+  for (const char* mods : {"fused", "transformers"}) {
+    const auto q = estimate_json({"Qwen3-32B", "--instance", "ml.g6e.48xlarge", "--modules", mods});
+    const std::string n = q["memory"]["modules_note"];
+    INFO(n);
+    CHECK(n.find("-0.0") == std::string::npos);
+    CHECK(n.find("0.0%") == std::string::npos);
+  }
 }

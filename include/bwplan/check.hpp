@@ -432,18 +432,28 @@ inline std::string_view rule_for(const plan_violation& v) {
   const double extra = (estimate_memory(m, t, gpu, cheap).peak_allocated - estimate_memory(m, f, gpu, cheap).peak_allocated).raw() / 1073741824.0;
   const double tf = estimate_throughput(m, f, gpu, inst, constants).tokens_per_s, tt = estimate_throughput(m, t, gpu, inst, constants).tokens_per_s;
   const double slower = tf > 0 ? 100 * (1 - tt / tf) : 0;
-  char buf[360];
-  if (c.modules == module_kernels::fused)
+  // the speed difference in words: "runs 3.1% slower" / "runs 0.2% faster" / "runs about as fast" (|d| < 0.05 %,
+  // which "%.1f" would print as 0.0 or -0.0)
+  char speed[64];
+  const bool fused = c.modules == module_kernels::fused;
+  if (std::abs(slower) < 0.05)
+    std::snprintf(speed, sizeof speed, "%s", fused ? "runs about as fast" : "the step about as fast");
+  else if (fused)
+    std::snprintf(speed, sizeof speed, "runs %.1f%% %s", std::abs(slower), slower > 0 ? "slower" : "faster");
+  else
+    std::snprintf(speed, sizeof speed, "the step %.1f%% %s", std::abs(slower), slower > 0 ? "faster" : "slower");
+  char buf[400];
+  if (fused)
     std::snprintf(buf, sizeof buf,
                   "fused (F.rms_norm, RoPE in the compute dtype; the reference trainer installs them); a script running "
                   "transformers' own RMSNorm and rotary tables (--modules transformers) holds %.2f GiB more at the peak and "
-                  "runs %.1f%% slower",
-                  extra, slower);
+                  "%s",
+                  extra, speed);
   else
     std::snprintf(buf, sizeof buf,
                   "transformers' own RMSNorm and rotary tables; with the fused kernels (--modules fused, as the reference "
-                  "trainer installs them) the peak is %.2f GiB lower and the step %.1f%% faster",
-                  extra, slower);
+                  "trainer installs them) the peak is %.2f GiB lower and %s",
+                  extra, speed);
   return buf;
 }
 

@@ -1267,7 +1267,7 @@ struct transient_buffers {
   /// emb_units: the head unit's unsharded bf16 gradient and its copy in the reduce dtype (fp32 with fp32 master
   /// weights) for the reduce-scatter right after the loss backward
   bytes head_reduce_scatter;
-  bytes optimizer;               ///< foreach AdamW: one full-size temporary list, w·P/N (fused: 0; optimizer in backward: one parameter's, w·largest_param)
+  bytes optimizer;               ///< foreach AdamW: one full-size temporary list, w·P/N (fused: 0; optimizer in backward: one parameter's, w·largest_param); Adafactor: one parameter's variance estimate, w·largest_param/N
   bytes dequantized_weight;      ///< QLoRA: the bf16 weight one 4-bit linear dequantizes while it runs (forward and backward)
   /// CPU offload of the parameters: the unit in flight's shard copied to the GPU before its all-gather (in the
   /// master dtype, then cast to bf16) and its reduce-scattered gradient shard before the copy to the host
@@ -1322,6 +1322,12 @@ struct transient_buffers {
   if (s.emb_units && !s.adapters) r.head_reduce_scatter = bytes::base(2 * s.head_w + (fp32_master ? 4 * s.head_w : 0));
   if (foreach_adamw && !s.megatron && !s.off_opt)  // (offload: the step and its temporaries are on the host)
     r.optimizer = bytes::base(s.w * (s.in_bwd ? s.largest_param : s.Pt / s.n));  // in backward: one parameter's step at a time
+  // Adafactor (torch.optim.Adafactor, torch/optim/_adafactor.py): its default is the single-tensor loop ("Adafactor will
+  // default to the slower single tensor for-loop implementation unless this flag is explicitly True"), which builds one
+  // parameter's variance estimate `row_var @ col_var` at full size and turns it into the update in place: the largest
+  // trained parameter's w·numel (this GPU's shard of it), one at a time. (The adapters of LoRA: r·max(h, F) at most.)
+  if (s.optim == optimizer_kind::adafactor && !s.megatron && !s.off_opt)
+    r.optimizer = bytes::base(s.w * (s.adapters ? s.lora_rank * std::max(s.h, s.F) : s.largest_param) / (s.in_bwd ? 1 : s.n));
   r.dequantized_weight = bytes::base(s.dequant);
   if (s.off_params) {  // the shard in the master dtype (frozen LoRA base: bf16) + its bf16 cast + the fp32 gradient shard
     const double shard = s.gathered_block / s.n;
@@ -1418,6 +1424,10 @@ struct allocator_replay {
   alloc::step_shape shape;
 };
 
+/// The most decoder blocks the caching-allocator replay takes (see replay_blocker): about 0.5 s of replay on this
+/// project's 2-core host at Llama-3.2-1B's shapes, where published models have at most a few hundred blocks.
+inline constexpr std::int64_t max_replayed_layers = 1024;
+
 /// What keeps the step trace from describing configuration `c` of `m` (see replayable()), the first found, in words
 /// for the output ("the chunked loss"); nullptr when it describes it.
 [[nodiscard]] inline const char* replay_blocker(const model_spec& m, const training_config& c) noexcept {
@@ -1425,6 +1435,10 @@ struct allocator_replay {
                      c.shard == sharding::hybrid;
   if (m.is_moe()) return "a mixture of experts";
   if (m.is_mla()) return "multi-head latent attention";
+  // the replay keeps each pool's free blocks in sorted vectors (alloc::caching_allocator), whose inserts shift the
+  // blocks of the same size range: with thousands of blocks that grows with the square of the count (a CLI fuzz timed
+  // 10,000 blocks at over 20 s); published models have at most a few hundred
+  if (m.layers > max_replayed_layers) return "more than 1,024 decoder blocks";
   if (!m.gated_mlp || m.layer_norm || m.norms_per_block != 2 || m.o_bias || m.mlp_bias || m.positions != 0)
     return "a block off the Llama layout";
   if (c.stack != training_stack::hf) return "another stack than hf";

@@ -487,7 +487,10 @@ struct training_config {
   need(c.lora.dropout >= 0 && c.lora.dropout < 1, "lora_dropout", [&] { return std::string("LoRA dropout must be in [0, 1)"); });
   need(c.lora.targets != 0 && (c.lora.targets & ~lora_target::all_linear) == 0, "lora_targets",
        [&] { return std::string("LoRA targets must name at least one block linear"); });
-  need(c.adapters() || c.lora == lora_settings{}, "lora_rank",
+  // named by the first setting off its default, so a plan file's error points at the member it holds
+  const lora_settings d0{};
+  need(c.adapters() || c.lora == d0,
+       c.lora.rank != d0.rank ? "lora_rank" : c.lora.alpha != d0.alpha ? "lora_alpha" : c.lora.targets != d0.targets ? "lora_targets" : "lora_dropout",
        [&] { return std::string("LoRA settings need finetune lora or qlora"); });
   need(!c.adapters() || c.format == compute_format::bf16, "precision", [&] {
     return std::string(c.finetune == finetune_mode::qlora ? "QLoRA computes in bf16 over an NF4 base (bitsandbytes Linear4bit)"

@@ -323,6 +323,24 @@ class RuntimeTest(unittest.TestCase):
         self.assertLess(src.index("lora_mod.apply_lora("), src.index("parallel.apply_ac("))
         self.assertLess(src.index("model_mod.init_weights("), src.index("lora_mod.init_adapters("))
 
+    def test_dry_run_optimizers(self):
+        """sgd and adafactor run (torch.optim.SGD with momentum, torch.optim.Adafactor with torch's defaults); lion is
+        refused (T-optimizer: PyTorch 2.11 has none), the 8-bit AdamWs too (T-bnb)."""
+        base = ["--dry-run", "--model", "Llama-3.2-1B", "--gpus", "1", "--contract_version", "1", "--optimizer"]
+        for name, call in (("sgd", "torch.optim.SGD(params, lr=0.0003, momentum=0.9)"), ("adafactor", "torch.optim.Adafactor(params")):
+            r = run_trainer(base + [name])
+            self.assertEqual(r.returncode, 0, r.stderr)
+            calls = json.loads(r.stdout)["calls"]
+            self.assertTrue(any(c.startswith(call) for c in calls), calls)
+            self.assertFalse(any("AdamW" in c for c in calls), calls)
+        for name, rid in (("lion", "T-optimizer"), ("adamw-8bit", "T-bnb")):
+            r = run_trainer(base + [name])
+            self.assertEqual(r.returncode, 2, r.stdout)
+            self.assertIn(rid, r.stderr)
+        src = read(os.path.join(ROOT, "apps", "train", "bwtrain", "engine.py"))
+        self.assertIn("torch.optim.SGD(params, lr=lr, momentum=SGD_MOMENTUM)", src)
+        self.assertIn("torch.optim.Adafactor(params, lr=lr)", src)
+
     def test_all_trainer_sources_parse(self):
         for p in glob.glob(os.path.join(ROOT, "apps", "train", "**", "*.py"), recursive=True):
             ast.parse(read(p), p)

@@ -95,7 +95,14 @@ def describe(plan: Dict[str, Any], local_world_size: int = 8) -> List[str]:
     impl = "fused=True" if plan["optimizer_impl"] == "fused" else "foreach=True"
     if offload != "none":
         impl = "foreach=True (the step runs on the host's shards)"
-    add(f"torch.optim.AdamW({'the adapters' if lora else 'params'}, lr={plan['learning_rate']}, {impl})")
+    params = "the adapters" if lora else "params"
+    opt = plan.get("optimizer", "adamw")
+    if opt == "sgd":
+        add(f"torch.optim.SGD({params}, lr={plan['learning_rate']}, momentum=0.9)")
+    elif opt == "adafactor":
+        add(f"torch.optim.Adafactor({params}, lr={plan['learning_rate']}) (single-tensor loop, torch's default)")
+    else:
+        add(f"torch.optim.AdamW({params}, lr={plan['learning_rate']}, {impl})")
     if plan["checkpoint_dir"] != "none":
         add(f"resume: torch.distributed.checkpoint.load from {plan['checkpoint_dir']}/latest when present")
     data = plan["data"]
@@ -107,7 +114,8 @@ def describe(plan: Dict[str, Any], local_world_size: int = 8) -> List[str]:
     if cp > 1:
         per_step += f"; context_parallel(cp_mesh[{cp}], buffers=[ids, labels, position_ids], buffer_seq_dims=[1, 1, 1])"
     loss = "chunked (8 checkpointed chunks)" if plan["loss"] == "chunked" else "standard (fp32 logits)"
-    add(f"each of {plan['max_steps']} steps: {per_step}; loss {loss}; AdamW step"
+    step = {"sgd": "SGD", "adafactor": "Adafactor"}.get(plan.get("optimizer", "adamw"), "AdamW")
+    add(f"each of {plan['max_steps']} steps: {per_step}; loss {loss}; {step} step"
         + ("; precompute_float8_dynamic_scale_for_fsdp" if plan["fp8_all_gather"] else ""))
     if plan["checkpoint_dir"] != "none":
         every = f"every {plan['checkpoint_every']} steps, " if plan["checkpoint_every"] else ""

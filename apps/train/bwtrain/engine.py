@@ -97,6 +97,27 @@ def _check_process(plan: Dict[str, Any], contract: Dict[str, Any], s: Session) -
     precision.check_runtime(plan, s.capability)
 
 
+#: SGD's momentum: bwplan counts one momentum buffer per trained parameter (docs/finetune.md), which torch.optim.SGD
+#: keeps only with momentum > 0; 0.9 is the customary value (torch.optim.SGD's default is 0, no buffer)
+SGD_MOMENTUM = 0.9
+
+
+def build_optimizer(plan: Dict[str, Any], params: List[Any], adamw_kw: Dict[str, Any]):
+    """The plan's optimizer over ``params``, as bwplan models it (docs/finetune.md, optimizer states): AdamW with the
+    plan's ``optimizer_impl`` (``adamw_kw``); SGD with momentum (one buffer per parameter; the foreach path on CUDA
+    updates it in place, no temporaries); Adafactor with torch's defaults, whose single-tensor loop (the default unless
+    ``foreach=True``, torch/optim/_adafactor.py) holds one parameter's variance estimate at a time. The contract refuses
+    the others before this runs (T-bnb, T-optimizer)."""
+    name, lr = plan.get("optimizer", "adamw"), plan["learning_rate"]
+    if name == "adamw":
+        return torch.optim.AdamW(params, lr=lr, **adamw_kw)
+    if name == "sgd":
+        return torch.optim.SGD(params, lr=lr, momentum=SGD_MOMENTUM)
+    if name == "adafactor":
+        return torch.optim.Adafactor(params, lr=lr)
+    raise Refusal("optimizer", name, "T-optimizer", f"the reference trainer builds AdamW, SGD and Adafactor, not {name}")
+
+
 def run_plan(plan: Dict[str, Any], contract: Dict[str, Any], s: Session, probe: bool = False) -> Dict[str, Any]:
     """Train ``plan``; return its measurement record (also written by rank 0)."""
     t_wall = time.time()
@@ -193,7 +214,7 @@ def run_plan(plan: Dict[str, Any], contract: Dict[str, Any], s: Session, probe: 
             # temporaries are host memory, which is why bwplan's GPU terms drop the optimizer's under offload
             kw = {"foreach": True}
         # the parameters that train: every one for a full fine-tune, the adapters under LoRA (no state for the base)
-        optimizer = torch.optim.AdamW(lora_mod.trainable_parameters(train_module), lr=plan["learning_rate"], **kw)
+        optimizer = build_optimizer(plan, lora_mod.trainable_parameters(train_module), kw)
         objs["optimizer"] = optimizer
 
         # ---- resume

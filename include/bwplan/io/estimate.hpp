@@ -192,7 +192,7 @@ inline void add_band_json(nlohmann::ordered_json& j, const memory_estimate& me, 
                {"rows", band->rows},
                {"memory", band->memory},
                {"tokens_per_s", band->tokens_per_s},
-               {"peak_reserved_bytes", {r * (1 - band->memory), r * (1 + band->memory)}},
+               {"peak_reserved_bytes", {r * std::max(0.0, 1 - band->memory), r * (1 + band->memory)}},  // a band past 100 % ends at 0
                {"device_peak_top_bytes", band_top(me, band->memory).raw()},
                {"tokens_per_s_range", {t * std::max(0.0, 1 - band->tokens_per_s), t * (1 + band->tokens_per_s)}},
                {"tight_margin", tight_margin}};

@@ -66,6 +66,45 @@ inline void check_json_depth(std::string_view text, const std::string& file, std
   }
 }
 
+/// `s` with every byte that is not part of a well-formed UTF-8 sequence (and every other control character than
+/// tab) written as `\xHH`: nlohmann's parse errors quote the bytes last read, which may be the ill-formed byte
+/// itself, and an error message must stay printable and storable in a JSON report (nlohmann's dump throws
+/// type_error 316 on invalid UTF-8).
+[[nodiscard]] inline std::string printable_utf8(std::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  auto hex = [&](unsigned char c) {
+    static constexpr char digits[] = "0123456789ABCDEF";
+    out += "\\x";
+    out += digits[c >> 4];
+    out += digits[c & 15];
+  };
+  for (std::size_t i = 0; i < s.size();) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    std::size_t n = 0;  // continuation bytes of a well-formed sequence starting here (RFC 3629)
+    if (c < 0x80) {
+      if (c < 0x20 && c != '\t') { hex(c); ++i; continue; }
+      out += static_cast<char>(c);
+      ++i;
+      continue;
+    }
+    unsigned lo = 0x80, hi = 0xBF;
+    if (c >= 0xC2 && c <= 0xDF) n = 1;
+    else if (c >= 0xE0 && c <= 0xEF) { n = 2; if (c == 0xE0) lo = 0xA0; if (c == 0xED) hi = 0x9F; }
+    else if (c >= 0xF0 && c <= 0xF4) { n = 3; if (c == 0xF0) lo = 0x90; if (c == 0xF4) hi = 0x8F; }
+    bool ok = n > 0;
+    for (std::size_t k = 1; ok && k <= n; ++k) {
+      if (i + k >= s.size()) { ok = false; break; }
+      const auto d = static_cast<unsigned char>(s[i + k]);
+      if (k == 1 ? (d < lo || d > hi) : (d < 0x80 || d > 0xBF)) ok = false;
+    }
+    if (!ok) { hex(c); ++i; continue; }
+    out.append(s.substr(i, n + 1));
+    i += n + 1;
+  }
+  return out;
+}
+
 }  // namespace detail
 
 /// Parses `text` as JSON (comments allowed). Throws config_error naming `file` and the byte offset; also for
@@ -79,6 +118,7 @@ inline void check_json_depth(std::string_view text, const std::string& file, std
     std::string what = e.what();
     // "[json.exception.parse_error.101] parse error at line 1, column 5: syntax error ..." → keep the useful part
     if (auto p = what.find("] "); p != std::string::npos) what = what.substr(p + 2);
+    what = detail::printable_utf8(what);  // it quotes the bytes last read, which may not be UTF-8
     // nlohmann counts the bytes read, the offending one included: the 0-based offset is one less.
     const std::size_t off = e.byte > 0 ? e.byte - 1 : 0;
     const text_location l = location_of(text, off);
@@ -91,7 +131,7 @@ inline void check_json_depth(std::string_view text, const std::string& file, std
     if (auto q1 = what.find('\''), q2 = what.rfind('\''); q1 != std::string::npos && q2 > q1 + 1)
       if (auto at = text.find(what.substr(q1 + 1, q2 - q1 - 1)); at != std::string::npos) off = at;
     const text_location l = location_of(text, off);
-    throw config_error(file, "", "malformed JSON: " + what, l.line, l.column, l.byte);
+    throw config_error(file, "", "malformed JSON: " + detail::printable_utf8(what), l.line, l.column, l.byte);
   }
 }
 
@@ -495,6 +535,14 @@ inline void merge_catalog(hardware_catalog& cat, const nlohmann::json& j, const 
   using L = catalog_limits;
   const std::string gib_limit = "1024000000 (10^6 GiB)";
   if (!j.is_object()) throw config_error(file, "", std::string("expected a JSON object, got ") + j.type_name());
+  // a file that is not a catalog (a model's config.json, a typo such as "gpu") would merge as nothing: refuse it
+  for (const auto& [key, value] : j.items())
+    if (key != "gpus" && key != "instances" && key != "aliases" && key != "schema_version" && key != "conventions" &&
+        key.rfind("$", 0) != 0 && key.rfind("_", 0) != 0)
+      throw config_error(file, "/" + pointer_token(key),
+                         "unknown member (a hardware catalog holds gpus, instances, aliases, schema_version and conventions)");
+  if (!j.contains("gpus") && !j.contains("instances") && !j.contains("aliases"))
+    throw config_error(file, "", "holds no gpus, instances or aliases: not a hardware catalog");
   if (auto g = j.find("gpus"); g != j.end()) {
     if (!g->is_array()) throw config_error(file, "/gpus", "expected an array");
     for (std::size_t i = 0; i < g->size(); ++i) {
