@@ -14,7 +14,9 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
@@ -75,8 +77,29 @@ errors errors_of(const std::vector<measured_run>& runs, const hardware_catalog& 
 }
 
 void write_file(const std::string& path, const std::string& text) {
+  errno = 0;
   std::ofstream f(path, std::ios::binary);
-  if (!(f << text) || !f.flush()) throw invalid_request("-o " + path + ": cannot write the file");
+  if (!(f << text) || !f.flush()) {
+    const std::string why = errno ? std::string(" (") + std::strerror(errno) + ")" : std::string{};
+    throw invalid_request("-o " + path + ": cannot write the file" + why);
+  }
+}
+
+/// The profile reader takes bands in [0, 10] (io/calibration.hpp): a band past that, or not finite, means estimate and
+/// measurement disagree more than ten-fold on some row; calibrate refuses to write what --calibration would refuse.
+void check_band(double v, const std::string& group, const char* quantity) {
+  if (!(v >= 0 && v <= 10))
+    throw invalid_request(fmt::format("calibrate {}: the error band of {} is {} (the 90 % quantile of |measured / estimated - 1|; "
+                                      "a profile holds at most 10): some rows disagree with the estimate more than ten-fold; "
+                                      "check their units and configuration", group, quantity, v));
+}
+void check_bands(const error_bands& b) {
+  for (const auto& g : b.groups) {
+    check_band(g.memory, g.label(), "peak reserved");
+    check_band(g.tokens_per_s, g.label(), "tokens/s");
+  }
+  check_band(b.fallback.memory, "(all rows)", "peak reserved");
+  check_band(b.fallback.tokens_per_s, "(all rows)", "tokens/s");
 }
 
 }  // namespace
@@ -103,6 +126,11 @@ runner register_calibrate(CLI::App& app, context& ctx) {
   sub->add_option("--format", o->format, "text | json (the report on stdout)")->capture_default_str()->check(CLI::IsMember({"text", "json"}));
 
   return [o, &ctx]() -> int {
+    for (const auto& in : o->runs) {  // -o over an input would replace the measurements with the profile
+      std::error_code ec;
+      if (!o->output.empty() && std::filesystem::equivalent(in, o->output, ec))
+        throw invalid_request("-o " + o->output + ": is the input " + in + " (the profile would replace the measurements)");
+    }
     const hardware_catalog cat = ctx.catalog();
     std::vector<run_file> files;
     std::vector<measured_run> runs;
@@ -121,6 +149,7 @@ runner register_calibrate(CLI::App& app, context& ctx) {
     if (o->bands_only) {  // the error bands of the rows with the current constants (configs/error-bands.json)
       calibration_constants k = current(runs.front().gpu, to_string(runs.front().config.stack));
       const error_bands b = compute_error_bands(runs, gpu_of, k, o->quantile);
+      check_bands(b);
       std::string cmd = "bwplan calibrate --bands-only";
       for (const auto& i : inputs) cmd += " " + i.file;
       const std::string text = io::error_bands_to_json(b, inputs, cmd).dump(2) + "\n";
@@ -193,7 +222,11 @@ runner register_calibrate(CLI::App& app, context& ctx) {
       e.reserved_before = fit.reserved_before;
       e.reserved_after = fit.reserved_after;
       const error_bands after = compute_error_bands(g.rows, gpu_of, fit.constants, o->quantile);
-      if (after.fallback.rows >= 5) e.band = error_band{g.gpu, g.stack, "*", after.fallback.rows, after.fallback.memory, after.fallback.tokens_per_s, -1, -1, {}, {}};
+      if (after.fallback.rows >= 5) {
+        check_band(after.fallback.memory, g.gpu + " / " + g.stack, "peak reserved");
+        check_band(after.fallback.tokens_per_s, g.gpu + " / " + g.stack, "tokens/s");
+        e.band = error_band{g.gpu, g.stack, "*", after.fallback.rows, after.fallback.memory, after.fallback.tokens_per_s, -1, -1, {}, {}};
+      }
       text += fmt::format("{} / {}: {} rows ({} with tokens/s, {} with peak memory)\n", g.gpu, g.stack, g.rows.size(), fit.throughput_rows,
                           fit.memory_rows);
       nlohmann::ordered_json ej{{"gpu", g.gpu}, {"stack", g.stack}, {"rows", g.rows.size()}};
@@ -218,6 +251,9 @@ runner register_calibrate(CLI::App& app, context& ctx) {
       report["entries"].push_back(ej);
       prof.entries.push_back(std::move(e));
     }
+    if (prof.entries.empty())  // (a profile without entries is what --calibration refuses)
+      throw invalid_request(fmt::format("calibrate: nothing to fit: the {} row(s) are all of another implementation than the "
+                                        "stack's own (impl=...), which the fit leaves out", runs.size()));
     // ---- held-out files: the error with the constants before and after
     report["test"] = nlohmann::ordered_json::array();
     for (const auto& t : o->test) {

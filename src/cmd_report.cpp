@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include <filesystem>
 #include <fstream>
 #include <ostream>
 
@@ -46,6 +47,11 @@ runner register_report(CLI::App& app, context& ctx) {
     if (o->top < 1) throw invalid_request("--top: must be >= 1, got " + std::to_string(o->top));
     if (o->sweep_max_mbs < 1 || o->sweep_max_mbs > 65536)
       throw invalid_request("--sweep-max-mbs: must be in 1..65536, got " + std::to_string(o->sweep_max_mbs));
+    if (!o->plan_file.empty() && o->output != "-") {  // the page over its own plan file would lose the plan
+      std::error_code ec;
+      if (std::filesystem::equivalent(o->plan_file, o->output, ec))
+        throw invalid_request("--output " + o->output + ": is the plan file given with --plan (the report would replace it)");
+    }
     const hardware_catalog cat = ctx.catalog();
     report_data d{resolve_plan(ctx, cat, *o), {}, {}, o->headroom, {}, {}, {}, {}, {}};
     if (sub->get_option("--headroom")->count() == 0) {  // recommend's default, so the top plan is recommend's best

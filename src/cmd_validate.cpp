@@ -63,19 +63,27 @@ runner register_validate(CLI::App& app, context& ctx) {
         if (rl.text_or("gpu", "").find("H100") != std::string::npos) gpu_name = "h100";
         continue;
       }
-      const training_config c = ground_truth_config(rl);
-      const std::string recipe = rl.text("recipe");
-      const std::string ac = rl.text("ac");
-      const std::string model_name = rl.text("model");
-      const model_spec m = io::load_model(models / (model_name + ".json"), model_name);
-      const gpu_spec& gpu = cat.gpu(gpu_name);
+      // a trainer record (the reference trainer's measurements.jsonl): the plan it ran, read as calibrate reads it
+      const auto pl = r.find("plan");
+      const bool record = pl != r.end() && pl->is_object();
+      measured_run rec;
+      rec.gpu = gpu_name;
+      if (record) fill_from_record(ctx, cat, rl, models.string(), rec);
+      const training_config c = record ? rec.config : ground_truth_config(rl);
+      const std::string recipe = record ? rl.text_or("recipe", "?") : rl.text("recipe");
+      const std::string ac = record ? to_string(c.ac) : rl.text("ac");
+      const std::string model_name = record ? rec.model.name : rl.text("model");
+      const model_spec m = record ? rec.model : io::load_model(models / (model_name + ".json"), model_name);
+      check_run_config(m, c, where, record ? "/plan" : "");  // a rule the row breaks: its line and member, not a flag
+      const gpu_spec& gpu = cat.gpu(record ? rec.gpu : gpu_name);
       const calibration_constants k = ctx.constants(gpu.id, c.stack);  // --calibration
       const memory_estimate me = estimate_memory(m, c, gpu, k.overheads);
       const throughput_estimate te = estimate_throughput(m, c, gpu, nullptr, k.throughput);
       const bool ok = rl.boolean_or("ok", false);
       const std::string impl = rl.text_or("impl", "");
-      const std::string tag = fmt::format("{} {} mbs={} seq={} ac={}{}{}", model_name, recipe, c.micro_batch, c.seq_len, ac,
-                                          rl.text_or("optim", "") == "foreach" ? " foreach" : "", impl.empty() ? "" : " impl=" + impl);
+      const std::string tag = record ? rec.label
+                                     : fmt::format("{} {} mbs={} seq={} ac={}{}{}", model_name, recipe, c.micro_batch, c.seq_len, ac,
+                                                   rl.text_or("optim", "") == "foreach" ? " foreach" : "", impl.empty() ? "" : " impl=" + impl);
       nlohmann::ordered_json row{{"run", tag}, {"measured_ok", ok}, {"fits", me.fits}};
       if (ok != me.fits) ++wrong_fits;
       if (!ok) {

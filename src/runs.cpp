@@ -28,9 +28,11 @@ std::int64_t run_line::integer(const char* k) const {
   return v.get<std::int64_t>();
 }
 double run_line::number(const char* k) const {
+  // measured tokens/s and bytes: at least 0.001 (a subnormal 1e-308 passed "positive" and made every relative error
+  // against it infinite: validate printed "inf%")
   const auto& v = field(k);
-  if (!v.is_number() || !(v.get<double>() > 0) || !std::isfinite(v.get<double>()))
-    throw config_error(where, std::string("/") + k, "expected a positive number, got " + dump(v));
+  if (!v.is_number() || !(v.get<double>() >= 1e-3) || !std::isfinite(v.get<double>()))
+    throw config_error(where, std::string("/") + k, "expected a positive number of at least 0.001, got " + dump(v));
   return v.get<double>();
 }
 std::string run_line::text(const char* k) const {
@@ -66,7 +68,9 @@ training_config ground_truth_config(const run_line& rl) {
   else throw config_error(rl.where, "/recipe", "unknown recipe '" + recipe + "'");
   if (ac != "none" && ac != "full" && ac != "half") throw config_error(rl.where, "/ac", "unknown ac '" + ac + "' (none, full, half)");
   c.ac = ac == "none" ? checkpointing::none() : checkpointing::full(ac == "half" ? 2 : 1);
-  if (rl.text_or("optim", "fused") == "foreach") c.optimizer = optimizer_impl::foreach;
+  const std::string optim = rl.text_or("optim", "fused");
+  if (optim != "fused" && optim != "foreach") throw config_error(rl.where, "/optim", "unknown optim '" + optim + "' (fused, foreach)");
+  if (optim == "foreach") c.optimizer = optimizer_impl::foreach;
   if (const std::string st = rl.text_or("stack", "hf"); auto s = parse_stack(st)) c.stack = *s;
   else throw config_error(rl.where, "/stack", "unknown stack '" + st + "' (hf, torchtitan, torchtune, megatron)");
   // the ground truth's `impl: hf` rows ran transformers' LlamaForCausalLM (its RMSNorm and rotary tables as published)
@@ -79,6 +83,12 @@ training_config ground_truth_config(const run_line& rl) {
   return c;
 }
 
+void check_run_config(const model_spec& m, const training_config& c, const std::string& where, const std::string& prefix) {
+  plan p;
+  p.training = c;
+  for (const auto& v : plan_violations(m, p)) throw config_error(where, prefix + v.pointer, v.message);
+}
+
 std::string gpu_id_from_device(const hardware_catalog& cat, const std::string& device) {
   std::string d = device;
   std::transform(d.begin(), d.end(), d.begin(), [](unsigned char ch) { return static_cast<char>(std::tolower(ch)); });
@@ -86,6 +96,41 @@ std::string gpu_id_from_device(const hardware_catalog& cat, const std::string& d
   for (const auto& g : cat.gpus())
     if (d.find(g.id) != std::string::npos && g.id.size() > best.size()) best = g.id;
   return best;
+}
+
+void fill_from_record(const context& ctx, const hardware_catalog& cat, const run_line& rl, const std::string& models_dir,
+                      measured_run& m) {
+  namespace fs = std::filesystem;
+  const nlohmann::json& r = rl.r;
+  const std::string& where = rl.where;
+  const fs::path models(models_dir);
+  auto pl = r.find("plan");
+  if (pl == r.end() || !pl->is_object()) throw config_error(where, "/plan", "missing required field");
+  nlohmann::json pj = nlohmann::json::object();
+  for (const auto& k : io::plan_keys())
+    if (auto it = pl->find(k); it != pl->end() && !it->is_null() && k != "check" && k != "headroom") pj[k] = *it;
+  const plan_document d = io::plan_from_json(pj, where + " /plan");
+  m.config = d.value.training;
+  if (!d.has("sharding")) m.config.shard = sharding::full;
+  const int gpus = pl->contains("gpus") && (*pl)["gpus"].is_number_integer() ? (*pl)["gpus"].get<int>() : 1;
+  m.config.world_size = std::max(1, gpus);
+  m.config.gpus_per_node = std::min(m.config.world_size, 8);
+  if (auto it = r.find("grad_accum"); it != r.end() && it->is_number_integer()) m.config.grad_accum = std::max<std::int64_t>(1, it->get<std::int64_t>());
+  if (auto it = r.find("gpu"); it != r.end() && it->is_string()) {
+    const std::string id = gpu_id_from_device(cat, it->get<std::string>());
+    if (!id.empty()) m.gpu = id;
+  }
+  const std::string model = d.value.model;
+  const fs::path local = models / (model + ".json");
+  try {
+    m.model = fs::exists(local) ? io::load_model(local, model) : ctx.model(model);
+  } catch (const config_error&) {
+    throw;  // (names its own file)
+  } catch (const error& e) {
+    throw config_error(where, "/plan/model", e.what());
+  }
+  m.label = fmt::format("{} {} mbs={} seq={} ac={} gpus={}", model, rl.text_or("recipe", "?"), m.config.micro_batch, m.config.seq_len,
+                        to_string(m.config.ac), m.config.world_size);
 }
 
 run_file read_runs(const context& ctx, const hardware_catalog& cat, const std::string& path, const std::string& models_dir) {
@@ -114,8 +159,14 @@ run_file read_runs(const context& ctx, const hardware_catalog& cat, const std::s
         gpu = gpu_id_from_device(cat, name);
         if (gpu.empty()) throw config_error(where, "/gpu", "no GPU of the catalog matches '" + name.substr(0, 60) + "' (bwplan hardware lists them)");
       }
-      if (auto it = r.find("context_used"); it != r.end() && it->is_number()) context_used = it->get<double>();
-      if (auto it = r.find("context_used_after_dist"); it != r.end() && it->is_number()) context_dist = it->get<double>();
+      // the CUDA context (and NCCL's buffers after it), bytes: what a profile may carry (cuda_context, nccl: 0-8 GiB)
+      for (auto [key, dst] : {std::pair{"context_used", &context_used}, std::pair{"context_used_after_dist", &context_dist}}) {
+        auto it = r.find(key);
+        if (it == r.end() || it->is_null()) continue;
+        if (!it->is_number() || !(it->get<double>() >= 0) || !(it->get<double>() <= 8.0 * 1024 * 1024 * 1024))
+          throw config_error(where, std::string("/") + key, "expected bytes between 0 and 8589934592 (8 GiB), got " + run_line::dump(*it));
+        *dst = it->get<double>();
+      }
       if (auto it = r.find("torch"); it != r.end() && it->is_string()) f.software = "torch " + it->get<std::string>();
       continue;
     }
@@ -125,25 +176,7 @@ run_file read_runs(const context& ctx, const hardware_catalog& cat, const std::s
     m.ok = rl.boolean_or("ok", false);
     auto pl = r.find("plan");
     if (pl != r.end() && pl->is_object()) {  // a trainer record: the plan it ran
-      nlohmann::json pj = nlohmann::json::object();
-      for (const auto& k : io::plan_keys())
-        if (auto it = pl->find(k); it != pl->end() && !it->is_null() && k != "check" && k != "headroom") pj[k] = *it;
-      const plan_document d = io::plan_from_json(pj, where + " /plan");
-      m.config = d.value.training;
-      if (!d.has("sharding")) m.config.shard = sharding::full;
-      const int gpus = pl->contains("gpus") && (*pl)["gpus"].is_number_integer() ? (*pl)["gpus"].get<int>() : 1;
-      m.config.world_size = std::max(1, gpus);
-      m.config.gpus_per_node = std::min(m.config.world_size, 8);
-      if (auto it = r.find("grad_accum"); it != r.end() && it->is_number_integer()) m.config.grad_accum = std::max<std::int64_t>(1, it->get<std::int64_t>());
-      if (auto it = r.find("gpu"); it != r.end() && it->is_string()) {
-        const std::string id = gpu_id_from_device(cat, it->get<std::string>());
-        if (!id.empty()) m.gpu = id;
-      }
-      const std::string model = d.value.model;
-      const fs::path local = models / (model + ".json");
-      m.model = fs::exists(local) ? io::load_model(local, model) : ctx.model(model);
-      m.label = fmt::format("{} {} mbs={} seq={} ac={} gpus={}", model, rl.text_or("recipe", "?"), m.config.micro_batch, m.config.seq_len,
-                            to_string(m.config.ac), m.config.world_size);
+      fill_from_record(ctx, cat, rl, models.string(), m);
     } else {
       m.config = ground_truth_config(rl);
       const std::string model = rl.text("model");
@@ -158,6 +191,8 @@ run_file read_runs(const context& ctx, const hardware_catalog& cat, const std::s
       m.peak_allocated = rl.number("peak_allocated");
       m.peak_reserved = rl.number("peak_reserved");
     }
+    // the rules every plan obeys, named by the line and member of the record (not by a flag the user never gave)
+    check_run_config(m.model, m.config, where, pl != r.end() && pl->is_object() ? "/plan" : "");
     const bool dist = m.config.world_size > 1 || m.config.sharded();
     m.non_pytorch = dist && context_dist > 0 ? context_dist : context_used;
     m.cuda_context = context_used;

@@ -34,6 +34,16 @@ struct run_line {
 /// Throws config_error naming the line and field.
 [[nodiscard]] training_config ground_truth_config(const run_line& rl);
 
+/// The configuration, model, GPU and label of a trainer record (a line with `plan`, docs/training-contract.md#8) into
+/// `m`: the plan's keys, `gpus`, the record's `grad_accum` and `gpu` (a device name), the model from `models_dir`
+/// (`<model>.json`) or a preset. Throws config_error naming the line and member.
+void fill_from_record(const context& ctx, const hardware_catalog& cat, const run_line& rl, const std::string& models_dir,
+                      measured_run& m);
+
+/// Throws config_error naming `where` (file:line) and the member (`prefix` + the rule's pointer, e.g. "/plan/tp") when
+/// configuration `c` of `m` breaks a rule of bwplan::plan_violations.
+void check_run_config(const model_spec& m, const training_config& c, const std::string& where, const std::string& prefix);
+
 /// One file of measured runs, read.
 struct run_file {
   std::string path;    ///< as given

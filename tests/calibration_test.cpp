@@ -579,3 +579,115 @@ TEST_CASE("bug: a profile's memory band above 100 % gives a peak-reserved range 
   CHECK(j["band"]["peak_reserved_bytes"][1].get<double>() == Approx(3 * reserved));
   CHECK(j["band"]["tokens_per_s_range"][0].get<double>() == 0.0);
 }
+
+namespace {
+/// tests/data/probe-records.jsonl with `edit` applied to each record (not the env line), written to `name`.
+fs::path mutated_records(const std::string& name, const std::function<void(nlohmann::json&, int)>& edit) {
+  std::ifstream in(fs::path(BWPLAN_SOURCE_DIR) / "tests" / "data" / "probe-records.jsonl");
+  const fs::path out = out_dir() / name;
+  std::ofstream o(out);
+  std::string line;
+  int i = 0;
+  while (std::getline(in, line)) {
+    auto j = nlohmann::json::parse(line);
+    if (j.value("kind", "") != "env") edit(j, i++);
+    else if (j.contains("context_used")) edit(j, -1);
+    o << j.dump() << "\n";
+  }
+  return out;
+}
+}  // namespace
+
+TEST_CASE("bug: calibrate writes only profiles that --calibration reads, or refuses in one line", "[calibration]") {
+  // found by a CLI fuzz: launch_s fitted to its bound came out 1.0000000000000009e-4 (exp(log(hi))), bands above 10 or
+  // null (inf) were written, an all-variant input wrote an empty profile: each refused by --calibration afterwards
+  struct mutation { std::string name; std::function<void(nlohmann::json&, int)> edit; };
+  const std::vector<mutation> cases{
+      {"slow-row.jsonl", [](nlohmann::json& j, int i) { if (i == 0 && j.contains("tokens_per_s")) j["tokens_per_s"] = 0.5; }},
+      {"tps-x1000.jsonl", [](nlohmann::json& j, int i) { if (i >= 0 && j.contains("tokens_per_s")) j["tokens_per_s"] = j["tokens_per_s"].get<double>() * 1000; }},
+      {"tps-1e300.jsonl", [](nlohmann::json& j, int i) { if (i >= 0 && j.contains("tokens_per_s")) j["tokens_per_s"] = 1e300; }},
+      {"gpus8.jsonl", [](nlohmann::json& j, int i) { if (i == 1) j["plan"]["gpus"] = 8; }},
+  };
+  int written = 0, refused = 0;
+  for (const auto& c : cases) {
+    const fs::path in = mutated_records(c.name, c.edit);
+    const fs::path prof = out_dir() / (c.name + ".profile.json");
+    fs::remove(prof);
+    const auto r = test::run_cli({"calibrate", in.string(), "-o", prof.string()});
+    INFO(c.name << ": " << r.err);
+    if (r.code == 0) {
+      ++written;
+      const auto use = test::run_cli({"--calibration", prof.string(), "estimate", "Llama-3.2-1B", "--gpu", "h200", "--format", "json"});
+      INFO(use.err);
+      CHECK(use.code == 0);
+      for (const auto& p : {std::string("--bands-only")}) {
+        const fs::path bands = out_dir() / (c.name + ".bands.json");
+        const auto b = test::run_cli({"calibrate", p, in.string(), "-o", bands.string()});
+        if (b.code == 0) CHECK(nlohmann::json::parse(std::ifstream(bands)).dump().find("null") == std::string::npos);
+        else CHECK(std::count(b.err.begin(), b.err.end(), '\n') == 1);
+      }
+    } else {
+      ++refused;
+      CHECK(r.code == 2);
+      CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
+      CHECK_FALSE(fs::exists(prof));
+    }
+  }
+  CHECK(written >= 1);  // the slow row: launch_s at its bound, written and read back
+  CHECK(refused >= 1);  // a thousand-fold disagreement: refused
+  // only rows of another implementation (impl=...): nothing to fit, refused instead of an empty profile
+  const fs::path gt = out_dir() / "impl-only.jsonl";
+  std::ofstream(gt) << R"({"kind": "env", "gpu": "NVIDIA H200", "context_used": 648871936})" << "\n"
+                    << R"({"model": "llama-3.2-1b", "recipe": "amp", "mbs": 1, "seq": 2048, "ac": "none", "impl": "hf", "ok": true, )"
+                    << R"("tokens_per_s": 35000, "peak_allocated": 24000000000, "peak_reserved": 25000000000})" << "\n";
+  const auto none = test::run_cli({"calibrate", gt.string(), "--models", (fs::path(BWPLAN_SOURCE_DIR) / "configs" / "models").string(),
+                                   "-o", (out_dir() / "impl-only.profile.json").string()});
+  INFO(none.err);
+  CHECK(none.code == 2);
+  CHECK_THAT(none.err, Catch::Contains("nothing to fit"));
+}
+
+TEST_CASE("bug: measured runs with out-of-range numbers or rules broken name the line and member", "[calibration]") {
+  auto one_line = [](const test::cli_result& r, const std::string& want) {
+    INFO(r.err);
+    CHECK(r.code == 2);
+    CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
+    CHECK_THAT(r.err, Catch::Contains(want));
+    CHECK_THAT(r.err, !Catch::Contains("internal"));
+  };
+  const std::string o = (out_dir() / "x.profile.json").string();
+  // the env line's CUDA context (a profile holds 0-8 GiB): was accepted, then the profile refused
+  auto in = mutated_records("ctx.jsonl", [](nlohmann::json& j, int i) { if (i < 0) j["context_used"] = 1e15; });
+  one_line(test::run_cli({"calibrate", in.string(), "-o", o}), "ctx.jsonl:1: /context_used: expected bytes between 0 and");
+  // a record's plan that breaks a rule: its line and member, not "--tp"
+  in = mutated_records("tp8.jsonl", [](nlohmann::json& j, int i) { if (i == 2) j["plan"]["tp"] = 8; });
+  one_line(test::run_cli({"calibrate", in.string(), "-o", o}), "tp8.jsonl:4: /plan/tp:");
+  // a subnormal measurement made every error against it infinite ("inf%" in validate)
+  in = mutated_records("tiny.jsonl", [](nlohmann::json& j, int i) { if (i == 0) j["tokens_per_s"] = 1e-308; });
+  one_line(test::run_cli({"calibrate", in.string(), "-o", o}), "tiny.jsonl:2: /tokens_per_s: expected a positive number of at least 0.001");
+  // -o over the input
+  one_line(test::run_cli({"calibrate", in.string(), "-o", in.string()}), "(the profile would replace the measurements)");
+  // ground-truth rows: an unknown optim, and validate's subnormal measurement
+  const std::string models = (fs::path(BWPLAN_SOURCE_DIR) / "configs" / "models").string();
+  const fs::path gt = out_dir() / "gt-optim.jsonl";
+  std::ofstream(gt) << R"({"model": "llama-3.2-1b", "recipe": "amp", "mbs": 1, "seq": 2048, "ac": "none", "optim": "x", "ok": true, )"
+                    << R"("tokens_per_s": 35000, "peak_allocated": 24000000000, "peak_reserved": 25000000000})" << "\n";
+  one_line(test::run_cli({"validate", gt.string(), "--models", models}), "gt-optim.jsonl:1: /optim: unknown optim 'x'");
+  const fs::path tiny = out_dir() / "gt-tiny.jsonl";
+  std::ofstream(tiny) << R"({"model": "llama-3.2-1b", "recipe": "amp", "mbs": 1, "seq": 2048, "ac": "none", "ok": true, )"
+                      << R"("tokens_per_s": 1e-308, "peak_allocated": 24000000000, "peak_reserved": 25000000000})" << "\n";
+  one_line(test::run_cli({"validate", tiny.string(), "--models", models}), "gt-tiny.jsonl:1: /tokens_per_s");
+}
+
+TEST_CASE("bug: validate reads the trainer's records as calibrate does", "[calibration]") {
+  // found by a CLI fuzz: validate took a record for a ground-truth row and looked for tests/data/models/Llama-3.2-1B.json
+  const fs::path recs = fs::path(BWPLAN_SOURCE_DIR) / "tests" / "data" / "probe-records.jsonl";
+  const auto r = test::run_cli({"validate", recs.string(), "--format", "json"});
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  const auto j = nlohmann::json::parse(r.out);
+  CHECK(j["rows"].size() == 15);
+  CHECK(j["rows"][0]["run"].get<std::string>().rfind("Llama-3.2-1B ", 0) == 0);
+  CHECK(j["summary"]["tokens_per_s_median_abs_error"].get<double>() < 0.15);
+  CHECK(j["summary"]["peak_allocated_median_abs_error"].get<double>() < 0.05);
+}

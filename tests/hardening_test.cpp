@@ -558,3 +558,16 @@ TEST_CASE("bug: a model with thousands of blocks keeps the cheap bound instead o
   const auto e2 = nlohmann::json::parse(run_cli({"estimate", g, "--gpu", "h200", "--mbs", "1", "--seq", "512", "--format", "json"}).out);
   CHECK_FALSE(e2["memory"].contains("not_replayed_because"));
 }
+
+TEST_CASE("bug: a hardware catalog's rates must be at least 1e-06 of their unit (a subnormal one gave NaN tokens/s)", "[hardening][catalog]") {
+  // found by a CLI fuzz: dense_tflop_per_s bf16 5e-324 passed "positive" and estimate printed "-nan tokens/s"
+  auto cat = nlohmann::json::parse(std::ifstream(fs::path(BWPLAN_SOURCE_DIR) / "configs/hardware/catalog.json"));
+  nlohmann::json g;
+  for (const auto& x : cat["gpus"])
+    if (x["id"] == "h100") g = x;
+  REQUIRE(!g.is_null());
+  g["id"] = "tiny";
+  g["dense_tflop_per_s"]["bf16"] = 5e-324;
+  const std::string f = write_temp("catalog-subnormal.json", nlohmann::json{{"gpus", {g}}}.dump());
+  check_usage_error(run_cli({"--hardware", f, "estimate", "Llama-3.2-1B", "--gpu", "tiny"}), "/gpus/0/dense_tflop_per_s/bf16: must be at least 1e-06");
+}

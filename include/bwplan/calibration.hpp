@@ -558,7 +558,8 @@ inline constexpr double default_prior_weight = 1e-3;
     }
     auto at = [&](const std::vector<double>& xx) {
       calibration_constants k = f.constants;
-      for (std::size_t j = 0; j < n; ++j) set_constant(k, tp[j]->name, std::exp(xx[j]));
+      // exp(log(hi)) may round past hi (1e-4 became 1.0000000000000009e-4, which the profile reader refuses)
+      for (std::size_t j = 0; j < n; ++j) set_constant(k, tp[j]->name, std::clamp(std::exp(xx[j]), tp[j]->lo, tp[j]->hi));
       return k;
     };
     const double pw = std::sqrt(prior_weight);

@@ -156,7 +156,9 @@ def run_plan(plan: Dict[str, Any], contract: Dict[str, Any], s: Session, probe: 
         if lora:  # PEFT adapters on the meta model, before TP, checkpointing, compile and FSDP wrap the blocks
             try:
                 rec["lora"] = lora_mod.apply_lora(hf, plan, master)
-            except ValueError as e:
+            except ValueError as e:  # PEFT: "Target modules {...} not found in the base model"; ours: "matched no linear"
+                if "not found in the base model" not in str(e) and "matched no linear" not in str(e):
+                    raise
                 raise Refusal("lora_targets", plan.get("lora_targets"), "T-lora-targets", str(e)) from None
         # autocast over fp32 weights: the full fine-tune without FSDP (LoRA's base is bf16 and runs without it)
         amp = plan["sharding"] == "none" and plan["master_weights"] == "fp32" and not lora

@@ -309,19 +309,29 @@ def load_pretrained(train_module, src: Dict[str, str], rank: int) -> None:
 
     from .lora import base_layer_key
 
+    def expected(k: str) -> bool:  # keys no base checkpoint holds: NVFP4's buffers, LoRA's adapters
+        return not k.endswith(("_sr_seed", "_rht_sign_vector")) and ".lora_A." not in k and ".lora_B." not in k
+
     full: Dict[str, torch.Tensor] = {}
+    missing: List[str] = []
     if rank == 0:
         m = transformers.AutoModelForCausalLM.from_pretrained(src.get("path") or src["id"], attn_implementation="sdpa")
         keys = set(train_module.state_dict().keys())
         full = {base_layer_key("hf." + k, keys): v for k, v in m.state_dict().items()}
         del m
+        # what the model holds and the checkpoint does not: decided on rank 0, which alone reads the checkpoint
+        # (set_model_state_dict's broadcast path reports no missing keys: it fills them from the local state)
+        missing = sorted(k for k in keys - set(full) if expected(k))
     if dist.is_available() and dist.is_initialized():
-        opts = StateDictOptions(full_state_dict=True, broadcast_from_rank0=True, strict=False)
-        result = set_model_state_dict(train_module, full, options=opts)
-    else:  # one process: a plain copy (CheckpointWrapper's load hooks map the names)
+        box = [missing]
+        dist.broadcast_object_list(box, src=0)
+        missing = box[0]
+        if not missing:
+            opts = StateDictOptions(full_state_dict=True, broadcast_from_rank0=True, strict=False)
+            set_model_state_dict(train_module, full, options=opts)
+    elif not missing:  # one process: a plain copy (CheckpointWrapper's load hooks map the names)
         result = train_module.load_state_dict(full, strict=False)
-    missing = [k for k in getattr(result, "missing_keys", [])
-               if not k.endswith(("_sr_seed", "_rht_sign_vector")) and ".lora_A." not in k and ".lora_B." not in k]
+        missing = [k for k in getattr(result, "missing_keys", []) if expected(k)]
     if missing:
         raise Refusal("model", src.get("id") or src.get("path"), "T-model", f"checkpoint lacks {len(missing)} weights, e.g. {missing[0]}")
 

@@ -464,6 +464,9 @@ inline double get_positive(const nlohmann::json& j, const std::string& file, con
   const double v = it->get<double>();
   if (!std::isfinite(v)) throw config_error(file, where, "must be a finite number");
   if (v <= 0) throw config_error(file, where, "must be a positive number, got " + it->dump());
+  // a rate, size or price of the catalog: at least 1e-6 of its unit (a subnormal 5e-324 TFLOP/s divided into the
+  // FLOPs gave inf and then NaN tokens/s)
+  if (v < 1e-6) throw config_error(file, where, "must be at least 1e-06, got " + it->dump());
   if (v > max_value) throw config_error(file, where, "must be <= " + limit + ", got " + it->dump());
   return v;
 }
