@@ -79,6 +79,19 @@ hardware_catalog catalog() {
   return cli::context{o, e, {}, {}}.catalog();
 }
 
+
+/// A profile of one entry, h200 / hf, with the built-in constants (tests change what they need).
+calibration_profile one_entry_profile() {
+  calibration_profile p;
+  p.bwplan_version = "test";
+  p.created = "2026-01-01T00:00:00Z";
+  profile_entry e;
+  e.gpu = "h200";
+  e.stack = "hf";
+  p.entries.push_back(e);
+  return p;
+}
+
 }  // namespace
 
 TEST_CASE("calibration: fitted on the llama3.2-1b rows, tested on the three unseen models", "[calibration]") {
@@ -169,18 +182,13 @@ TEST_CASE("calibration: refuses what the data cannot support, in one line, exit 
 
 TEST_CASE("calibration: --calibration applies a profile on every command, and bad profiles are one line, exit 2", "[calibration]") {
   const fs::path prof = out_dir() / "halved.json";
-  calibration_profile p;
-  p.bwplan_version = "test";
-  p.created = "2026-01-01T00:00:00Z";
-  profile_entry e;
-  e.gpu = "h200";
-  e.stack = "hf";
+  calibration_profile p = one_entry_profile();
+  profile_entry& e = p.entries.front();
   e.constants.throughput.gemm_max /= 2;
   e.constants.throughput.attention /= 2;
   e.constants.throughput.memory /= 2;
   e.constants.throughput.launch_s *= 2;
   e.fitted = {"gemm_max", "attention", "memory", "launch_s"};
-  p.entries.push_back(e);
   std::ofstream(prof) << io::profile_to_json(p).dump(2);
   const std::vector<std::string> plan{"Llama-3.2-1B", "--gpu", "h200", "--gpus", "1", "--mbs", "4", "--seq", "4096", "--sharding", "none"};
   auto est = [&](bool with) {
@@ -552,12 +560,7 @@ TEST_CASE("calibration: estimates off the H200 carry the public evidence's bands
 TEST_CASE("bug: a profile's memory band above 100 % gives a peak-reserved range that ends at 0, not below", "[calibration]") {
   // found by a CLI fuzz: a band of 2 (the profile reader takes up to 10) printed peak_reserved_bytes [-149e9, ...]
   const fs::path prof = out_dir() / "wide-band.json";
-  calibration_profile p;
-  p.bwplan_version = "test";
-  p.created = "2026-01-01T00:00:00Z";
-  profile_entry e;
-  e.gpu = "h200";
-  e.stack = "hf";
+  calibration_profile p = one_entry_profile();
   error_band b;
   b.gpu = "h200";
   b.stack = "hf";
@@ -565,8 +568,7 @@ TEST_CASE("bug: a profile's memory band above 100 % gives a peak-reserved range 
   b.rows = 12;
   b.memory = 2.0;
   b.tokens_per_s = 1.5;
-  e.band = b;
-  p.entries.push_back(e);
+  p.entries.front().band = b;
   std::ofstream(prof) << io::profile_to_json(p).dump(2);
   const auto r = test::run_cli({"--calibration", prof.string(), "estimate", "Llama-3.1-8B", "--gpu", "h200", "--format", "json"});
   INFO(r.err);
