@@ -194,7 +194,7 @@ int run_command(const std::vector<std::string>& args, std::ostream& out, std::os
       ->check(non_empty());
   app.add_option("--power-limit", ctx.power_limit_w,
                  "GPU board power limit in W (nvidia-smi -pl): GEMM and attention rates scale by limit / rated power")
-      ->check(CLI::Range(50.0, 5000.0));
+      ->check(finite_range(50, 5000));
   app.add_option("--attention-kernel", ctx.attention_kernel,
                  "attention kernel the training stack runs: fused (FlashAttention-3 / cuDNN, the catalog default) or fa2 "
                  "(FlashAttention-2, as PyTorch's flash backend and ring attention ran in 2024)")

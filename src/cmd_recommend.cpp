@@ -575,7 +575,7 @@ runner register_recommend(CLI::App& app, context& ctx) {
       ->option_text("full|lora|qlora")->capture_default_str();
   sub->add_option("--optimizer", o->optimizer, "adamw | adamw-8bit | paged-adamw-8bit | adafactor | sgd | lion, or auto (search all)")
       ->option_text("NAME|auto")->capture_default_str();
-  sub->add_option("--lora-rank", o->lora_rank, "LoRA rank (with --finetune lora|qlora)")->capture_default_str();
+  sub->add_option("--lora-rank", o->lora_rank, "LoRA rank (with --finetune lora|qlora)")->capture_default_str()->check(int_range(1, 65536));
   sub->add_option("--lora-alpha", o->lora_alpha, "LoRA alpha (with --finetune lora|qlora)")->capture_default_str();
   sub->add_option("--lora-targets", o->lora_targets, "attention | mlp | all-linear | q_proj,v_proj,... (with --finetune lora|qlora)")
       ->capture_default_str();

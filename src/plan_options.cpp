@@ -41,7 +41,8 @@ void add_plan_options(CLI::App* sub, const std::shared_ptr<plan_options>& o) {
   sub->add_option("--shard-group", o->shard_group,
                   "with --sharding hybrid: GPUs per shard group (default: one node / tp); with --sharding optimizer: GPUs one "
                   "optimizer instance shards the states over (default: every data-parallel rank; Megatron's "
-                  "--num-distributed-optimizer-instances = data-parallel size / this)");
+                  "--num-distributed-optimizer-instances = data-parallel size / this)")
+      ->check(int_range(1, 1048576));
   sub->add_option("--tp", o->tp, "tensor-parallel degree (within a node, or an NVLink domain spanning instances; with sequence parallel unless --no-sequence-parallel)");
   sub->add_option("--cp", o->cp, "context-parallel degree (ring attention; model states sharded over FSDP x CP)");
   sub->add_option("--ep", o->ep, "expert parallelism (MoE models): routed experts split over ep GPUs (divides experts and GPUs)");
@@ -67,7 +68,7 @@ void add_plan_options(CLI::App* sub, const std::shared_ptr<plan_options>& o) {
   sub->add_option("--optimizer", o->optimizer_name,
                   "adamw | adamw-8bit | paged-adamw-8bit (bitsandbytes) | adafactor | sgd (momentum) | lion")
       ->option_text("adamw|adamw-8bit|paged-adamw-8bit|adafactor|sgd|lion");
-  sub->add_option("--lora-rank", o->lora_rank, "LoRA rank r (with --finetune lora|qlora; default 16)");
+  sub->add_option("--lora-rank", o->lora_rank, "LoRA rank r (with --finetune lora|qlora; default 16)")->check(int_range(1, 65536));
   sub->add_option("--lora-alpha", o->lora_alpha, "LoRA alpha: updates scaled by alpha / r (default 32)");
   sub->add_option("--lora-targets", o->lora_targets,
                   "adapted block linears: attention | mlp | all-linear | a list such as q_proj,v_proj (default all-linear)");

@@ -571,3 +571,15 @@ TEST_CASE("bug: a hardware catalog's rates must be at least 1e-06 of their unit 
   const std::string f = write_temp("catalog-subnormal.json", nlohmann::json{{"gpus", {g}}}.dump());
   check_usage_error(run_cli({"--hardware", f, "estimate", "Llama-3.2-1B", "--gpu", "tiny"}), "/gpus/0/dense_tflop_per_s/bf16: must be at least 1e-06");
 }
+
+TEST_CASE("bug: --power-limit, --shard-group and --lora-rank say what is wrong with a value, in bwplan's words", "[hardening][cli]") {
+  // CLI11's own messages were "Value x not in range 50.000000 to 5000.000000" for a word and "Could not convert:
+  // --shard-group = 99999999999" for an overflow (found by a CLI fuzz)
+  check_usage_error(run_cli({"--power-limit", "x", "estimate", "Llama-3.2-1B"}), "--power-limit: expected a number, got 'x'");
+  check_usage_error(run_cli({"estimate", "Llama-3.2-1B", "--shard-group", "99999999999"}),
+                    "--shard-group: out of range: must be between 1 and 1048576, got 99999999999");
+  check_usage_error(run_cli({"estimate", "Llama-3.2-1B", "--finetune", "lora", "--lora-rank", "99999999999"}),
+                    "--lora-rank: out of range: must be between 1 and 65536");
+  check_usage_error(run_cli({"recommend", "Llama-3.2-1B", "--finetune", "lora", "--lora-rank", "0"}),
+                    "--lora-rank: out of range: must be between 1 and 65536, got 0");
+}
