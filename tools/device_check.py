@@ -81,6 +81,11 @@ PLANS: List[Tuple[str, List[str], bool]] = [
     # (apps/train/bwtrain/lora.py), which bwplan's LoRA terms model (docs/finetune.md)
     ("LoRA r16 all-linear", ["--precision", "bf16", "--master", "fp32", "--ac", "none", "--loss", "standard", "--finetune",
                              "lora", "--lora-rank", "16", "--lora-targets", "all-linear"], False),
+    # the other optimizers the trainer builds (bwtrain/engine.py build_optimizer): SGD with momentum (one buffer per
+    # parameter) and Adafactor (factored states; its single-tensor step holds one parameter's variance estimate)
+    ("SGD", ["--precision", "bf16", "--master", "fp32", "--ac", "none", "--loss", "standard", "--optimizer", "sgd"], False),
+    ("Adafactor", ["--precision", "bf16", "--master", "fp32", "--ac", "none", "--loss", "standard", "--optimizer", "adafactor"],
+     False),
 ]
 
 # keys the trainer needs that are not plan-file keys (bwplan's plan reader rejects them)
@@ -303,7 +308,7 @@ def match_record(row: Dict[str, Any], recs: List[Dict[str, Any]]) -> Optional[Di
     keys aside); fields a record may leave out compare as their defaults."""
     keys = ("precision", "master_weights", "activation_checkpointing", "micro_batch_size", "seq_len")
     defaults = {"modules": "fused", "loss": "standard", "finetune": "full", "lora_rank": None, "lora_alpha": None,
-                "lora_targets": None, "lora_dropout": None}
+                "lora_targets": None, "lora_dropout": None, "optimizer": "adamw"}
     for r in recs:
         p = r.get("plan") or {}
         if (r.get("kind") != "env" and all(p.get(k) == row["plan"][k] for k in keys)

@@ -1,4 +1,4 @@
-"""tools/device_check.py without a GPU (issue 12, must-show 3): the dry run builds the eight plans
+"""tools/device_check.py without a GPU (issue 12, must-show 3): the dry run builds the ten plans
 with bwplan, checks them with the trainer's contract parser and train.py --dry-run --probe, prints
 the command; without CUDA it exits 77; earlier records are compared against the 5 % / 15 % bounds.
 Needs the bwplan binary in $BWPLAN_BIN (ctest sets it); skipped without it. No torch."""
@@ -33,13 +33,13 @@ out = args[args.index("--output-dir") + 1]
 ests = {}
 for fn in glob.glob(os.path.join(out, "estimate-*.json")):
     e = json.load(open(fn)); c = e["config"]
-    ests[(c["precision"], c["master_weights"], c["activation_checkpointing"], c["modules"], c["loss"], c.get("finetune", "full"))] = (e["memory"]["peak_allocated_bytes"], e["throughput"]["tokens_per_s"])
+    ests[(c["precision"], c["master_weights"], c["activation_checkpointing"], c["modules"], c["loss"], c.get("finetune", "full"), c.get("optimizer", "adamw"))] = (e["memory"]["peak_allocated_bytes"], e["throughput"]["tokens_per_s"])
 mem_f, tps_f = float(os.environ.get("FAKE_MEM", "1.02")), float(os.environ.get("FAKE_TPS", "0.93"))
 with open(os.path.join(out, "measurements.jsonl"), "a") as f:
     f.write(json.dumps({"kind": "env", "gpu": "NVIDIA H200", "torch": "2.11.0+fake"}) + "\n")
     for i, p in enumerate(json.load(open(probe))["plans"]):
         time.sleep(float(os.environ.get("FAKE_SLEEP", "0")))
-        m, t = ests[(p["precision"], p["master_weights"], p["activation_checkpointing"], p.get("modules", "fused"), p.get("loss", "standard"), p.get("finetune", "full"))]
+        m, t = ests[(p["precision"], p["master_weights"], p["activation_checkpointing"], p.get("modules", "fused"), p.get("loss", "standard"), p.get("finetune", "full"), p.get("optimizer", "adamw"))]
         f.write(json.dumps({"kind": "probe", "ok": True, "plan": p, "peak_allocated": int(m / mem_f), "tokens_per_s": t / tps_f,
                             "versions": {"transformers": "4.57.1"}}) + "\n")
         f.flush()
@@ -77,12 +77,12 @@ class DeviceCheckDryRunTest(unittest.TestCase):
             r = run_tool(["--dry-run"], d)
             self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
             for name in ("bf16, fp32 master", "full checkpointing", "per-op selective", "fp8 (tensorwise)", "bf16 master",
-                         "transformers' modules", "chunked loss", "LoRA r16 all-linear"):
+                         "transformers' modules", "chunked loss", "LoRA r16 all-linear", "SGD", "Adafactor"):
                 self.assertIn(f"| {name} |", r.stdout)
             self.assertIn("train.py --probe", r.stdout)
             with open(os.path.join(d, "o", "probe-plans.json")) as f:
                 plans = json.load(f)["plans"]
-            self.assertEqual(len(plans), 8)
+            self.assertEqual(len(plans), 10)
             combos = {(p["precision"], p["master_weights"], p["activation_checkpointing"], p.get("modules", "fused"),
                        p.get("loss", "standard")) for p in plans}
             self.assertEqual(combos, {("bf16", "fp32", "none", "fused", "standard"), ("bf16", "fp32", "full", "fused", "standard"),
@@ -140,7 +140,7 @@ class DeviceCheckDryRunTest(unittest.TestCase):
             r = run_tool(["--python", py], d)
             self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
             self.assertIn("skipped: torchao not installed", r.stdout)
-            self.assertIn("7 of 8 plans measured", r.stdout)
+            self.assertIn("9 of 10 plans measured", r.stdout)
             self.assertTrue(os.path.isfile(os.path.join(d, "o", "measurements.jsonl")))
             r = run_tool(["--python", py, "--separate", "--plans", "fp8-tensorwise,bf16-master"], d,
                          {"FAKE_TORCHAO": "0.18.0", "FAKE_MEM": "0.9"})
@@ -166,7 +166,7 @@ class DeviceCheckDryRunTest(unittest.TestCase):
             r = subprocess.run([sys.executable, TOOL, "--bwplan", os.path.join(d, "absent"), "--estimates", os.path.join(b, "estimates"),
                                 "--out", os.path.join(d, "o2"), "--python", py], capture_output=True, text=True, env=env, timeout=120)
             self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
-            self.assertIn("7 of 8 plans measured", r.stdout)
+            self.assertIn("9 of 10 plans measured", r.stdout)
             r = subprocess.run([sys.executable, TOOL, "--bwplan", os.path.join(d, "absent"), "--estimates", os.path.join(b, "estimates"),
                                 "--out", os.path.join(d, "o3"), "--mbs", "2", "--dry-run"], capture_output=True, text=True, env=env, timeout=120)
             self.assertEqual(r.returncode, 2, r.stdout + r.stderr)
