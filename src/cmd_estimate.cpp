@@ -68,8 +68,12 @@ void print_table(std::ostream& out, const model_spec& m, const resolved_target& 
   out << fmt::format("  {:<18} {:>10.2f} GiB\n", "peak allocated", me.peak_allocated.in(gib));
   out << fmt::format("  {:<18} {:>10.2f} GiB\n", "peak reserved", me.peak_reserved.in(gib));
   out << fmt::format("  {:<18} {:>10.2f} GiB\n", "context + NCCL", me.non_pytorch.in(gib));
-  out << fmt::format("  {:<18} {:>10.2f} GiB of {:.2f} GiB ({:.1f}% headroom) -> {}\n\n", "device peak",
-                     me.device_peak().in(gib), me.capacity.in(gib), 100 * me.headroom(), me.fits ? "fits" : "DOES NOT FIT");
+  // over capacity: the bytes missing, not a negative share ("-1258.1% headroom")
+  const std::string margin = me.device_peak() <= me.capacity
+                                 ? fmt::format("{:.1f}% headroom", 100 * me.headroom())
+                                 : fmt::format("{:.2f} GiB over", (me.device_peak() - me.capacity).in(gib));
+  out << fmt::format("  {:<18} {:>10.2f} GiB of {:.2f} GiB ({}) -> {}\n\n", "device peak", me.device_peak().in(gib),
+                     me.capacity.in(gib), margin, me.fits ? "fits" : "DOES NOT FIT");
   out << "  reserved: " << reserved_source_note(m, c, me) << "\n\n";
   if (!modules_note.empty()) out << "  modules: " << modules_note << "\n\n";
   if (const std::string note = allocator_setting_note(me); !note.empty()) out << "  allocator: " << note << "\n\n";

@@ -542,7 +542,8 @@ runner register_recommend(CLI::App& app, context& ctx) {
       ->check(CLI::IsMember({"all", "dp"}))
       ->capture_default_str();
   sub->add_option("--seq,--seq-len", o->seq,
-                  "sequence length in tokens, or 'auto': the best plan for every length up to the context, and the longest "
+                  "sequence length in tokens (the model's context when shorter than the default), or 'auto': the best plan for "
+                  "every length up to the context, and the longest "
                   "whose tokens/s is within --seq-tolerance of the fastest ranked first")
       ->capture_default_str();
   sub->add_option("--seq-tolerance", o->seq_tolerance, "with --seq auto: share of the best tokens/s a longer sequence may give up")
@@ -808,6 +809,15 @@ runner register_recommend(CLI::App& app, context& ctx) {
       }
       if (s < 1 || s > plan_limits::max_seq_len)
         throw invalid_request(fmt::format("--seq: must be between 1 and {}, got {}", plan_limits::max_seq_len, o->seq));
+      if (sub->get_option("--seq")->count() == 0 && s > m.max_context) {
+        // The default length is capped at the model's context: gpt2's 1,024 learned positions cannot run 4,096
+        // tokens at all (the search would evaluate nothing), and TinyLlama's 2,048 were what it was trained at.
+        spdlog::info("--seq: {} tokens, {}'s context (the default {} is longer)", m.max_context, m.name, s);
+        s = m.max_context;
+      }
+      if (m.positions > 0 && s > m.positions)
+        throw invalid_request(fmt::format("--seq: sequence {} exceeds the {} learned position embeddings of {} (n_positions)", s,
+                                          m.positions, m.name));
       req.seq_lens = {s};
     }
     const bool scale = o->nodes == "auto" || o->instances.size() > 1 || !o->tokens.empty() || o->objective != "throughput" ||

@@ -4,6 +4,7 @@
 #include "input.hpp"
 
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 
 #include <map>
 #include <string_view>
@@ -23,7 +24,7 @@ void add_plan_options(CLI::App* sub, const std::shared_ptr<plan_options>& o) {
   sub->add_option("--gpus", o->gpus, "world size: GPUs in the job (default: all GPUs of the instances, or 1)")
       ->check(int_range(1, plan_limits::max_gpus));
   sub->add_option("--mbs,--micro-batch-size", o->mbs, "micro-batch size per GPU (sequences)");
-  sub->add_option("--seq,--seq-len", o->seq, "sequence length (tokens)");
+  sub->add_option("--seq,--seq-len", o->seq, "sequence length (tokens; default 4096, or the model's context when shorter)");
   sub->add_option("--grad-accum", o->grad_accum, "gradient accumulation steps (micro-batches per optimizer step)");
   sub->add_option("--ac", o->ac,
                   "activation checkpointing: none | full | every-K (every K-th block) | selective-op (torchtitan per-op) | "
@@ -340,6 +341,12 @@ resolved_plan resolve_plan(const context& ctx, const hardware_catalog& cat, cons
     throw;
   }
   plan& rpp = rp.p;
+  // The default length (4,096) is capped at the model's context when neither --seq nor the plan file sets one: gpt2's
+  // 1,024 learned positions cannot run longer sequences, and TinyLlama was trained at 2,048.
+  if (!given(o, "--seq") && !(doc && doc->has("seq_len")) && rpp.training.seq_len > rp.model.max_context) {
+    spdlog::info("--seq: {} tokens, {}'s context (the default {} is longer)", rp.model.max_context, rp.model.name, rpp.training.seq_len);
+    rpp.training.seq_len = rp.model.max_context;
+  }
   // The accumulation follows from the global batch unless --grad-accum was given. A plan file that sets both (as
   // every written plan does) is taken at its word unless a flag changed what the accumulation depends on.
   const bool reshaped = given(o, "--mbs") || given(o, "--gpus") || given(o, "--nodes") || given(o, "--tp") || given(o, "--cp") ||

@@ -287,4 +287,44 @@ TEST_CASE("cli: gpt2 sequences are capped by its learned positions", "[cli]") {
   CHECK_THAT(bad.err, Catch::Contains("n_positions"));
   const auto rec = run_cli({"recommend", gpt2, "--seq", "1024"});
   CHECK(rec.code == 0);
+  // An explicit --seq past the positions is refused in one line; recommend evaluated no configuration and said "0
+  // configurations evaluated ... try more nodes or a larger GPU" (exit 1).
+  const auto rec_bad = run_cli({"recommend", gpt2, "--seq", "2048"});
+  CHECK(rec_bad.code == 2);
+  CHECK(lines(rec_bad.err) == 1);
+  CHECK_THAT(rec_bad.err, Catch::Contains("--seq") && Catch::Contains("n_positions"));
+}
+
+TEST_CASE("cli: without --seq the default length is capped at the model's context", "[cli]") {
+  // The default 4,096 tokens exceed gpt2's 1,024 learned positions: estimate refused with "--seq: sequence 4096
+  // exceeds ..." although no --seq was given, and recommend evaluated nothing ("0 configurations evaluated").
+  const auto est = run_cli({"estimate", "gpt2", "--format", "json"});
+  REQUIRE(est.code == 0);
+  CHECK(nlohmann::json::parse(est.out)["config"]["seq_len"] == 1024);
+  const auto rec = run_cli({"recommend", "gpt2", "--format", "json"});
+  REQUIRE(rec.code == 0);
+  const auto rj = nlohmann::json::parse(rec.out);
+  CHECK(rj["search"]["evaluated"].get<long>() > 0);
+  CHECK(rj["plans"][0]["config"]["seq_len"] == 1024);
+  // TinyLlama (max_position_embeddings 2048, RoPE): the default was 4096 with a warning that it exceeds the context.
+  const std::string tiny = (test::shared_dir() / "models" / "TinyLlama-1.1B-Chat-v1.0.json").string();
+  if (std::filesystem::exists(tiny)) {
+    const auto t = run_cli({"estimate", tiny, "--gpu", "h200", "--format", "json"});
+    REQUIRE(t.code == 0);
+    CHECK(nlohmann::json::parse(t.out)["config"]["seq_len"] == 2048);
+    CHECK(t.err.empty());
+  }
+  // a length given is kept (the context warning stays)
+  const auto given = run_cli({"estimate", "Llama-3.1-8B", "--seq", "8192", "--format", "json"});
+  CHECK(nlohmann::json::parse(given.out)["config"]["seq_len"] == 8192);
+}
+
+TEST_CASE("cli: estimate's table says how far over capacity a plan is, not a negative headroom", "[cli]") {
+  // Llama 3.1 70B on one H100 printed "1075.65 GiB of 79.20 GiB (-1258.1% headroom) -> DOES NOT FIT".
+  const auto r = run_cli({"estimate", "Llama-3.1-70B", "--gpu", "h100", "--gpus", "1", "--ascii"});
+  REQUIRE(r.code == 0);
+  CHECK_THAT(r.out, Catch::Contains("GiB over) -> DOES NOT FIT") && !Catch::Contains("-1258"));
+  CHECK_THAT(r.out, !Catch::Contains("% headroom) -> DOES NOT FIT"));
+  const auto ok = run_cli({"estimate", "Llama-3.2-1B", "--gpu", "h200", "--gpus", "1", "--ascii"});
+  CHECK_THAT(ok.out, Catch::Contains("% headroom) -> fits"));
 }
