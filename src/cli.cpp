@@ -240,6 +240,9 @@ int run_command(const std::vector<std::string>& args, std::ostream& out, std::os
   } catch (const CLI::ExtrasError&) {
     err << "bwplan: error: " << one_line(unknown_argument_message(app)) << "\n";
     return usage;
+  } catch (const CLI::ConversionError& e) {
+    err << "bwplan: error: " << one_line(conversion_message(app, e.what())) << "\n";
+    return usage;
   } catch (const CLI::ParseError& e) {
     if (e.get_exit_code() == 0) return success;
     err << "bwplan: error: " << one_line(e.what()) << "\n";

@@ -547,7 +547,8 @@ runner register_recommend(CLI::App& app, context& ctx) {
                   "whose tokens/s is within --seq-tolerance of the fastest ranked first")
       ->capture_default_str();
   sub->add_option("--seq-tolerance", o->seq_tolerance, "with --seq auto: share of the best tokens/s a longer sequence may give up")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(finite_range(0, max_headroom));
   sub->add_option("--global-batch-tokens", o->global_batch_tokens,
                   "tokens per optimizer step for the whole job (suffixes K, M, B: 4M = 4,000,000), or auto: max(4Mi, 32Ki x GPUs), "
                   "scaled with the node count; plans round it up to whole micro-batches, and the table says by how much")

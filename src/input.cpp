@@ -136,6 +136,27 @@ void option_names(const CLI::App& app, std::vector<std::string>& out) {
 
 }  // namespace
 
+std::string conversion_message(const CLI::App& app, const std::string& what) {
+  static constexpr std::string_view prefix = "Could not convert: ";
+  const std::size_t eq = what.find(" = ");
+  if (what.rfind(prefix, 0) != 0 || eq == std::string::npos) return what;
+  const std::string name = what.substr(prefix.size(), eq - prefix.size());
+  const std::string value = what.substr(eq + 3);
+  const CLI::Option* opt = nullptr;
+  for (const CLI::App* sub : app.get_subcommands())
+    if ((opt = sub->get_option_no_throw(name)) != nullptr) break;
+  if (opt == nullptr) opt = app.get_option_no_throw(name);
+  const std::string type = opt != nullptr ? opt->get_type_name() : std::string();
+  if (type.rfind("INT", 0) == 0 || type.rfind("UINT", 0) == 0) {
+    std::string_view digits = value;
+    if (!digits.empty() && (digits.front() == '-' || digits.front() == '+')) digits.remove_prefix(1);
+    const bool whole = !digits.empty() && digits.find_first_not_of("0123456789") == std::string_view::npos;
+    return name + (whole ? ": out of range: too large, got " + value : ": expected an integer, got '" + value + "'");
+  }
+  if (type.rfind("FLOAT", 0) == 0) return name + ": expected a number, got '" + value + "'";
+  return what;
+}
+
 std::string unknown_argument_message(const CLI::App& app) {
   const CLI::App* sub = nullptr;
   for (const CLI::App* s : app.get_subcommands([](const CLI::App* a) { return !a->get_name().empty(); }))

@@ -73,6 +73,12 @@ void write_output_file(const std::string& path, const std::string& text, const s
 /// known one ("did you mean 'estimate'?").
 [[nodiscard]] std::string unknown_argument_message(const CLI::App& app);
 
+/// One line for a CLI11 ConversionError caught while parsing `app`: its "Could not convert: --mbs = x" (a value
+/// CLI11's own conversion of an INT or FLOAT option refused) in the words of the range-checked flags (`int_range`,
+/// `finite_range`): "--mbs: expected an integer, got 'x'", "out of range: too large" for a whole number past the
+/// option's type, "--lora-alpha: expected a number, got 'x'". Any other conversion message is returned as it is.
+[[nodiscard]] std::string conversion_message(const CLI::App& app, const std::string& what);
+
 /// `ids` resolved against the catalog, duplicates (also by alias or case) removed, in first-seen order.
 /// Throws invalid_request for an unknown id or an empty one.
 [[nodiscard]] std::vector<std::string> unique_instances(const hardware_catalog& cat, const std::vector<std::string>& ids);

@@ -328,3 +328,24 @@ TEST_CASE("cli: estimate's table says how far over capacity a plan is, not a neg
   const auto ok = run_cli({"estimate", "Llama-3.2-1B", "--gpu", "h200", "--gpus", "1", "--ascii"});
   CHECK_THAT(ok.out, Catch::Contains("% headroom) -> fits"));
 }
+
+TEST_CASE("cli: a value CLI11 cannot convert is named as the range-checked flags name it", "[cli]") {
+  // Before: "Could not convert: --mbs = x" (CLI11's words) for every INT / FLOAT option without a range validator,
+  // and "--seq-tolerance nan" was taken.
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"estimate", "Llama-3.2-1B", "--mbs", "x"}, "--mbs: expected an integer, got 'x'"},
+      {{"estimate", "Llama-3.2-1B", "--tp", "1.5"}, "--tp: expected an integer, got '1.5'"},
+      {{"recommend", "Llama-3.2-1B", "--top", "99999999999"}, "--top: out of range: too large, got 99999999999"},
+      {{"estimate", "Llama-3.2-1B", "--finetune", "lora", "--lora-alpha", "x"}, "--lora-alpha: expected a number, got 'x'"},
+      {{"sweep", "Llama-3.2-1B", "--lora-dropout", "y", "--vary", "mbs=1,2"}, "--lora-dropout: expected a number, got 'y'"},
+      {{"recommend", "Llama-3.2-1B", "--top", "x"}, "--top: expected an integer, got 'x'"},
+      {{"recommend", "Llama-3.2-1B", "--seq-tolerance", "nan"}, "--seq-tolerance: must be a finite number, got 'nan'"},
+  };
+  for (const auto& [args, message] : cases) {
+    const auto r = run_cli(args);
+    INFO(args[0] << " " << args[2]);
+    CHECK(r.code == 2);
+    CHECK(lines(r.err) == 1);
+    CHECK_THAT(r.err, Catch::Contains(message) && !Catch::Contains("Could not convert"));
+  }
+}
