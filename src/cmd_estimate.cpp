@@ -132,15 +132,21 @@ runner register_estimate(CLI::App& app, context& ctx) {
     if (!(o->price_per_hour >= 0 && o->price_per_hour <= 1e6) && o->price_per_hour != -1)
       throw invalid_request(fmt::format("--price-per-hour: must be between 0 and 1000000 USD, got {}", o->price_per_hour));
     double price = o->price_per_hour >= 0 ? o->price_per_hour : (t.instance ? t.instance->price_per_hour_usd : 0);
+    const bool priced = o->price_per_hour >= 0 || t.instance;  // a bare --gpu: the catalog prices instances, not GPUs
     if (!o->tokens.empty()) cost = cost_to_train(te, parse_token_count(o->tokens, "--tokens"), nodes, price);
     if (o->format == "json") {
       auto j = io::estimate_to_json(m, c, me, te);
       io::add_band_json(j, me, te, band);
       if (!modules_note.empty()) j["memory"]["modules_note"] = modules_note;
       j["hardware"] = {{"gpu", t.gpu.id}, {"instance", t.instance ? t.instance->id : ""}, {"nodes", nodes}};
-      if (cost)
+      if (cost) {
         j["training"] = {{"tokens", cost->tokens}, {"seconds", cost->seconds}, {"hours", cost->seconds / 3600},
-                         {"instance_hours", cost->instance_hours}, {"price_per_hour_usd", price}, {"cost_usd", cost->usd}};
+                         {"instance_hours", cost->instance_hours}};
+        if (priced) {  // a bare --gpu has no price in the catalog: no price and no cost rather than $0
+          j["training"]["price_per_hour_usd"] = price;
+          j["training"]["cost_usd"] = cost->usd;
+        }
+      }
       ctx.out << j.dump(2) << "\n";
     } else if (o->format == "markdown") {
       ctx.out << estimate_markdown(m, t, c, me, te, band, modules_note);
@@ -168,10 +174,17 @@ runner register_estimate(CLI::App& app, context& ctx) {
                                te.bubble.raw(), 100 * bubble, te.comm.pipeline_parallel.raw(), te.exposed.pipeline_parallel.raw(),
                                c.world_size > c.nvlink_domain_gpus() ? "EFA" : "NVLink", me.pipeline_rank, te.pipeline_rank);
       }
-      if (cost)
+      const char* not_runnable = me.fits ? "" : " -- NOT RUNNABLE: the plan does not fit in GPU memory, this is what it would take if it did";
+      if (cost && t.instance)
         ctx.out << fmt::format("training   {:.4g} tokens in {} on {} node(s): {:.0f} instance-hours, ${:.0f} at ${:.2f}/h per instance{}\n",
-                               cost->tokens, human_duration(cost->seconds), nodes, cost->instance_hours, cost->usd, price,
-                               me.fits ? "" : " -- NOT RUNNABLE: the plan does not fit in GPU memory, this is what it would take if it did");
+                               cost->tokens, human_duration(cost->seconds), nodes, cost->instance_hours, cost->usd, price, not_runnable);
+      else if (cost)  // a bare --gpu: GPU-hours; a price only when --price-per-hour gives one (per GPU-hour)
+        ctx.out << fmt::format("training   {:.4g} tokens in {} on {} GPU(s): {:.0f} GPU-hours, {}{}\n", cost->tokens,
+                               human_duration(cost->seconds), nodes, cost->instance_hours,
+                               priced ? fmt::format("${:.0f} at ${:.2f}/h per GPU", cost->usd, price)
+                                      : std::string("no cost: the catalog prices instances, not a bare --gpu (give --instance, or "
+                                                    "--price-per-hour in USD per GPU-hour)"),
+                               not_runnable);
     }
     if (c.seq_len > m.max_context)
       spdlog::warn("--seq {} is longer than the model's context ({} tokens)", c.seq_len, m.max_context);

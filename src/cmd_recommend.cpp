@@ -996,6 +996,25 @@ runner register_recommend(CLI::App& app, context& ctx) {
       }
     }
     if (r.ranked.empty()) {
+      if (r.evaluated == 0) {
+        // Nothing was evaluated: the settings given rule out every candidate the search builds, which more nodes or a
+        // larger GPU would not change ("try more nodes" was the advice for --optimizer-in-backward under the default
+        // 4M-token global batch, which needs gradient accumulation at every micro-batch).
+        const std::int64_t largest_step = req.max_micro_batch * req.seq_lens.back();
+        std::string why = "the settings given rule out every candidate of the search";
+        if (req.optimizer_in_backward && world > 1)
+          why = fmt::format("--optimizer-in-backward is torchtune's single-device optimizer_in_bwd: one GPU, unsharded (--gpu {} "
+                            "without --instance), not {} GPUs", t.gpu.id, world);
+        else if (req.optimizer_in_backward)
+          why = fmt::format("--optimizer-in-backward runs one GPU without gradient accumulation (torchtune's optimizer_in_bwd), and the "
+                            "global batch of {} tokens needs accumulation at every micro-batch searched (at most {} x {} tokens): "
+                            "the global batch is one micro-batch, pass --global-batch-tokens {} (1 x {}) or another multiple of the "
+                            "sequence up to {}",
+                            req.global_batch_tokens, req.max_micro_batch, req.seq_lens.back(), req.seq_lens.back(),
+                            req.seq_lens.back(), largest_step);
+        ctx.err << fmt::format("bwplan: no configuration of {} could be evaluated on {}: {}\n", m.name, where, why);
+        return failure;
+      }
       if (saver && o->format != "json") ctx.out << "\nno full fine-tune fits; " << saver_line(*saver) << "\n";
       ctx.err << fmt::format("bwplan: no configuration of {} fits on {} with {:.0f}% headroom; {}\n", m.name, where, 100 * req.headroom,
                              saver ? "see the memory saver above, or try more nodes" : "try more nodes or a larger GPU");

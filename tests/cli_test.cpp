@@ -349,3 +349,35 @@ TEST_CASE("cli: a value CLI11 cannot convert is named as the range-checked flags
     CHECK_THAT(r.err, Catch::Contains(message) && !Catch::Contains("Could not convert"));
   }
 }
+
+TEST_CASE("cli: recommend says why nothing could be evaluated instead of 'try more nodes'", "[cli]") {
+  // --optimizer-in-backward forbids accumulation, which the default 4M-token global batch needs at every micro-batch:
+  // recommend said "0 configurations evaluated ... try more nodes or a larger GPU" (more nodes are ruled out too).
+  const auto one = run_cli({"recommend", "Llama-3.2-1B", "--gpu", "h200", "--stack", "torchtune", "--optimizer-in-backward"});
+  CHECK(one.code == 1);
+  CHECK(lines(one.err) == 1);
+  CHECK_THAT(one.err, Catch::Contains("could be evaluated") && Catch::Contains("--global-batch-tokens 4096") &&
+                          !Catch::Contains("try more nodes"));
+  const auto node = run_cli({"recommend", "Llama-3.2-1B", "--instance", "ml.p5en.48xlarge", "--stack", "torchtune", "--optimizer-in-backward"});
+  CHECK(node.code == 1);
+  CHECK_THAT(node.err, Catch::Contains("one GPU") && Catch::Contains("not 8 GPUs") && !Catch::Contains("try more nodes"));
+  // the suggested global batch gives plans
+  const auto fixed = run_cli({"recommend", "Llama-3.2-1B", "--gpu", "h200", "--stack", "torchtune", "--optimizer-in-backward",
+                              "--global-batch-tokens", "4096", "--format", "json"});
+  REQUIRE(fixed.code == 0);
+  CHECK(nlohmann::json::parse(fixed.out)["search"]["fitting"].get<long>() > 0);
+}
+
+TEST_CASE("cli: estimate --tokens on a bare --gpu gives GPU-hours and no $0 cost", "[cli]") {
+  // "training 1e+09 tokens in 3.7 h on 8 node(s): 30 instance-hours, $0 at $0.00/h per instance"
+  const auto r = run_cli({"estimate", "Llama-3.1-8B", "--gpu", "h100", "--gpus", "8", "--tokens", "1B"});
+  REQUIRE(r.code == 0);
+  CHECK_THAT(r.out, Catch::Contains("on 8 GPU(s)") && Catch::Contains("GPU-hours") && Catch::Contains("no cost") &&
+                        !Catch::Contains("$0 at $0.00"));
+  const auto j = nlohmann::json::parse(run_cli({"estimate", "Llama-3.1-8B", "--gpu", "h100", "--gpus", "8", "--tokens", "1B", "--format", "json"}).out);
+  CHECK(!j["training"].contains("cost_usd"));
+  const auto priced = run_cli({"estimate", "Llama-3.1-8B", "--gpu", "h100", "--gpus", "8", "--tokens", "1B", "--price-per-hour", "3"});
+  CHECK_THAT(priced.out, Catch::Contains("at $3.00/h per GPU"));
+  const auto inst = run_cli({"estimate", "Llama-3.1-8B", "--instance", "ml.p5.48xlarge", "--tokens", "1B"});
+  CHECK_THAT(inst.out, Catch::Contains("per instance") && Catch::Contains("1 node(s)"));
+}
