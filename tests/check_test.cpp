@@ -524,3 +524,23 @@ TEST_CASE("docs/plan.schema.json names exactly the keys the reader accepts, the 
     CHECK_NOTHROW(io::load_plan(e.path()));
   }
 }
+
+TEST_CASE("check: BWP001's fix names only the memory savers the plan has left", "[check]") {
+  // The fix was the same text for every plan: "reduce micro_batch_size, enable activation_checkpointing, use sharding
+  // full or loss chunked, offload the optimizer ..., or add nodes", also for Llama-3.1-70B on one H100 at micro-batch
+  // 1 with full checkpointing, where only what shrinks the model states can help.
+  const auto one_gpu = check_json((fs::path(examples()) / "llama-3.1-70b-one-h100.json").string());
+  REQUIRE(one_gpu.code == 1);
+  const std::string fix = fired(one_gpu.report, "BWP001").at(0)["fix"].get<std::string>();
+  CHECK_THAT(fix, Catch::Contains("model states alone") && Catch::Contains("offload the optimizer") &&
+                      Catch::Contains("more GPUs with sharding full") && !Catch::Contains("micro_batch_size") &&
+                      !Catch::Contains("activation_checkpointing\": \"full\""));
+  // activations over the line on a sharded node: the activation savers, not "use sharding full" (it has it)
+  const auto acts = check_json(write_plan("savers", with(base_plan(), {{"micro_batch_size", "64"}, {"global_batch_size", "512"},
+                                                                      {"activation_checkpointing", "\"none\""}, {"ac_every", ""},
+                                                                      {"loss", "\"standard\""}})));
+  REQUIRE(acts.code == 1);
+  const std::string fix2 = fired(acts.report, "BWP001").at(0)["fix"].get<std::string>();
+  CHECK_THAT(fix2, Catch::Contains("reduce micro_batch_size") && Catch::Contains("checkpoint every block") &&
+                       Catch::Contains("loss chunked") && !Catch::Contains("use sharding full") && !Catch::Contains("model states alone"));
+}

@@ -381,3 +381,33 @@ TEST_CASE("cli: estimate --tokens on a bare --gpu gives GPU-hours and no $0 cost
   const auto inst = run_cli({"estimate", "Llama-3.1-8B", "--instance", "ml.p5.48xlarge", "--tokens", "1B"});
   CHECK_THAT(inst.out, Catch::Contains("per instance") && Catch::Contains("1 node(s)"));
 }
+
+TEST_CASE("cli: recommend's table shows the pipeline and tensor-parallel columns of the plans it lists", "[cli]") {
+  // --top 1 on one p5 node: plan #1 is PP 2 interleaved; the table showed no PP column (only --top 2 did).
+  const std::vector<std::string> args = {"recommend", "Llama-3.1-8B", "--instance", "ml.p5.48xlarge", "--top", "1", "--ascii"};
+  const auto txt = run_cli(args);
+  auto json_args = args;
+  json_args.back() = "--format";
+  json_args.emplace_back("json");
+  const auto js = run_cli(json_args);
+  REQUIRE(txt.code == 0);
+  REQUIRE(js.code == 0);
+  const auto cfg = nlohmann::json::parse(js.out)["plans"][0]["config"];
+  const std::string header = txt.out.substr(txt.out.find("  #"), txt.out.find('\n', txt.out.find("  #")) - txt.out.find("  #"));
+  INFO(header);
+  if (cfg["pp"].get<int>() > 1) CHECK_THAT(header, Catch::Contains(" PP"));
+  if (cfg["tp"].get<int>() > 1) CHECK_THAT(header, Catch::Contains(" TP"));
+  CHECK((cfg["pp"].get<int>() > 1 || cfg["tp"].get<int>() > 1));  // the case this test is about
+}
+
+TEST_CASE("cli: a plan that does not fit never reads peak reserved below peak allocated", "[cli]") {
+  // The replay stops at the request that fails: Mistral-7B, mbs 2, full checkpointing on one H100 read
+  // "peak allocated 110.05 GiB, peak reserved 109.43 GiB".
+  const auto r = run_cli({"estimate", "Mistral-7B-v0.1", "--gpu", "h100", "--ac", "full", "--mbs", "2", "--format", "json"});
+  REQUIRE(r.code == 0);
+  const auto j = nlohmann::json::parse(r.out);
+  CHECK_FALSE(j["fits"].get<bool>());
+  CHECK(j["memory"]["peak_reserved_bytes"].get<double>() >= j["memory"]["peak_allocated_bytes"].get<double>());
+}
+
+

@@ -370,3 +370,30 @@ TEST_CASE("estimate JSON: communication by parallelism adds up, expert parallel 
   CHECK(parts.contains("expert_parallel"));
   CHECK(j["config"]["dp"] == 4);
 }
+
+TEST_CASE("differing_columns: a setting away from its default is shown even when every row shares it", "[plan]") {
+  // recommend --top 1 (or plans that all share TP 8, PP 2 interleaved or the chunked loss) printed no TP, PP or loss
+  // column: a reader copying the table ran TP 1, PP 1 and the standard loss.
+  training_config a;
+  a.world_size = 8;
+  a.tp = 8;
+  a.pp = 1;
+  a.loss = loss_impl::chunked;
+  training_config b = a;
+  b.micro_batch = 2;
+  const auto cols = setting_columns(a);
+  for (const auto& rows : {std::vector<training_config>{a}, std::vector<training_config>{a, b}}) {
+    const auto show = differing_columns(rows);
+    auto shown = [&](std::string_view key) {
+      for (std::size_t i = 0; i < cols.size(); ++i)
+        if (cols[i].key == key) return static_cast<bool>(show[i]);
+      FAIL("no column " << key);
+      return false;
+    };
+    CHECK(shown("tp"));
+    CHECK(shown("loss"));
+    CHECK_FALSE(shown("pp"));  // at its default in every row
+    CHECK_FALSE(shown("cp"));
+    CHECK_FALSE(shown("stack"));
+  }
+}

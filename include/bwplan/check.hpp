@@ -155,6 +155,39 @@ inline std::string_view rule_for(const plan_violation& v) {
   return "BWP010";
 }
 
+/// BWP001's fix: the memory savers a plan that does not fit has left, named for what it already runs. A setting it
+/// already has is not suggested again (micro-batch 1, every block checkpointed, FSDP full shard, the chunked loss,
+/// optimizer offload); context parallelism is named for a long sequence; and when its model states alone (parameters,
+/// optimizer states and gradients at the peak, with the CUDA context) pass what CUDA can use, only what shrinks them
+/// is (more GPUs under full sharding, optimizer offload, bf16 masters with 8-bit AdamW states, LoRA). The list was
+/// the same for every plan ("reduce micro_batch_size, enable activation_checkpointing, ...") even at micro-batch 1
+/// with full checkpointing.
+[[nodiscard]] inline std::string memory_savers_hint(const training_config& c, const memory_estimate& me) {
+  const memory_breakdown& b = me.at_peak;
+  const bytes states = b.parameters + b.optimizer_states + b.gradients;
+  const bool states_alone = states + me.non_pytorch > me.capacity;
+  const bool megatron = c.stack == training_stack::megatron;
+  std::vector<std::string> fixes;
+  if (!states_alone) {
+    if (c.micro_batch > 1) fixes.emplace_back("reduce micro_batch_size");
+    if (!(c.ac.mode == ac_mode::full && c.ac.every == 1)) fixes.emplace_back("checkpoint every block (\"activation_checkpointing\": \"full\")");
+    if (c.loss == loss_impl::standard && !megatron) fixes.emplace_back("use loss chunked");
+    if (c.cp == 1 && c.seq_len >= 32768 && c.world_size > 1) fixes.emplace_back("split the sequence with context parallelism (cp)");
+  }
+  if (c.world_size > 1 && c.shard != sharding::full && !megatron) fixes.emplace_back("use sharding full");
+  if (c.offload == 0 && !c.adapters() && !megatron) fixes.emplace_back("offload the optimizer to the CPU (\"offload\": \"optimizer\")");
+  if (states_alone && !c.adapters()) {
+    if (c.master == master_weights::fp32 && !megatron)
+      fixes.emplace_back("keep bf16 master weights with 8-bit AdamW states (\"master_weights\": \"bf16\", \"optim\": \"adamw-8bit\")");
+    if (c.stack == training_stack::hf || c.stack == training_stack::torchtune) fixes.emplace_back("fine-tune with LoRA (\"finetune\": \"lora\")");
+  }
+  fixes.emplace_back(c.world_size == 1 ? "spread the model states over more GPUs with sharding full" : "add nodes");
+  std::string out = states_alone ? "the model states alone (" + gib_str(states) + " per GPU) do not fit: " : std::string();
+  for (std::size_t i = 0; i < fixes.size(); ++i)
+    out += (i == 0 ? "" : i + 1 == fixes.size() ? ", or " : ", ") + fixes[i];
+  return out;
+}
+
 }  // namespace detail
 
 /// Gradient accumulation that makes `global_batch` sequences from micro-batches of `mbs` on `dp` replicas:
@@ -343,8 +376,7 @@ inline std::string_view rule_for(const plan_violation& v) {
                          ? "it fits with the caching allocator's expandable_segments:True: set \"expandable_segments\": true "
                            "(--expandable-segments; the SageMaker job then sets PYTORCH_CUDA_ALLOC_CONF), or "
                          : "") +
-             "reduce micro_batch_size, enable activation_checkpointing, use sharding full or loss chunked, offload the optimizer to "
-             "the CPU (\"offload\": \"optimizer\"), or add nodes" + best_hint,
+             detail::memory_savers_hint(c, me) + best_hint,
          {"/micro_batch_size", "/activation_checkpointing", "/model"});
   } else if (me.headroom() < p.headroom) {
     const bytes want = (1.0 - p.headroom) * cap;

@@ -452,9 +452,10 @@ struct setting_column {
 }
 
 /// Which of setting_columns() to show for `rows`: the core columns (micro-batch, sequence, accumulation, DP,
-/// global batch, checkpointing, sharding, precision) always, and every other column in which two rows differ.
-/// A table built from this names every setting in which its rows differ. `always`: keys shown regardless (e.g.
-/// "ep" for a MoE model).
+/// global batch, checkpointing, sharding, precision) always, every other column in which two rows differ, and every
+/// column in which a row is not at training_config's default. A table built from this names every setting in which
+/// its rows differ or which a reader would otherwise take for the default (a single plan at TP 8 or PP 2 showed no TP
+/// or PP column). `always`: keys shown regardless (e.g. "ep" for a MoE model).
 [[nodiscard]] inline std::vector<bool> differing_columns(const std::vector<training_config>& rows,
                                                         const std::vector<std::string_view>& always = {}) {
   const std::vector<setting_column> proto = setting_columns(training_config{});
@@ -470,7 +471,7 @@ struct setting_column {
   for (const auto& r : rows) {
     const auto cols = setting_columns(r);
     for (std::size_t i = 0; i < cols.size(); ++i)
-      if (cols[i].value != first[i].value) show[i] = true;
+      if (cols[i].value != first[i].value || cols[i].value != proto[i].value) show[i] = true;
   }
   return show;
 }
