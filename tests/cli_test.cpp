@@ -411,3 +411,19 @@ TEST_CASE("cli: a plan that does not fit never reads peak reserved below peak al
 }
 
 
+
+TEST_CASE("cli: without sequence parallel the norms and residual adds run on the whole sequence on every TP rank", "[cli]") {
+  // --no-sequence-parallel left the memory-bound time as it is with sequence parallel (0.0495 s either way, Llama 3 8B,
+  // TP 8 on p5), though its help says the norms then run on the whole sequence on every rank.
+  auto mb = [](bool sp) {
+    std::vector<std::string> a{"estimate", "Llama-3.1-8B", "--instance", "ml.p5.48xlarge", "--stack", "megatron", "--sharding", "none",
+                               "--ac", "full", "--tp", "8", "--format", "json"};
+    if (!sp) a.emplace_back("--no-sequence-parallel");
+    const auto r = run_cli(a);
+    REQUIRE(r.code == 0);
+    return nlohmann::json::parse(r.out)["throughput"]["memory_bound_s"].get<double>();
+  };
+  const double with_sp = mb(true), without = mb(false);
+  CHECK(without > 1.2 * with_sp);
+  CHECK(without < 8 * with_sp);  // the q-, k-, v- and MLP-width terms stay split over the ranks
+}

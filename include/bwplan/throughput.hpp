@@ -423,6 +423,11 @@ struct throughput_shape {
   double cp = 1;     ///< context-parallel degree
   bool qk_norm = false;  ///< per-head q/k RMSNorm (Qwen3)
   double norms = 2;  ///< norms per block
+  /// Tensor parallelism without sequence parallel (training_config::sequence_parallel false, Megatron-LM without
+  /// `--sequence-parallel`): tp, else 1. The norms and residual adds then run on the whole sequence on every
+  /// tensor-parallel rank (Korthikanti et al. 2022, arXiv:2205.05198, section 4.2.2: sequence parallelism splits
+  /// exactly these along the sequence), so their bytes per token of this rank's T are tp times those with it.
+  double sp_replicas = 1;
   bool gated = true; ///< gated MLP (SwiGLU/GeGLU)
   double moe_copies = 0;  ///< routed copies of a token per block, k·cf averaged over blocks (0: dense)
   bool foreach_optimizer = false;  ///< torch.optim.AdamW(foreach=True) instead of fused
@@ -537,6 +542,7 @@ struct throughput_shape {
   r.cp = c.cp;
   r.qk_norm = m.qk_norm;
   r.norms = m.norms_per_block;
+  r.sp_replicas = c.tp > 1 && !c.sequence_parallel ? static_cast<double>(c.tp) : 1.0;
   r.gated = m.gated_mlp;
   r.moe_copies = m.is_moe() ? static_cast<double>(m.top_k) * c.moe_capacity_factor * static_cast<double>(m.moe_layers) / std::max(1.0, r.L) : 0;
   r.foreach_optimizer = c.optimizer == optimizer_impl::foreach && c.optim == optimizer_kind::adamw;
@@ -851,7 +857,9 @@ struct block_elementwise_bytes {
 /// permutations (extern index kernels), and the loss and casts of memory_bound_time (whose ring-attention merges have
 /// their own compiled count there).
 [[nodiscard]] constexpr block_elementwise_bytes block_elementwise(const throughput_shape& s, double moe_copies) noexcept {
-  const double h = s.h, f = s.f, q = s.q, kv = s.kv, norms = s.norms;
+  // the per-element-of-h terms (norms, residual adds, their casts; the MoE permutations) run on every token of the
+  // sequence on each tensor-parallel rank without sequence parallel (throughput_shape::sp_replicas)
+  const double h = s.h * s.sp_replicas, f = s.f, q = s.q, kv = s.kv, norms = s.norms;
   const double rs = s.amp ? 4 : 2, no = s.amp ? 4 : 2;
   block_elementwise_bytes r;
   if (s.compiled) {
