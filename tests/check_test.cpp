@@ -544,3 +544,14 @@ TEST_CASE("check: BWP001's fix names only the memory savers the plan has left", 
   CHECK_THAT(fix2, Catch::Contains("reduce micro_batch_size") && Catch::Contains("checkpoint every block") &&
                        Catch::Contains("loss chunked") && !Catch::Contains("use sharding full") && !Catch::Contains("model states alone"));
 }
+
+TEST_CASE("check: BWP012 names the runs its band was measured on", "[check]") {
+  // A tight plan on p5 (H100) read "h100/hf/fsdp from 47 measured runs": no H100 run is behind that band, which
+  // error_bands::lookup borrows from the H200 runs of the hf stack (estimate says so).
+  const auto j = check_json(write_plan("tight", with(base_plan(), {{"instance", "\"ml.p5.48xlarge\""}, {"micro_batch_size", "2"},
+                                                                    {"global_batch_size", "256"}, {"activation_checkpointing", "\"none\""},
+                                                                    {"ac_every", ""}, {"loss", "\"standard\""}})));
+  REQUIRE(fired(j.report, "BWP012").size() == 1);
+  const std::string msg = fired(j.report, "BWP012")[0]["message"].get<std::string>();
+  CHECK_THAT(msg, Catch::Contains("measured on h200/") && Catch::Contains("no run of h100/") && !Catch::Contains("h100/hf/fsdp from"));
+}

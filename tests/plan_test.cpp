@@ -199,6 +199,14 @@ TEST_CASE("to_cli_args: every setting of the plan, defaults included", "[plan]")
   CHECK(shell_quote("ml.p5.48xlarge") == "ml.p5.48xlarge");
 }
 
+/// Whether differing_columns' `show` holds the column `key` of `cols` (fails the test when there is no such column).
+static bool column_shown(const std::vector<bool>& show, const std::vector<setting_column>& cols, std::string_view key) {
+  for (std::size_t i = 0; i < cols.size(); ++i)
+    if (cols[i].key == key) return show[i];
+  FAIL("no column " << key);
+  return false;
+}
+
 TEST_CASE("setting_columns / differing_columns: rows that differ name the setting", "[plan]") {
   training_config a;
   a.world_size = 8;
@@ -206,13 +214,7 @@ TEST_CASE("setting_columns / differing_columns: rows that differ name the settin
   b.format = compute_format::fp8;
   b.tp = 2;
   const auto show = differing_columns({a, b});
-  const auto cols = setting_columns(a);
-  auto shown = [&](std::string_view key) {
-    for (std::size_t i = 0; i < cols.size(); ++i)
-      if (cols[i].key == key) return static_cast<bool>(show[i]);
-    FAIL("no column " << key);
-    return false;
-  };
+  const auto shown = [&](std::string_view key) { return column_shown(show, setting_columns(a), key); };
   CHECK(shown("precision"));
   CHECK(shown("tp"));
   CHECK(shown("dp"));
@@ -384,12 +386,7 @@ TEST_CASE("differing_columns: a setting away from its default is shown even when
   const auto cols = setting_columns(a);
   for (const auto& rows : {std::vector<training_config>{a}, std::vector<training_config>{a, b}}) {
     const auto show = differing_columns(rows);
-    auto shown = [&](std::string_view key) {
-      for (std::size_t i = 0; i < cols.size(); ++i)
-        if (cols[i].key == key) return static_cast<bool>(show[i]);
-      FAIL("no column " << key);
-      return false;
-    };
+    const auto shown = [&](std::string_view key) { return column_shown(show, cols, key); };
     CHECK(shown("tp"));
     CHECK(shown("loss"));
     CHECK_FALSE(shown("pp"));  // at its default in every row

@@ -408,9 +408,13 @@ inline std::string_view rule_for(const plan_violation& v) {
   // ---- BWP012: tight (the band crosses the capacity less the margin)
   if (in.band && res.verdict == fit_verdict::tight) {
     const bytes top = band_top(me, in.band->memory);
+    // the group the memory band was measured on: the plan's own, or the one error_bands::lookup took it from (it named
+    // the plan's group, "h100/hf/fsdp from 47 measured runs", for a band of H200 runs)
+    const std::string from = in.band->memory_from.empty() || in.band->memory_from == in.band->label()
+                                 ? in.band->label() + " from " + std::to_string(in.band->rows) + " measured runs"
+                                 : "measured on " + in.band->memory_from + "; no run of " + in.band->label();
     fire("BWP012",
-         "fits, but with its error band (peak reserved +" + fmt_double("%.1f%%", 100 * in.band->memory) + ", " + in.band->gpu + "/" +
-             in.band->stack + "/" + in.band->mode + " from " + std::to_string(in.band->rows) + " measured runs) the device peak may reach " +
+         "fits, but with its error band (peak reserved +" + fmt_double("%.1f%%", 100 * in.band->memory) + ", " + from + ") the device peak may reach " +
              gib_str(top) + ", within " + fmt_double("%.0f%%", 100 * tight_margin) + " of the " + gib_str(cap) + " CUDA can use",
          "free " + gib_str(top - (1 - tight_margin) * cap) +
              " (smaller micro_batch_size, activation checkpointing, chunked loss), or measure it first: bwplan sagemaker --probe" + best_hint,
