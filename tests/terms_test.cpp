@@ -627,6 +627,22 @@ TEST_CASE("terms: shape-following terms: q/k norms, head_dim, KV heads, the atte
   CHECK(s2.kv_attention == 2048);
   CHECK(terms::attention_time(s2, b, k).forward_rate.raw() == Approx(324e12 * 0.905 * 2048 / 2348));
   CHECK(terms::block_elementwise(s2, 0).forward - pb.forward == 4 * 2560);  // repeat_kv's copies
+  // Ampere and Ada run FlashAttention-2 whatever the kernel setting, at the FlashAttention-2 paper's A100 fraction (73 %
+  // of the bf16 peak forward at head_dim 128; the H100 FlashAttention-2 ratios elsewhere): before, an A100 was priced
+  // with the FlashAttention-3 rates × the H200 factor (0.655 × 0.83 = 0.54 of its peak forward)
+  gpu_spec a100 = g;
+  a100.architecture = "ampere";
+  a100.dense_flops = {{"bf16", flop_rate::base(312e12)}};
+  const auto sa = terms::throughput_shape_of(d128, b, a100, k);
+  CHECK(sa.ampere_attention);
+  const auto aa = terms::attention_time(sa, b, k);
+  CHECK(aa.forward_rate.raw() == Approx(0.73 * 312e12 * 0.905 * 2048 / 2348));
+  CHECK(aa.backward_rate.raw() == Approx(0.73 * 322 / 370 * 312e12 * 0.905 * 2048 / 2448));
+  a100.attention = attention_kernel::flash2;  // the setting does not change what runs there
+  CHECK(terms::attention_time(terms::throughput_shape_of(d128, b, a100, k), b, k).forward_rate.raw() == Approx(aa.forward_rate.raw()));
+  a100.architecture = "ada";
+  a100.attention = attention_kernel::fused;
+  CHECK(terms::attention_time(terms::throughput_shape_of(d128, b, a100, k), b, k).forward_rate.raw() == Approx(aa.forward_rate.raw()));
 }
 
 TEST_CASE("terms: the FSDP all-gather of one block is collective_time of its bf16 bytes", "[terms][throughput]") {

@@ -114,6 +114,15 @@ struct attention_rates {
 };
 /// FlashAttention-2 (attention_kernel::flash2), as published.
 inline constexpr attention_rates flash2_rates{324.0 / 989, 370.0 / 989, 298.0 / 989, 291.0 / 989, 322.0 / 989, 322.0 / 989 * 298 / 370};
+/// FlashAttention-2 on Ampere and Ada (A100, A10G, L40S), where neither FlashAttention-3 nor cuDNN's Hopper/Blackwell
+/// fused attention runs and PyTorch's SDPA takes its flash backend (FlashAttention-2) whatever the plan's kernel: the
+/// FlashAttention-2 paper (Dao 2023, arXiv:2307.08691, abstract and §4.1) reaches "50–73 % of the theoretical maximum
+/// FLOPs/s on A100", 73 % at its best shape (forward, head_dim 128, long sequences); the other shapes keep the H100
+/// FlashAttention-2 figures' ratios to that point (flash2_rates: backward 322/370 of forward, head_dim 64 324/370, 256
+/// 298/370), so every entry is flash2_rates × 0.73 / (370/989). The A10G (sm86) and L40S (sm89) have no published
+/// FlashAttention-2 fraction: the A100's is used (docs/hardware.md#attention-kernel).
+inline constexpr attention_rates flash2_ampere_rates{
+    324.0 / 370 * 0.73, 0.73, 298.0 / 370 * 0.73, 291.0 / 370 * 0.73, 322.0 / 370 * 0.73, 322.0 / 370 * 298 / 370 * 0.73};
 /// FlashAttention-3 (attention_kernel::fused, × throughput_calibration::attention).
 inline constexpr attention_rates fused_attention_rates{497.0 / 989, 648.0 / 989, 642.0 / 989, 474.0 / 989, 561.0 / 989, 561.0 / 989 * 642 / 648};
 inline constexpr double attention_causal_factor = 0.905;
@@ -432,6 +441,9 @@ struct throughput_shape {
   double moe_copies = 0;  ///< routed copies of a token per block, k·cf averaged over blocks (0: dense)
   bool foreach_optimizer = false;  ///< torch.optim.AdamW(foreach=True) instead of fused
   attention_kernel sdpa = attention_kernel::fused;  ///< the attention kernel (gpu_spec::attention)
+  /// An Ampere or Ada GPU (gpu_spec::architecture): attention runs FlashAttention-2 at flash2_ampere_rates whatever
+  /// `sdpa` says (FlashAttention-3 and cuDNN's fused attention need Hopper or Blackwell).
+  bool ampere_attention = false;
   /// Width of K and V as the attention kernel sees them: kv, or q where the stack repeats the KV heads before SDPA
   /// (the FlashAttention-2 stacks of 2024: torchtitan `repeat_kv` in models/llama/model.py @ 9dec370, SDPA before
   /// PyTorch 2.5 had no `enable_gqa`).
@@ -547,6 +559,7 @@ struct throughput_shape {
   r.moe_copies = m.is_moe() ? static_cast<double>(m.top_k) * c.moe_capacity_factor * static_cast<double>(m.moe_layers) / std::max(1.0, r.L) : 0;
   r.foreach_optimizer = c.optimizer == optimizer_impl::foreach && c.optim == optimizer_kind::adamw;
   r.sdpa = gpu.attention;
+  r.ampere_attention = gpu.architecture_is("ampere") || gpu.architecture_is("ada");
   r.kv_attention = r.sdpa == attention_kernel::flash2 ? r.q : r.kv;
   r.n_linears = block_linears(m, c, r.T * c.tp, r.linears);
   r.lin_local = local_block_weights(r.linears, r.n_linears, r.L);
@@ -767,8 +780,8 @@ struct attention_terms {
   const double attn_fwd = 2 * s.b * s.s * s.s * s.q / (static_cast<double>(c.tp) * c.cp);  // causal: QK^T + PV at half; load-balanced CP
   double recompute_attn = s.nck * attn_fwd;
   if (c.ac.mode == ac_mode::selective_attn) recompute_attn = s.L * attn_fwd;
-  const bool fused = s.sdpa == attention_kernel::fused;
-  const attention_rates& kr = fused ? fused_attention_rates : flash2_rates;
+  const bool fused = s.sdpa == attention_kernel::fused && !s.ampere_attention;
+  const attention_rates& kr = s.ampere_attention ? flash2_ampere_rates : fused ? fused_attention_rates : flash2_rates;
   const double base = s.clock * s.attention_speedup * s.peak * (fused ? k.attention : 1.0);
   const double keys = s.s / s.cp;  // keys of the causal call (the whole sequence without cp)
   auto rate = [&](bool backward) {
