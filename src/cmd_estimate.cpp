@@ -34,9 +34,14 @@ int nodes_of(const training_config& c, const resolved_target& t) {
   return t.instance ? (c.world_size + c.gpus_per_node - 1) / std::max(1, c.gpus_per_node) : c.world_size;
 }
 
-/// "8 x b200 (1 x ml.p6-b200.48xlarge)", or "4 x h100 (4 of the 8 GPUs of 1 x ml.p5.48xlarge)".
+/// "8 x b200 (1 x ml.p6-b200.48xlarge)", "4 x h100 (4 of the 8 GPUs of 1 x ml.p5.48xlarge)", or for a bare GPU
+/// "4 x h100 (one node on NVLink, no network: ...)".
 std::string hardware_line(const training_config& c, const resolved_target& t, int nodes) {
-  if (!t.instance) return fmt::format("{} x {}", c.world_size, t.gpu.id);
+  if (!t.instance) {  // a bare GPU: one node of its interconnect (resolve_world), no network
+    if (c.world_size <= 1) return fmt::format("{} x {}", c.world_size, t.gpu.id);
+    return fmt::format("{} x {} (one node on {}, no network: a bare GPU; --instance for nodes)", c.world_size, t.gpu.id,
+                       t.gpu.has_nvlink() ? "NVLink" : "PCIe");
+  }
   if (c.world_size == nodes * c.gpus_per_node) return fmt::format("{} x {} ({} x {})", c.world_size, t.gpu.id, nodes, t.instance->id);
   return fmt::format("{} x {} ({} of the {} GPUs of {} x {})", c.world_size, t.gpu.id, c.world_size, nodes * c.gpus_per_node, nodes,
                      t.instance->id);

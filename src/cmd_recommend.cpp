@@ -526,7 +526,7 @@ runner register_recommend(CLI::App& app, context& ctx) {
       ->delimiter(',')
       ->capture_default_str()
       ->check(non_empty());
-  sub->add_option("--gpu", o->target.gpu, "a bare GPU instead of an instance (one GPU per node)")->check(non_empty());
+  sub->add_option("--gpu", o->target.gpu, "a bare GPU instead of an instance: --nodes GPUs on one node of its interconnect (NVLink or PCIe), no network")->check(non_empty());
   sub->add_option("--nodes", o->nodes, "instances, or auto (1, 2, 4, ... up to --max-nodes)")->capture_default_str();
   sub->add_option("--max-nodes", o->max_nodes, "largest node count with --nodes auto")->capture_default_str();
   sub->add_option("--objective", o->objective, "rank node counts and instances by throughput | cost | time")->capture_default_str();

@@ -16,7 +16,7 @@ void add_plan_options(CLI::App* sub, const std::shared_ptr<plan_options>& o) {
   sub->add_option("MODEL", o->model, "Hugging Face config.json path or bundled preset (e.g. Llama-3.1-8B); optional with --plan");
   sub->add_option("--plan", o->plan_file, "plan file (JSON, docs/plan.schema.json); flags given as well override it")
       ->check(CLI::ExistingFile);
-  sub->add_option("--gpu", o->target.gpu, "GPU id from the catalog (h100, h200, b200, b300, ...)")->check(non_empty());
+  sub->add_option("--gpu", o->target.gpu, "GPU id from the catalog (h100, h200, b200, b300, ...): a bare GPU, --gpus of them on one node of its interconnect (NVLink or PCIe), no network")->check(non_empty());
   sub->add_option("--instance", o->target.instance, "instance type (e.g. ml.p6-b200.48xlarge); default when no --gpu")
       ->check(non_empty());
   sub->add_option("--nodes", o->target.nodes, "instances (with --instance; with --gpu: GPUs = nodes unless --gpus)")

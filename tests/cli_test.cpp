@@ -427,3 +427,49 @@ TEST_CASE("cli: without sequence parallel the norms and residual adds run on the
   CHECK(without > 1.2 * with_sp);
   CHECK(without < 8 * with_sp);  // the q-, k-, v- and MLP-width terms stay split over the ranks
 }
+
+TEST_CASE("cli: --moe-a2a-overlap is refused where Megatron-Core refuses it", "[cli][moe]") {
+  // It was accepted on a dense model and at ep 1, printed "MoE all-to-all overlap" in the config line and did nothing.
+  // Megatron-Core asserts ep > 1, no full recomputation and, with pp > 1, a virtual pipeline (transformer_config.py).
+  const auto dense = run_cli({"estimate", "Llama-3.1-8B", "--gpu", "h100", "--gpus", "8", "--moe-a2a-overlap"});
+  CHECK(dense.code == 2);
+  CHECK(lines(dense.err) == 1);
+  CHECK_THAT(dense.err, Catch::Contains("--moe-a2a-overlap: ") && Catch::Contains("got ep 1"));
+  const auto full = run_cli({"estimate", "Qwen3-30B-A3B", "--gpu", "h100", "--gpus", "8", "--ep", "8", "--grad-accum", "4",
+                             "--ac", "full", "--moe-a2a-overlap"});
+  CHECK(full.code == 2);
+  CHECK_THAT(full.err, Catch::Contains("full recomputation") && Catch::Contains("activation_checkpointing full"));
+  const auto pp = run_cli({"estimate", "Qwen3-30B-A3B", "--gpu", "h100", "--gpus", "8", "--ep", "4", "--pp", "2",
+                           "--grad-accum", "4", "--stack", "megatron", "--sharding", "optimizer", "--moe-a2a-overlap"});
+  CHECK(pp.code == 2);
+  CHECK_THAT(pp.err, Catch::Contains("interleaved schedule"));
+  // where Megatron runs it, it is accepted and hides the all-to-all behind the other micro-batches
+  const auto ok = run_cli({"estimate", "Qwen3-30B-A3B", "--gpu", "h100", "--gpus", "8", "--ep", "8", "--grad-accum", "4",
+                           "--moe-a2a-overlap", "--format", "json"});
+  REQUIRE(ok.code == 0);
+  CHECK(nlohmann::json::parse(ok.out)["config"]["moe_a2a_overlap"] == true);
+  // recommend sets it only on the candidates Megatron would run with it
+  const auto rec = run_cli({"recommend", "Qwen3-30B-A3B", "--instance", "ml.p5.48xlarge", "--moe-a2a-overlap", "--top", "20",
+                            "--format", "json"});
+  REQUIRE(rec.code == 0);
+  for (const auto& pl : nlohmann::json::parse(rec.out)["plans"]) {
+    const auto& c = pl["config"];
+    const bool allowed = c["ep"].get<int>() > 1 && c["activation_checkpointing"] != "full" &&
+                         (c["pp"].get<int>() == 1 || c["pp_schedule"] == "interleaved");
+    CHECK(c["moe_a2a_overlap"] == allowed);
+  }
+}
+
+TEST_CASE("cli: a bare GPU is one node of its interconnect in recommend as in estimate", "[cli]") {
+  // recommend --gpu h100 --nodes 16 laid the GPUs out one per node (gpus_per_node 1 in its JSON, no tensor parallelism
+  // searched: "must stay within a node of 1 GPUs") while estimate --gpu h100 --gpus 16 puts them on one node of 16.
+  const auto rec = run_cli({"recommend", "Llama-3.1-8B", "--gpu", "h100", "--nodes", "16", "--top", "1", "--format", "json"});
+  REQUIRE(rec.code == 0);
+  const auto c = nlohmann::json::parse(rec.out)["plans"][0]["config"];
+  CHECK(c["world_size"] == 16);
+  CHECK(c["gpus_per_node"] == 16);
+  const auto est = run_cli({"estimate", "Llama-3.1-8B", "--gpu", "h100", "--gpus", "16"});
+  REQUIRE(est.code == 0);
+  CHECK_THAT(est.out, Catch::Contains("16 x h100 (one node on NVLink, no network"));
+  CHECK_THAT(run_cli({"estimate", "Llama-3.1-8B", "--gpu", "l40s", "--gpus", "2"}).out, Catch::Contains("one node on PCIe"));
+}

@@ -180,8 +180,10 @@ struct plan_result {
       throw fail("precision", std::string(to_string(f)) + " is not supported on " + gpu.id + " (" + gpu.architecture + ")");
   std::vector<plan_candidate> per_format(req.formats.size());
   std::vector<bool> have_format(req.formats.size(), false);
-  const int per_node = inst ? inst->gpus_per_node : 1;
-  const int world = req.nodes * per_node;
+  // a bare GPU (no instance): req.nodes GPUs on one node of the GPU's interconnect, as `estimate --gpu X --gpus N` and
+  // resolve_world lay them out (a bare GPU has no network)
+  const int world = inst ? req.nodes * inst->gpus_per_node : req.nodes;
+  const int per_node = inst ? inst->gpus_per_node : world;
   // GPUs of one NVLink domain (NVL72: 72 over 18 instances), which bounds tensor parallelism
   const int domain = inst && inst->nvlink_domain_gpus > per_node ? inst->nvlink_domain_gpus : per_node;
   const std::vector<int> eps = detail::ep_candidates(m, world);  // MoE: expert parallelism too
@@ -334,7 +336,10 @@ struct plan_result {
             c.sequence_parallel = req.sequence_parallel;
             c.fsdp_embedding_units = req.fsdp_embedding_units;
             c.tp_comm_overlap = req.tp_comm_overlap && c.tp > 1;
-            c.moe_a2a_overlap = req.moe_a2a_overlap && c.ep > 1;
+            // the overlap where Megatron-Core allows it (training_config violations): ep > 1, no full recompute, pp with
+            // the interleaved schedule; elsewhere the candidate waits for its all-to-all, as Megatron would refuse the flag
+            c.moe_a2a_overlap = req.moe_a2a_overlap && c.ep > 1 && c.ac.mode != ac_mode::full &&
+                                (c.pp == 1 || c.schedule == pp_schedule::interleaved);
             if (c.fsdp_embedding_units && ((c.shard != sharding::full && c.shard != sharding::hybrid) || c.pp > 1 ||
                                            (c.stack == training_stack::hf && c.loss == loss_impl::chunked)))
               continue;  // the rules of violations(): FSDP, pp 1, not the hf stack's chunked loss

@@ -568,6 +568,21 @@ struct training_config {
     return std::string("the tensor-parallel communication overlap is Megatron-LM's with Transformer Engine userbuffers (stack "
                        "megatron, sequence parallel), got stack ") + to_string(c.stack) + (c.sequence_parallel ? "" : " without sequence parallel");
   });
+  // Megatron-Core's own rules for overlap_moe_expert_parallel_comm (megatron/core/transformer/transformer_config.py
+  // __post_init__ @d98e8a64: "only supported with expert model parallelism", "disable full recomputation", and with
+  // pipeline parallelism "virtual_pipeline_model_parallel_size must be specified")
+  need(!c.moe_a2a_overlap || c.ep > 1, "moe_a2a_overlap", [&] {
+    return std::string("the MoE all-to-all overlap hides the expert-parallel dispatch and combine, which need expert parallelism "
+                       "(ep > 1; Megatron-Core asserts it), got ep 1");
+  });
+  need(!c.moe_a2a_overlap || c.ac.mode != ac_mode::full, "moe_a2a_overlap", [&] {
+    return std::string("the MoE all-to-all overlap runs without full recomputation (Megatron-Core asserts recompute_granularity "
+                       "!= 'full'), got activation_checkpointing ") + (c.ac.every > 1 ? "every-" + s(c.ac.every) : std::string("full"));
+  });
+  need(!c.moe_a2a_overlap || c.pp == 1 || c.schedule == pp_schedule::interleaved, "moe_a2a_overlap", [&] {
+    return "the MoE all-to-all overlap with pipeline parallelism needs the interleaved schedule (Megatron-Core asserts "
+           "virtual_pipeline_model_parallel_size is set when pp > 1), got pp " + s(c.pp) + " with 1F1B";
+  });
   need(c.modules == module_kernels::fused || c.stack == training_stack::hf, "modules", [&] {
     return std::string("modules transformers describes the transformers modules the hf stack runs; stack ") + to_string(c.stack) +
            " has its own module code (modules must be fused)";
