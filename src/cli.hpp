@@ -104,7 +104,7 @@ struct plan_options {
   target_options target;
   int gpus = 0;  ///< --gpus (0: not given: all GPUs of the instances, or 1 for a bare GPU)
   std::int64_t mbs = 1;
-  std::int64_t seq = 4096;
+  std::int64_t seq = default_seq_len;
   std::int64_t grad_accum = 1;
   std::string ac = "none";  ///< --ac: none | full | every-K | selective-op | selective-attn
   int ac_every = 1;         ///< --ac-every K (with --ac full: the same as --ac every-K)

@@ -138,7 +138,23 @@ runner register_estimate(CLI::App& app, context& ctx) {
       throw invalid_request(fmt::format("--price-per-hour: must be between 0 and 1000000 USD, got {}", o->price_per_hour));
     double price = o->price_per_hour >= 0 ? o->price_per_hour : (t.instance ? t.instance->price_per_hour_usd : 0);
     const bool priced = o->price_per_hour >= 0 || t.instance;  // a bare --gpu: the catalog prices instances, not GPUs
+    if (o->price_per_hour >= 0 && o->tokens.empty())
+      throw invalid_request("--price-per-hour: prices the training of a token budget: give --tokens too");
     if (!o->tokens.empty()) cost = cost_to_train(te, parse_token_count(o->tokens, "--tokens"), nodes, price);
+    // "1e+10 tokens in 6.8 d on 2 node(s): ..." (text and markdown; JSON has the same figures under "training")
+    auto training_line = [&]() -> std::string {
+      const char* not_runnable = me.fits ? "" : " -- NOT RUNNABLE: the plan does not fit in GPU memory, this is what it would take if it did";
+      if (t.instance)
+        return fmt::format("{:.4g} tokens in {} on {} node(s): {:.0f} instance-hours, ${:.0f} at ${:.2f}/h per instance{}", cost->tokens,
+                           human_duration(cost->seconds), nodes, cost->instance_hours, cost->usd, price, not_runnable);
+      // a bare --gpu: GPU-hours; a price only when --price-per-hour gives one (per GPU-hour)
+      return fmt::format("{:.4g} tokens in {} on {} GPU(s): {:.0f} GPU-hours, {}{}", cost->tokens, human_duration(cost->seconds), nodes,
+                         cost->instance_hours,
+                         priced ? fmt::format("${:.0f} at ${:.2f}/h per GPU", cost->usd, price)
+                                : std::string("no cost: the catalog prices instances, not a bare --gpu (give --instance, or "
+                                              "--price-per-hour in USD per GPU-hour)"),
+                         not_runnable);
+    };
     if (o->format == "json") {
       auto j = io::estimate_to_json(m, c, me, te);
       io::add_band_json(j, me, te, band);
@@ -155,6 +171,7 @@ runner register_estimate(CLI::App& app, context& ctx) {
       ctx.out << j.dump(2) << "\n";
     } else if (o->format == "markdown") {
       ctx.out << estimate_markdown(m, t, c, me, te, band, modules_note);
+      if (cost) ctx.out << "\n**Training:** " << training_line() << "\n";
     } else {
       print_table(ctx.out, m, t, c, nodes, me, te, style_for(ctx.out, o->ascii), band, modules_note);
       if (te.comm.tensor_parallel.raw() > 0 || te.comm.context_parallel.raw() > 0 || te.comm.expert_parallel.raw() > 0)
@@ -179,17 +196,7 @@ runner register_estimate(CLI::App& app, context& ctx) {
                                te.bubble.raw(), 100 * bubble, te.comm.pipeline_parallel.raw(), te.exposed.pipeline_parallel.raw(),
                                c.world_size > c.nvlink_domain_gpus() ? "EFA" : "NVLink", me.pipeline_rank, te.pipeline_rank);
       }
-      const char* not_runnable = me.fits ? "" : " -- NOT RUNNABLE: the plan does not fit in GPU memory, this is what it would take if it did";
-      if (cost && t.instance)
-        ctx.out << fmt::format("training   {:.4g} tokens in {} on {} node(s): {:.0f} instance-hours, ${:.0f} at ${:.2f}/h per instance{}\n",
-                               cost->tokens, human_duration(cost->seconds), nodes, cost->instance_hours, cost->usd, price, not_runnable);
-      else if (cost)  // a bare --gpu: GPU-hours; a price only when --price-per-hour gives one (per GPU-hour)
-        ctx.out << fmt::format("training   {:.4g} tokens in {} on {} GPU(s): {:.0f} GPU-hours, {}{}\n", cost->tokens,
-                               human_duration(cost->seconds), nodes, cost->instance_hours,
-                               priced ? fmt::format("${:.0f} at ${:.2f}/h per GPU", cost->usd, price)
-                                      : std::string("no cost: the catalog prices instances, not a bare --gpu (give --instance, or "
-                                                    "--price-per-hour in USD per GPU-hour)"),
-                               not_runnable);
+      if (cost) ctx.out << "training   " << training_line() << "\n";
     }
     if (c.seq_len > m.max_context)
       spdlog::warn("--seq {} is longer than the model's context ({} tokens)", c.seq_len, m.max_context);

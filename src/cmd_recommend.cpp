@@ -392,6 +392,29 @@ int scale_out(context& ctx, const recommend_options& o, const hardware_catalog& 
     else j["pick"] = nullptr;
     j["notes"] = notes;
     ctx.out << j.dump(2) << "\n";
+  } else if (o.format == "markdown") {  // the same rows as the text table, as a GitHub-flavoured Markdown table
+    ctx.out << fmt::format("**{}**: best plan per instance and node count{}, objective {}{}\n\n", m.name,
+                           tokens > 0 ? fmt::format(" for {:.4g} tokens", tokens) : "", o.objective,
+                           fr.auto_global_batch ? "; global batch auto: max(4Mi, 32Ki × GPUs) tokens per step"
+                                                : fmt::format("; global batch {} tokens per step", fr.search.global_batch_tokens));
+    ctx.out << "| instance | nodes | GPUs | tokens/s | per GPU | MFU | scaling | $/B tok |" << (tokens > 0 ? " time | cost $ |" : "")
+            << " plan |\n|---|---:|---:|---:|---:|---:|---:|---:|" << (tokens > 0 ? "---:|---:|" : "") << "---|\n";
+    for (const auto& r : rows) {
+      if (!r.best) {
+        ctx.out << fmt::format("| `{}` | {} | {} | does not fit | | | | |{} |\n", r.instance->id, r.nodes, r.world, tokens > 0 ? " | |" : "");
+        continue;
+      }
+      const auto& te = r.best->throughput;
+      ctx.out << fmt::format("| `{}` | {} | {} | {:.0f} | {:.0f} | {:.1f}% | {:.0f}% | {:.2f} |{} {}{}{} |\n", r.instance->id, r.nodes, r.world,
+                             te.tokens_per_s, te.tokens_per_s_per_gpu, 100 * te.mfu, 100 * r.scaling, r.usd_per_billion_tokens,
+                             tokens > 0 ? fmt::format(" {} | {:.0f} |", human_duration(r.cost.seconds), r.cost.usd) : "",
+                             describe(r.best->config), r.within ? "" : " (over budget/deadline)", &r == pick ? " **← pick**" : "");
+    }
+    if (!notes.empty()) ctx.out << "\n";
+    for (const auto& n : notes) ctx.out << "- " << n << "\n";
+    for (const auto& r : rows)
+      if (r.best && r.hint.needed) ctx.out << fmt::format("- {} × {}: {}\n", r.nodes, r.instance->id, hint_line(r.hint, *r.best, r.world));
+    if (pick) ctx.out << fmt::format("\n**pick** ({}): {} × `{}`, {}\n", o.objective, pick->nodes, pick->instance->id, describe(pick->best->config));
   } else {
     ctx.out << fmt::format("{}: best plan per instance and node count{}, objective {}{}\n\n", m.name,
                            tokens > 0 ? fmt::format(" for {:.4g} tokens", tokens) : "", o.objective,

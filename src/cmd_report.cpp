@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // `bwplan report MODEL -o report.html`: a self-contained HTML report with charts.
 #include "cli.hpp"
+#include <bwplan/check.hpp>
 #include "input.hpp"
 #include "report.hpp"
 #include "term.hpp"
@@ -67,14 +68,11 @@ runner register_report(CLI::App& app, context& ctx) {
     d.band = ctx.band(t.gpu.id, c);
     d.sweep = checkpointing_sweep(cat, m, d.plan, o->sweep_max_mbs, ctx.profile());
 
-    // the search recommend runs (every sharding, TP, checkpointing, loss; the --numerics balanced formats)
-    d.request = full_search(t.gpu, t.instance ? d.plan.p.target.nodes : c.world_size,
-                            formats_for_tier(numerics_tier::balanced, t.gpu), t.instance ? t.instance->nvlink_domain_gpus : 0);
-    d.request.seq_lens = {c.seq_len};
+    // the search recommend runs (every sharding, TP, checkpointing, loss; the --numerics balanced formats) with every
+    // other setting of the plan kept (fine-tuning, optimizer, stack, compile, offload, ...), as check's BWP007 search
+    d.request = search_around(d.plan.p, t.gpu, t.instance_ptr(), formats_for_tier(numerics_tier::balanced, t.gpu));
     d.request.global_batch_tokens = o->global_batch_tokens;
     d.request.headroom = o->headroom;
-    d.request.master = c.master;
-    d.request.optimizer = c.optimizer;
     progress_bar bar(ctx.err, "searching plans", plan_search_size(d.request, d.request.nodes * (t.instance ? t.instance->gpus_per_node : 1), detail::ep_candidates(m, d.request.nodes * (t.instance ? t.instance->gpus_per_node : 1)).size()),
                      is_terminal(ctx.err));
     d.request.progress = [&bar](std::int64_t done, std::int64_t) { bar.update(done); };

@@ -3,11 +3,14 @@
 #include "cmd_sagemaker.hpp"
 #include "input.hpp"
 
+#include <bwplan/io/file.hpp>
+
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <fstream>
+#include <optional>
 #include <ostream>
 #include <utility>
 
@@ -193,10 +196,13 @@ void add_sagemaker_options(CLI::App* g, const std::shared_ptr<sagemaker::job_set
       ->check(non_empty());
   g->add_option("--runtime-margin", s->runtime_margin, "factor on the estimated training time")->capture_default_str()
       ->check(finite_range(1, sagemaker::max_runtime_margin));
-  g->add_option("--max-pending", s->max_pending_s, "MaxPendingTimeInSeconds for training-plan jobs (7200-2419200)");
+  g->add_option("--max-pending", s->max_pending_s, "MaxPendingTimeInSeconds for training-plan jobs (7200-2419200)")
+      ->check(int_range(0, 1'000'000'000));  // 0 omits it; the service model's range checks the rest
   g->add_option("--volume-gb", s->volume_gb, "ML storage volume per instance, GB (default: from the model size)")
       ->check(int_range(1, 1'000'000));
-  g->add_option("--keep-alive", s->keep_alive_s, "warm-pool keep-alive, seconds (KeepAlivePeriodInSeconds, 0-21600)");
+  // 0 omits the field; a negative value was accepted and dropped silently (the service model's range 0-21600 checks the top)
+  g->add_option("--keep-alive", s->keep_alive_s, "warm-pool keep-alive, seconds (KeepAlivePeriodInSeconds, 0-21600)")
+      ->check(int_range(0, 1'000'000'000));
   g->add_option("--input-mode", s->input_mode, "TrainingInputMode: File | FastFile | Pipe")->capture_default_str();
   g->add_option("--tag", s->tags, "KEY=VALUE tag, repeatable");
   g->add_option("--env", s->env, "KEY=VALUE container environment variable, repeatable (e.g. HF_TOKEN for gated models)");
@@ -208,8 +214,33 @@ void add_sagemaker_options(CLI::App* g, const std::shared_ptr<sagemaker::job_set
   g->add_option("--retries", s->retries, "MaximumRetryAttempts (RetryStrategy, 1-30; 0 = none)");
 }
 
+namespace {
+
+/// The members of `job` (a CreateTrainingJob request) that `now` gives another value or leaves out, as "path (old → new)"
+/// items: the leaves of both objects compared by JSON pointer; the job name (new for every job) is not compared.
+std::vector<std::string> regenerated_members(const nlohmann::json& job, const nlohmann::ordered_json& now) {
+  std::vector<std::string> out;
+  const nlohmann::json flat_old = job.flatten();
+  const nlohmann::json flat_new = nlohmann::json(now).flatten();
+  auto shown = [](const nlohmann::json& v) {
+    std::string t = v.is_string() ? v.get<std::string>() : v.dump();
+    return t.size() > 40 ? t.substr(0, 37) + "..." : t;
+  };
+  for (auto it = flat_old.begin(); it != flat_old.end(); ++it) {
+    if (it.key() == "/TrainingJobName") continue;
+    const auto n = flat_new.find(it.key());
+    std::string path = it.key().substr(1);
+    std::replace(path.begin(), path.end(), '/', '.');
+    if (n == flat_new.end()) out.push_back(path + " (" + shown(it.value()) + ", left out)");
+    else if (*n != it.value()) out.push_back(path + " (" + shown(it.value()) + " -> " + shown(*n) + ")");
+  }
+  return out;
+}
+
+}  // namespace
+
 int emit_sagemaker(const context& ctx, const sagemaker::job_settings& s, const std::string& format, const sagemaker::plan_view& plan,
-                   const probe_job* probe) {
+                   const probe_job* probe, const nlohmann::json* source_job) {
   sagemaker::job_request r;
   try {
     r = sagemaker::build_request(plan, s);
@@ -265,6 +296,16 @@ int emit_sagemaker(const context& ctx, const sagemaker::job_settings& s, const s
     r.warnings.push_back(fmt::format("wrote the source dir {} ({}); upload it before submitting: tar czf sourcedir.tar.gz -C {} . && "
                                      "aws s3 cp sourcedir.tar.gz {}",
                                      s.source_dir, list, shell_quote(s.source_dir), r.source_s3));
+  }
+  if (source_job) {
+    if (const auto changed = regenerated_members(*source_job, r.request); !changed.empty()) {
+      std::string list;
+      for (std::size_t i = 0; i < changed.size(); ++i) list += (i ? "; " : "") + changed[i];
+      r.warnings.push_back(fmt::format("--plan read the plan of a SageMaker job; the job's other settings come from the flags, so the new "
+                                       "request differs in {} member(s): {} (give --role-arn, --output-s3, --max-steps, --max-runtime, "
+                                       "--hyperparameter KEY=VALUE, ... to keep them)",
+                                       changed.size(), list));
+    }
   }
   for (const auto& w : r.warnings) spdlog::warn("{}", w);
   spdlog::info("{}: {} steps, estimated {:.0f} s of training, MaxRuntimeInSeconds {}", r.job_name, r.steps, r.estimated_s,
@@ -329,7 +370,16 @@ runner register_sagemaker(CLI::App& app, context& ctx) {
       if (js.max_steps == 0 && js.train_tokens == 0) js.max_steps = pj.steps;
       return emit_sagemaker(ctx, js, o->format, {rp.p, rp.model, rp.target.gpu, *rp.target.instance, te, contract}, &pj);
     }
-    return emit_sagemaker(ctx, o->job, o->format, {rp.p, rp.model, rp.target.gpu, *rp.target.instance, te, contract});
+    // a job given as --plan: its members the new request does not keep are named (emit_sagemaker)
+    std::optional<nlohmann::json> source_job;
+    if (!o->plan_file.empty()) {
+      nlohmann::json j = nlohmann::json::parse(io::read_text_file(o->plan_file), nullptr, false);
+      if (!j.is_discarded() && io::detect_document_kind(j) == document_kind::request) source_job = std::move(j);
+      else if (!j.is_discarded() && io::detect_document_kind(j) != document_kind::plan)
+        spdlog::warn("--plan {}: only the plan of the SDK arguments is read; their job settings come from the flags", o->plan_file);
+    }
+    return emit_sagemaker(ctx, o->job, o->format, {rp.p, rp.model, rp.target.gpu, *rp.target.instance, te, contract}, nullptr,
+                          source_job ? &*source_job : nullptr);
   };
 }
 

@@ -30,8 +30,13 @@ std::vector<std::string> write_source_dir(const context& ctx, const std::filesys
 /// Throws invalid_request naming the member path, the rule and the flag behind it when SageMaker would reject it,
 /// and the plan field's flag and the reason when the reference trainer cannot run the plan. With
 /// `s.source_dir`, writes the source dir (write_source_dir) and says how to upload it.
+///
+/// `source_job`: the CreateTrainingJob request `--plan` read the plan from, if it was one. Only its plan is read
+/// (docs/sagemaker.md#read-back); every other member the new request gives another value (role, output path, stopping
+/// condition, the hyperparameters outside the plan, ...) is named in one warning, so none is lost silently.
 int emit_sagemaker(const context& ctx, const sagemaker::job_settings& s, const std::string& format,
-                   const sagemaker::plan_view& plan, const struct probe_job* probe = nullptr);
+                   const sagemaker::plan_view& plan, const struct probe_job* probe = nullptr,
+                   const nlohmann::json* source_job = nullptr);
 
 /// A probe job (`bwplan sagemaker --probe`, docs/calibration.md#probe): the plans the reference trainer runs for
 /// `steps` steps each (train.py --probe probe.json) and their estimated step times (for MaxRuntimeInSeconds).

@@ -35,6 +35,13 @@ runner register_sweep(CLI::App& app, context& ctx) {
     for (const auto& v : o->vary) axes.push_back(parse_vary(v));
     const hardware_catalog cat = ctx.catalog();
     const resolved_plan rp = resolve_plan(ctx, cat, *o);
+    // each point's accumulation is the axis value, so the global batch follows from it (apply_vary): say so
+    if (rp.p.global_batch)
+      for (const auto& a : axes)
+        if (a.key == "grad-accum")
+          spdlog::warn("--vary grad-accum: overrides the plan's global_batch_size {} sequences; each point's global batch is "
+                       "micro-batch x data-parallel x its accumulation (vary mbs alone to keep the plan's global batch)",
+                       *rp.p.global_batch);
     progress_bar bar(ctx.err, "sweep", sweep_size(axes), is_terminal(ctx.err));
     auto points = run_sweep(cat, rp.model, rp, axes,
                                   [&bar](std::int64_t done, std::int64_t) { bar.update(done); }, ctx.profile());

@@ -89,6 +89,9 @@ runner register_validate(CLI::App& app, context& ctx) {
       if (!ok) {
         table += fmt::format("| {} | OOM | {:.2f} | — | {:.2f} | — | — | — | — | {} |\n", tag, me.peak_allocated.in(gib),
                              me.device_peak().in(gib), me.fits ? "**wrong: fits**" : "OOM ✓");
+        // the same estimates as the table's row (the run died: nothing measured to compare with)
+        row["peak_allocated_bytes"] = {{"estimated", me.peak_allocated.raw()}};
+        row["device_peak_bytes"] = {{"estimated", me.device_peak().raw()}, {"capacity", gpu.cuda_capacity().raw()}};
       } else {
         const double pa = rl.number("peak_allocated"), pr = rl.number("peak_reserved");
         const double tps = rl.number("tokens_per_s");

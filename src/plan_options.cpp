@@ -343,10 +343,9 @@ resolved_plan resolve_plan(const context& ctx, const hardware_catalog& cat, cons
   plan& rpp = rp.p;
   // The default length (4,096) is capped at the model's context when neither --seq nor the plan file sets one: gpt2's
   // 1,024 learned positions cannot run longer sequences, and TinyLlama was trained at 2,048.
-  if (!given(o, "--seq") && !(doc && doc->has("seq_len")) && rpp.training.seq_len > rp.model.max_context) {
-    spdlog::info("--seq: {} tokens, {}'s context (the default {} is longer)", rp.model.max_context, rp.model.name, rpp.training.seq_len);
-    rpp.training.seq_len = rp.model.max_context;
-  }
+  if (const std::int64_t asked = rpp.training.seq_len;
+      cap_default_seq_len(rpp.training.seq_len, rp.model.max_context, given(o, "--seq") || (doc && doc->has("seq_len"))))
+    spdlog::info("--seq: {} tokens, {}'s context (the default {} is longer)", rp.model.max_context, rp.model.name, asked);
   // The accumulation follows from the global batch unless --grad-accum was given. A plan file that sets both (as
   // every written plan does) is taken at its word unless a flag changed what the accumulation depends on.
   const bool reshaped = given(o, "--mbs") || given(o, "--gpus") || given(o, "--nodes") || given(o, "--tp") || given(o, "--cp") ||

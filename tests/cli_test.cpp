@@ -452,7 +452,8 @@ TEST_CASE("cli: --moe-a2a-overlap is refused where Megatron-Core refuses it", "[
   const auto rec = run_cli({"recommend", "Qwen3-30B-A3B", "--instance", "ml.p5.48xlarge", "--moe-a2a-overlap", "--top", "20",
                             "--format", "json"});
   REQUIRE(rec.code == 0);
-  for (const auto& pl : nlohmann::json::parse(rec.out)["plans"]) {
+  const auto rec_json = nlohmann::json::parse(rec.out);  // a named object: the plans of a temporary would dangle
+  for (const auto& pl : rec_json["plans"]) {
     const auto& c = pl["config"];
     const bool allowed = c["ep"].get<int>() > 1 && c["activation_checkpointing"] != "full" &&
                          (c["pp"].get<int>() == 1 || c["pp_schedule"] == "interleaved");

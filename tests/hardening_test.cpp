@@ -583,3 +583,138 @@ TEST_CASE("bug: --power-limit, --shard-group and --lora-rank say what is wrong w
   check_usage_error(run_cli({"recommend", "Llama-3.2-1B", "--finetune", "lora", "--lora-rank", "0"}),
                     "--lora-rank: out of range: must be between 1 and 65536, got 0");
 }
+
+TEST_CASE("bug: check reads a plan without seq_len at 4096 tokens, as estimate does", "[hardening][check]") {
+  // check took training_config's 2,048 while estimate, the schema, sagemaker and sweep take 4,096: a plan that estimate
+  // --check called "DOES NOT FIT" (mbs 7 x 4096, 210.83 GiB) passed check ("mbs 7 x 2048 ... 34.7% free", exit 0).
+  const auto f = write_temp("noseq.json", R"({"model": "Llama-3.1-8B", "instance": "ml.p6-b200.48xlarge", "micro_batch_size": 7})");
+  const auto c = run_cli({"check", f, "--format", "json"});
+  const auto e = run_cli({"estimate", "--plan", f, "--check"});
+  CHECK(e.code == 1);
+  CHECK(c.code == 1);
+  CHECK_THAT(c.out, Catch::Contains("4096"));
+  // gpt2: the default is capped at the model's 1,024 positions in check as in estimate
+  const auto g = write_temp("gpt2.json", R"({"model": "gpt2", "gpu": "h100"})");
+  const auto gc = run_cli({"check", g});
+  CHECK(gc.code == 0);
+  CHECK_THAT(gc.out, Catch::Contains("x 1024"));
+}
+
+TEST_CASE("bug: BWP001's fix names the plan key the file takes (optimizer, not optim)", "[hardening][check]") {
+  const auto r = run_cli({"check", std::string(BWPLAN_SOURCE_DIR) + "/configs/examples/llama-3.1-70b-one-h100.json"});
+  CHECK_THAT(r.out, Catch::Contains("\"optimizer\": \"adamw-8bit\"") && !Catch::Contains("\"optim\":"));
+  // and the file with that key is read
+  const auto f = write_temp("o8.json", R"({"model": "Llama-3.1-8B", "gpu": "h100", "master_weights": "bf16", "optimizer": "adamw-8bit"})");
+  CHECK(run_cli({"check", f}).code == 0);
+}
+
+TEST_CASE("bug: report's top plans keep the plan's fine-tuning, optimizer and other settings", "[hardening][report]") {
+  // the search of report's top plans copied only seq, master weights and the AdamW implementation: --finetune lora
+  // --optimizer sgd listed full AdamW fine-tunes
+  const auto out = temp_path("lora.html").string();
+  const auto r = run_cli({"report", "Llama-3.2-1B", "--gpu", "h100", "--finetune", "lora", "--optimizer", "sgd", "-o", out});
+  REQUIRE(r.code == 0);
+  std::ifstream in(out);
+  const std::string html((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const auto top = html.find("Top plans");
+  REQUIRE(top != std::string::npos);
+  const auto end = html.find("</table>", top);
+  REQUIRE(end != std::string::npos);
+  const std::string table = html.substr(top, end - top);  // the top plans' table only (the inputs below name the plan's settings)
+  CHECK_THAT(table, Catch::Contains("<td>lora r16") && Catch::Contains("<td>sgd</td>"));
+}
+
+TEST_CASE("bug: recommend --format markdown compares instances in a Markdown table", "[hardening][recommend]") {
+  const std::vector<std::string> a{"recommend", "Llama-3.2-1B", "--instance", "ml.p5en.48xlarge,ml.p5.48xlarge"};
+  auto md = a;
+  md.insert(md.end(), {"--format", "markdown"});
+  const auto t = run_cli(a), m = run_cli(md);
+  REQUIRE(t.code == 0);
+  REQUIRE(m.code == 0);
+  CHECK(t.out != m.out);
+  CHECK_THAT(m.out, Catch::Contains("| instance | nodes | GPUs |") && Catch::Contains("| `ml.p5en.48xlarge` |") &&
+                        Catch::Contains("**pick**"));
+}
+
+TEST_CASE("bug: estimate's markdown has the training time and cost of --tokens, and a price without tokens is refused", "[hardening][cli]") {
+  const std::vector<std::string> a{"estimate", "Llama-3.1-8B", "--instance", "ml.p5en.48xlarge", "--tokens", "10B"};
+  auto md = a;
+  md.insert(md.end(), {"--format", "markdown"});
+  const auto t = run_cli(a), m = run_cli(md);
+  REQUIRE(m.code == 0);
+  const auto line = t.out.substr(t.out.find("training   ") + 11, t.out.find('\n', t.out.find("training   ")) - t.out.find("training   ") - 11);
+  CHECK_THAT(m.out, Catch::Contains("**Training:** " + line));
+  const auto p = run_cli({"estimate", "Llama-3.1-8B", "--gpu", "h100", "--price-per-hour", "5"});
+  CHECK(p.code == 2);
+  CHECK(lines(p.err) == 1);
+  CHECK_THAT(p.err, Catch::Contains("--price-per-hour") && Catch::Contains("--tokens"));
+}
+
+TEST_CASE("bug: flags without effect are refused: --bf16-layers in bf16, a negative --keep-alive", "[hardening][cli]") {
+  const auto b = run_cli({"estimate", "Llama-3.1-8B", "--gpu", "h100", "--bf16-layers", "last:2"});
+  CHECK(b.code == 2);
+  CHECK_THAT(b.err, Catch::Contains("--bf16-layers") && Catch::Contains("precision bf16"));
+  CHECK(run_cli({"estimate", "Llama-3.1-8B", "--gpu", "h100", "--bf16-layers", "none"}).code == 0);
+  CHECK(run_cli({"estimate", "Llama-3.1-8B", "--gpu", "h100", "--precision", "fp8", "--bf16-layers", "last:2"}).code == 0);
+  const auto k = run_cli({"sagemaker", "Llama-3.1-8B", "--instance", "ml.p5en.48xlarge", "--keep-alive", "-1"});
+  CHECK(k.code == 2);
+  CHECK_THAT(k.err, Catch::Contains("--keep-alive"));
+  CHECK(run_cli({"sagemaker", "Llama-3.1-8B", "--instance", "ml.p5en.48xlarge", "--max-pending", "-5"}).code == 2);
+}
+
+TEST_CASE("bug: validate's JSON carries the estimates of the runs that died", "[hardening][validate]") {
+  if (!test::have_shared()) return;
+  const auto r = run_cli({"validate", (test::shared_dir() / "groundtruth" / "h200-calibration.jsonl").string(), "--format", "json"});
+  REQUIRE(r.code == 0);
+  int oom = 0;
+  const auto j = nlohmann::json::parse(r.out);  // a named object: the rows of a temporary would dangle
+  for (const auto& row : j["rows"]) {
+    if (row["measured_ok"].get<bool>()) continue;
+    ++oom;
+    CHECK(row["peak_allocated_bytes"]["estimated"].get<double>() > 0);
+    if (!row["fits"].get<bool>())  // called out of memory: the estimate is past the GPU's capacity
+      CHECK(row["device_peak_bytes"]["estimated"].get<double>() > row["device_peak_bytes"]["capacity"].get<double>());
+  }
+  CHECK(oom > 0);
+}
+
+TEST_CASE("bug: sweep says that varying grad-accum overrides the plan's global batch", "[hardening][sweep]") {
+  const auto r = run_cli({"sweep", "--plan", std::string(BWPLAN_SOURCE_DIR) + "/configs/examples/llama-3.1-8b-p6-b200.json", "--vary", "mbs=1,2", "--vary", "grad-accum=1,2"});
+  REQUIRE(r.code == 0);
+  CHECK_THAT(r.err, Catch::Contains("overrides the plan's global_batch_size"));
+  const auto keep = run_cli({"sweep", "--plan", std::string(BWPLAN_SOURCE_DIR) + "/configs/examples/llama-3.1-8b-p6-b200.json", "--vary", "mbs=1,2"});
+  CHECK_THAT(keep.err, !Catch::Contains("overrides"));
+}
+
+TEST_CASE("bug: sagemaker --plan job.json names the job's settings the new request does not keep", "[hardening][sagemaker]") {
+  // max_steps 50, learning_rate, the bucket and the role were replaced by the defaults without a word
+  const auto req = run_cli({"sagemaker", "Llama-3.1-8B", "--instance", "ml.p5en.48xlarge", "--mbs", "2", "--max-steps", "50",
+                            "--hyperparameter", "learning_rate=0.001", "--output-s3", "s3://my-bucket/x/", "--role-arn",
+                            "arn:aws:iam::123456789012:role/R"});
+  REQUIRE(req.code == 0);
+  const auto f = write_temp("job.json", req.out);
+  const auto again = run_cli({"sagemaker", "--plan", f});
+  REQUIRE(again.code == 0);
+  CHECK_THAT(again.err, Catch::Contains("--plan read the plan of a SageMaker job") && Catch::Contains("HyperParameters.max_steps") &&
+                            Catch::Contains("HyperParameters.learning_rate") && Catch::Contains("RoleArn") &&
+                            Catch::Contains("OutputDataConfig.S3OutputPath"));
+  // given back as flags, nothing differs but the name
+  const auto same = run_cli({"sagemaker", "--plan", f, "--max-steps", "50", "--hyperparameter", "learning_rate=0.001", "--output-s3",
+                             "s3://my-bucket/x/", "--role-arn", "arn:aws:iam::123456789012:role/R"});
+  REQUIRE(same.code == 0);
+  INFO(same.err);
+  CHECK_THAT(same.err, !Catch::Contains("HyperParameters.max_steps") && !Catch::Contains("RoleArn ("));
+}
+
+TEST_CASE("bug: sweep's optimizer columns carry the plan file's names", "[hardening][sweep]") {
+  // the column "optimizer" held the AdamW implementation ("fused") and "optim" the algorithm, while --vary optimizer and
+  // the plan file's "optimizer" mean the algorithm
+  const auto r = run_cli({"sweep", "Llama-3.2-1B", "--gpu", "h100", "--vary", "optimizer=sgd,adamw", "--format", "json"});
+  REQUIRE(r.code == 0);
+  const auto pts = nlohmann::json::parse(r.out)["points"];
+  REQUIRE(pts.size() == 2);
+  CHECK(pts[0]["optimizer"] == "sgd");
+  CHECK(pts[1]["optimizer"] == "adamw");
+  CHECK(pts[0]["optimizer_impl"] == "fused");
+  CHECK_FALSE(pts[0].contains("optim"));
+}

@@ -178,7 +178,7 @@ inline std::string_view rule_for(const plan_violation& v) {
   if (c.offload == 0 && !c.adapters() && !megatron) fixes.emplace_back("offload the optimizer to the CPU (\"offload\": \"optimizer\")");
   if (states_alone && !c.adapters()) {
     if (c.master == master_weights::fp32 && !megatron)
-      fixes.emplace_back("keep bf16 master weights with 8-bit AdamW states (\"master_weights\": \"bf16\", \"optim\": \"adamw-8bit\")");
+      fixes.emplace_back("keep bf16 master weights with 8-bit AdamW states (\"master_weights\": \"bf16\", \"optimizer\": \"adamw-8bit\")");
     if (c.stack == training_stack::hf || c.stack == training_stack::torchtune) fixes.emplace_back("fine-tune with LoRA (\"finetune\": \"lora\")");
   }
   fixes.emplace_back(c.world_size == 1 ? "spread the model states over more GPUs with sharding full" : "add nodes");
@@ -195,6 +195,38 @@ inline std::string_view rule_for(const plan_violation& v) {
 [[nodiscard]] constexpr std::int64_t grad_accum_for(std::int64_t global_batch, std::int64_t mbs, std::int64_t dp) noexcept {
   const std::int64_t per_step = std::max<std::int64_t>(1, mbs * dp);
   return std::max<std::int64_t>(1, (global_batch + per_step - 1) / per_step);
+}
+
+/// The search `check` and `report` run around a plan `p`: full_search over every layout of the plan's GPUs (sharding,
+/// tensor and pipeline parallelism, checkpointing, loss, micro-batch; the precisions `formats`, empty: every one `gpu`
+/// supports) with every other setting the plan chose kept: sequence length, master weights, the optimizer and its
+/// implementation, fine-tuning mode and LoRA settings, stack, compile, module kernels, allocator setting, optimizer
+/// placement, sequence parallel, FSDP units, the TP and MoE overlaps and CPU offload. Megatron plans search Megatron's
+/// data parallelism and loss only; adapters tp 1 and bf16 (violations of training_config). Tokens per step and headroom
+/// are the caller's. A bare GPU (`inst` null) searches the plan's world size as one node.
+[[nodiscard]] inline plan_request search_around(const plan& p, const gpu_spec& gpu, const instance_spec* inst,
+                                                std::vector<compute_format> formats) {
+  const training_config& c = p.training;
+  plan_request req = full_search(gpu, inst ? p.target.nodes : c.world_size, std::move(formats), inst ? inst->nvlink_domain_gpus : 0);
+  req.seq_lens = {c.seq_len};
+  req.master = c.master;
+  req.optimizer = c.optimizer;
+  req.finetune = c.finetune;  // the same fine-tuning and optimizer as the plan
+  req.lora = c.lora;
+  req.optimizers = {c.optim};
+  req.stack = c.stack;  // the same stack and compile setting as the plan
+  req.compile = c.compile;
+  req.modules = c.modules;
+  req.expandable_segments = c.expandable_segments;
+  req.optimizer_in_backward = c.optimizer_in_backward;  // the same optimizer placement
+  req.sequence_parallel = c.sequence_parallel;          // the same tensor-parallel layout
+  req.fsdp_embedding_units = c.fsdp_embedding_units;    // the same FSDP units
+  req.tp_comm_overlap = c.tp_comm_overlap;              // the same tensor-parallel overlap
+  req.moe_a2a_overlap = c.moe_a2a_overlap;              // the same expert-parallel overlap
+  req.offloads = {c.offload};  // the same CPU offload
+  if (c.stack == training_stack::megatron) { req.shardings = {sharding::none, sharding::optimizer}; req.losses = {loss_impl::standard}; }
+  if (c.adapters()) { req.tps = {1}; req.formats = {compute_format::bf16}; }
+  return req;
 }
 
 /// Applies every rule of check_rules() to `in`.
@@ -329,31 +361,12 @@ inline std::string_view rule_for(const plan_violation& v) {
   res.throughput = te;
   res.band = in.band;
   res.verdict = verdict_of(me, in.band ? in.band->memory : 0.0);
-  plan_request req = full_search(in.gpu, in.instance ? p.target.nodes : c.world_size, {},  // a bare GPU: one per "node"
-                                 in.instance ? in.instance->nvlink_domain_gpus : 0);
-  req.seq_lens = {c.seq_len};
+  plan_request req = search_around(p, in.gpu, in.instance, {});
   // in floating point: the product of the plan's largest values exceeds int64 (clamped far above any real job)
   req.global_batch_tokens = static_cast<std::int64_t>(std::min(
       0x1p60, static_cast<double>(c.micro_batch) * static_cast<double>(c.seq_len) * static_cast<double>(c.grad_accum) *
                   static_cast<double>(c.dp())));
   req.headroom = p.headroom;
-  req.master = c.master;
-  req.optimizer = c.optimizer;
-  req.finetune = c.finetune;  // the same fine-tuning and optimizer as the plan
-  req.lora = c.lora;
-  req.optimizers = {c.optim};
-  req.stack = c.stack;  // the same stack and compile setting as the plan
-  req.compile = c.compile;
-  req.modules = c.modules;
-  req.expandable_segments = c.expandable_segments;
-  req.optimizer_in_backward = c.optimizer_in_backward;  // the same optimizer placement
-  req.sequence_parallel = c.sequence_parallel;          // the same tensor-parallel layout
-  req.fsdp_embedding_units = c.fsdp_embedding_units;    // the same FSDP units
-  req.tp_comm_overlap = c.tp_comm_overlap;              // the same tensor-parallel overlap
-  req.moe_a2a_overlap = c.moe_a2a_overlap;              // the same expert-parallel overlap
-  req.offloads = {c.offload};  // the same CPU offload
-  if (c.stack == training_stack::megatron) { req.shardings = {sharding::none, sharding::optimizer}; req.losses = {loss_impl::standard}; }
-  if (c.adapters()) { req.tps = {1}; req.formats = {compute_format::bf16}; }
   const plan_result best = search_plans(m, in.gpu, in.instance, req, 1, false, in.constants.overheads, in.constants.throughput);
   if (!best.ranked.empty()) res.best = best.ranked.front();
   for (const auto& b : best.best_per_format)

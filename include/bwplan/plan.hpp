@@ -37,6 +37,20 @@ struct plan_limits {
   static constexpr std::int64_t max_degree = 1024;
 };
 
+/// Tokens per sequence of a plan that names none: docs/plan.schema.json's `seq_len` default, the CLI's `--seq` default
+/// and the training contract's. The struct default of training_config (2,048) is the library's unit-test shape, not
+/// a plan's; every reader of a plan (flags, plan file, SageMaker request) starts from this one.
+inline constexpr std::int64_t default_seq_len = 4096;
+
+/// Caps a default sequence length at the model's context: `seq_len` is set to `max_context` when the plan did not
+/// choose its length (`chosen` false) and the default is longer (gpt2's 1,024 learned positions cannot run 4,096
+/// tokens; TinyLlama was trained at 2,048). Returns whether it capped. `max_context` ≤ 0: unknown, no cap.
+inline bool cap_default_seq_len(std::int64_t& seq_len, std::int64_t max_context, bool chosen) noexcept {
+  if (chosen || max_context <= 0 || seq_len <= max_context) return false;
+  seq_len = max_context;
+  return true;
+}
+
 /// Thresholds of `bwplan check` a plan may set in its "check" object.
 struct check_settings {
   double min_mfu_ratio = 0.5;        ///< BWP007 fires when MFU < ratio × the best searched plan's MFU

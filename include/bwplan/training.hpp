@@ -472,6 +472,13 @@ struct training_config {
        [&] { return "a checkpoint interval needs full checkpointing and must be >= 1, got " + to_string(c.ac); });
   need(!c.fp8_all_gather || (c.format == compute_format::fp8 && c.shard == sharding::full), "fp8_all_gather",
        [&] { return std::string("FP8 all-gather needs precision fp8 and sharding full"); });
+  // bf16_layers picks the blocks a low-precision format leaves in bf16: with precision bf16 every block is bf16 already
+  need(!c.bf16_layers || c.format != compute_format::bf16 ||
+           (c.bf16_layers->first == 0 && c.bf16_layers->last == 0 && c.bf16_layers->fraction <= 0),
+       "bf16_layers", [&] {
+         return std::string("bf16_layers keeps blocks in bf16 under a low-precision format; with precision bf16 every block is "
+                            "bf16 already (set precision fp8, fp8-rowwise, mxfp8 or nvfp4, or leave bf16_layers out)");
+       });
   need(c.tp >= 1, "tp", [&] { return "tensor-parallel degree must be >= 1, got " + s(c.tp); });
   need(c.cp >= 1, "cp", [&] { return "context-parallel degree must be >= 1, got " + s(c.cp); });
   need(c.ep >= 1, "ep", [&] { return "expert-parallel degree must be >= 1, got " + s(c.ep); });

@@ -169,6 +169,7 @@ T plan_enum(const nlohmann::json& v, const std::string& file, const std::string&
   d.file = file;
   plan& p = d.value;
   training_config& c = p.training;
+  c.seq_len = default_seq_len;  // the schema's default when the file names none
   using L = plan_limits;
   std::optional<std::int64_t> ac_every;
   for (auto it = j.begin(); it != j.end(); ++it) {
