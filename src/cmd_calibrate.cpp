@@ -109,7 +109,7 @@ runner register_calibrate(CLI::App& app, context& ctx) {
   auto* sub = app.add_subcommand("calibrate", "fit the model's constants to measured runs (a profile for --calibration)");
   sub->add_option("RUNS", o->runs, "JSON lines of measured runs: the trainer's measurements.jsonl or the ground-truth format (docs/calibration.md)")
       ->required();
-  sub->add_option("-o,--output", o->output, "write the profile (with --bands-only: the error bands) to FILE");
+  sub->add_option("-o,--output", o->output, "write the profile to FILE (required unless --bands-only; with --bands-only: the error bands, default stdout)");
   sub->add_option("--test", o->test, "held-out runs (JSON lines, repeatable): their error is printed before and after, not fitted");
   sub->add_option("--fit", o->fit,
                   "comma-separated constants to fit (gemm_max, gemm_half_k, gemm_half_mn, attention, memory, launch_s, nvlink, efa, "

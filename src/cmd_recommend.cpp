@@ -850,6 +850,10 @@ runner register_recommend(CLI::App& app, context& ctx) {
     if (scale) {
       if (!tgt.gpu.empty() && tgt.instance.empty())
         throw invalid_request("--nodes auto, --tokens and --objective need instances (--instance), not a bare --gpu");
+      if (sub->get_option("--top")->count() > 0)  // the comparison lists the best plan of each instance and node count
+        throw invalid_request("--top: the comparison of instances and node counts (several --instance, --nodes auto, --tokens, "
+                              "--objective, --budget-usd, --deadline) shows the best plan of each; give one instance and node "
+                              "count without those to list the top plans");
       if (o->emit.empty()) return scale_out(ctx, *o, cat, m, o->instances, req, nullptr);
       // --emit after a fleet search: the picked instance type and node count
       std::optional<fleet_row> picked;

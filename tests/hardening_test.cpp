@@ -718,3 +718,13 @@ TEST_CASE("bug: sweep's optimizer columns carry the plan file's names", "[harden
   CHECK(pts[0]["optimizer_impl"] == "fused");
   CHECK_FALSE(pts[0].contains("optim"));
 }
+
+TEST_CASE("bug: recommend --top with the comparison of instances or node counts is refused, not ignored", "[hardening][recommend]") {
+  // with --tokens (or several instances, --nodes auto) recommend shows one plan per instance and node count: --top 3 did nothing
+  const auto r = run_cli({"recommend", "Llama-3.2-1B", "--instance", "ml.p5en.48xlarge", "--tokens", "1B", "--top", "3"});
+  CHECK(r.code == 2);
+  CHECK(lines(r.err) == 1);
+  CHECK_THAT(r.err, Catch::Contains("--top: the comparison"));
+  CHECK(run_cli({"recommend", "Llama-3.2-1B", "--instance", "ml.p5en.48xlarge", "--tokens", "1B"}).code == 0);
+  CHECK(run_cli({"recommend", "Llama-3.2-1B", "--instance", "ml.p5en.48xlarge", "--top", "3"}).code == 0);
+}
