@@ -87,7 +87,7 @@ plan_outcome evaluate(const context& ctx, const hardware_catalog& cat, const std
     }
     for (const auto& v : resolve_world(p, t.instance ? t.instance->gpus_per_node : 0, t.instance ? t.instance->nvlink_domain_gpus : 0))
       fail_at(doc, v.pointer, v.message);
-    if (!doc.has("sharding")) p.training.shard = default_sharding(p.training.world_size);
+    if (!doc.has("sharding")) p.training.shard = default_sharding(p.training.world_size, p.training.stack);
     (void)cap_default_seq_len(p.training.seq_len, m.max_context, doc.has("seq_len"));  // as estimate: the default at the model's context
     for (const auto& v : io::job_violations(doc, p)) fail_at(doc, v.pointer, v.message);
     po.model = m.name;

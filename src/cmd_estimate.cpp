@@ -104,7 +104,7 @@ runner register_estimate(CLI::App& app, context& ctx) {
   sub->add_flag("--ascii", o->ascii, "plain ASCII memory bar (the default when stdout is not a terminal)");
   sub->add_flag("--check", o->check, "exit 1 when the configuration does not fit");
   sub->add_option("--tokens", o->tokens, "token budget to train (e.g. 100B, 1T; suffixes K, M, B, T): prints time and cost");
-  sub->add_option("--price-per-hour", o->price_per_hour, "USD per instance-hour (default: the catalog's price of the instance)")
+  sub->add_option("--price-per-hour", o->price_per_hour, "USD per instance-hour (default: the catalog's price of the instance); with a bare --gpu, USD per GPU-hour (needs --tokens)")
       ->check(finite_range(0, max_price_per_hour));
   sub->add_option("--emit", o->emit, "plan: print the plan file (docs/plan.schema.json) of this configuration instead of the estimate")
       ->check(CLI::IsMember({"plan"}));
@@ -161,8 +161,9 @@ runner register_estimate(CLI::App& app, context& ctx) {
       if (!modules_note.empty()) j["memory"]["modules_note"] = modules_note;
       j["hardware"] = {{"gpu", t.gpu.id}, {"instance", t.instance ? t.instance->id : ""}, {"nodes", nodes}};
       if (cost) {
+        // a bare --gpu counts GPU-hours (nodes_of: one "node" per GPU), not instance-hours
         j["training"] = {{"tokens", cost->tokens}, {"seconds", cost->seconds}, {"hours", cost->seconds / 3600},
-                         {"instance_hours", cost->instance_hours}};
+                         {t.instance ? "instance_hours" : "gpu_hours", cost->instance_hours}};
         if (priced) {  // a bare --gpu has no price in the catalog: no price and no cost rather than $0
           j["training"]["price_per_hour_usd"] = price;
           j["training"]["cost_usd"] = cost->usd;

@@ -324,11 +324,15 @@ int scale_out(context& ctx, const recommend_options& o, const hardware_catalog& 
                            describe(two->best->config), describe(one->best->config));
       }
       notes.push_back(n);
-    } else if (first_fit) {
+    } else if (first_fit && one) {  // one node was evaluated and nothing fitted on it
       notes.push_back(fmt::format("{}: one node is not enough; the model needs at least {} nodes ({} GPUs)", name,
                                   first_fit->nodes, first_fit->world));
+    } else if (first_fit) {  // the smallest count asked fits; fewer nodes were not evaluated (--nodes N)
+      notes.push_back(fmt::format("{}: fits on {} nodes ({} GPUs); fewer nodes were not evaluated (--nodes auto compares 1 to "
+                                  "--max-nodes)", name, first_fit->nodes, first_fit->world));
     } else {
-      notes.push_back(fmt::format("{}: nothing fits on up to {} nodes", name, fr.node_counts.back()));
+      notes.push_back(fmt::format("{}: nothing fits on {}{} nodes", name, fr.node_counts.size() > 1 ? "up to " : "",
+                                  fr.node_counts.back()));
     }
   }
   if (picked) {  // --emit: the picked plan's payload is the output, not the table

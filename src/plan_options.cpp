@@ -36,7 +36,7 @@ void add_plan_options(CLI::App* sub, const std::shared_ptr<plan_options>& o) {
   choice<sharding>(sub->add_option("--sharding", o->shard,
                                    "none (one GPU / DDP) | full (FSDP2 full shard) | hybrid (shard within --shard-group, replicate "
                                    "across) | grad-op (ZeRO-2-like) | optimizer (ZeRO-1 / Megatron distributed optimizer: optimizer "
-                                   "states and fp32 masters sharded); default full for >1 GPU"),
+                                   "states and fp32 masters sharded); default full for >1 GPU, none on stack megatron"),
                    {{"none", sharding::none}, {"full", sharding::full}, {"hybrid", sharding::hybrid}, {"grad-op", sharding::grad_op},
                     {"optimizer", sharding::optimizer}});
   sub->add_option("--shard-group", o->shard_group,
@@ -300,7 +300,7 @@ resolved_plan resolve_plan(const context& ctx, const hardware_catalog& cat, cons
   }
   if (from_flag("--fp8-all-gather", "fp8_all_gather")) c.fp8_all_gather = o.fp8_all_gather;
   if (given(o, "--sharding")) c.shard = o.shard;
-  else if (!doc || !doc->has("sharding")) c.shard = default_sharding(c.world_size);
+  else if (!doc || !doc->has("sharding")) c.shard = default_sharding(c.world_size, c.stack);
   if (from_flag("--shard-group", "shard_group")) c.shard_group = o.shard_group;
   if (given(o, "--shard-group") && o.shard_group < 1)
     throw invalid_request(fmt::format("--shard-group: must be >= 1, got {}", o.shard_group));

@@ -267,8 +267,8 @@ std::vector<sweep_point> run_sweep(const hardware_catalog& cat, const model_spec
                                        pt.target.instance ? pt.target.instance->nvlink_domain_gpus : 0))
       throw bad(flag_error(v).what());
     if (seen.count("nodes") || seen.count("instance")) {
-      if (base.p.training.shard == default_sharding(base.p.training.world_size) && !seen.count("sharding"))
-        pt.p.training.shard = default_sharding(pt.p.training.world_size);
+      if (base.p.training.shard == default_sharding(base.p.training.world_size, base.p.training.stack) && !seen.count("sharding"))
+        pt.p.training.shard = default_sharding(pt.p.training.world_size, pt.p.training.stack);
     }
     if (!supports(pt.target.gpu, pt.p.training.format))
       throw bad(std::string("--precision ") + to_string(pt.p.training.format) + " is not supported on " + pt.target.gpu.id);

@@ -728,3 +728,56 @@ TEST_CASE("bug: recommend --top with the comparison of instances or node counts 
   CHECK(run_cli({"recommend", "Llama-3.2-1B", "--instance", "ml.p5en.48xlarge", "--tokens", "1B"}).code == 0);
   CHECK(run_cli({"recommend", "Llama-3.2-1B", "--instance", "ml.p5en.48xlarge", "--top", "3"}).code == 0);
 }
+
+TEST_CASE("bug: the node comparison says fewer nodes were not evaluated instead of 'needs at least N nodes'", "[hardening][recommend]") {
+  // recommend Qwen3-0.6B --nodes 4 --tokens 1B said "one node is not enough; the model needs at least 4 nodes" of a model
+  // that fits on one GPU: only 4 nodes were evaluated
+  const auto r = run_cli({"recommend", "Qwen3-0.6B", "--instance", "ml.p5.48xlarge", "--nodes", "4", "--tokens", "1B"});
+  REQUIRE(r.code == 0);
+  CHECK_THAT(r.out, !Catch::Contains("needs at least") && Catch::Contains("fewer nodes were not evaluated"));
+  const auto a = run_cli({"recommend", "Llama-3.1-70B", "--instance", "ml.p5.48xlarge", "--nodes", "auto", "--max-nodes", "4"});
+  REQUIRE(a.code == 0);
+  CHECK_THAT(a.out, Catch::Contains("one node is not enough; the model needs at least"));  // 1 node evaluated: the claim holds
+}
+
+TEST_CASE("bug: a pipeline plan's exposed P2P time never exceeds its P2P total", "[hardening][pipeline]") {
+  // "communication 0.005 s, exposed 0.009 s": the total counted the rank's own sends, the exposed time the chain of
+  // warm-up and cool-down sends of the other stages too
+  for (const std::vector<std::string>& extra : {std::vector<std::string>{"--pp", "8", "--stack", "torchtitan", "--ac", "full", "--grad-accum", "8"},
+                                               std::vector<std::string>{"--pp", "4", "--tp", "2", "--stack", "megatron", "--sharding", "optimizer",
+                                                                        "--ac", "full", "--grad-accum", "1"},
+                                               std::vector<std::string>{"--pp", "4", "--pp-schedule", "interleaved", "--vpp", "2", "--ac", "full",
+                                                                        "--grad-accum", "8", "--sharding", "optimizer"}}) {
+    std::vector<std::string> a{"Llama-3.1-70B", "--instance", "ml.p5.48xlarge"};
+    a.insert(a.end(), extra.begin(), extra.end());
+    const auto j = test::estimate_json(a);
+    const auto& t = j["throughput"];
+    INFO(t.dump());
+    CHECK(t["exposed_by_parallelism_s"]["pipeline_parallel"].get<double>() <= t["communication_by_parallelism_s"]["pipeline_parallel"].get<double>() + 1e-12);
+    CHECK(t["exposed_communication_s"].get<double>() <= t["communication_s"].get<double>() + 1e-12);
+  }
+}
+
+TEST_CASE("bug: --bf16-layers that leave no block in the low-precision format are refused, not clamped", "[hardening][precision]") {
+  const auto r = run_cli({"estimate", "Llama-3.1-8B", "--gpu", "h100", "--precision", "fp8", "--bf16-layers", "last:100"});
+  CHECK(r.code == 2);
+  CHECK(lines(r.err) == 1);
+  CHECK_THAT(r.err, Catch::Contains("--bf16-layers") && Catch::Contains("32"));
+  CHECK(run_cli({"estimate", "Llama-3.1-8B", "--gpu", "h100", "--precision", "fp8", "--bf16-layers", "first:16,last:16"}).code == 2);
+  CHECK(run_cli({"estimate", "Llama-3.1-8B", "--gpu", "h100", "--precision", "fp8", "--bf16-layers", "first:1,last:2"}).code == 0);
+}
+
+TEST_CASE("bug: the Megatron stack defaults to its own data parallelism, and a bare GPU's JSON counts GPU-hours", "[hardening][cli]") {
+  // --stack megatron without --sharding took the default 'full' (FSDP2), which the stack refuses: exit 2 for a plain command
+  const auto m = run_cli({"estimate", "Llama-3.1-70B", "--instance", "ml.p5.48xlarge", "--pp", "4", "--tp", "2", "--stack", "megatron",
+                          "--format", "json"});
+  INFO(m.err);
+  REQUIRE(m.code == 0);
+  CHECK(nlohmann::json::parse(m.out)["config"]["sharding"] == "none");
+  // a bare --gpu: the JSON's hours are GPU-hours (it said instance_hours)
+  const auto g = test::estimate_json({"Llama-3.1-8B", "--gpu", "h100", "--gpus", "8", "--tokens", "1B"});
+  CHECK(g["training"].contains("gpu_hours"));
+  CHECK_FALSE(g["training"].contains("instance_hours"));
+  const auto i = test::estimate_json({"Llama-3.1-8B", "--instance", "ml.p5.48xlarge", "--tokens", "1B"});
+  CHECK(i["training"].contains("instance_hours"));
+}

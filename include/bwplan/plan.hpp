@@ -85,8 +85,11 @@ struct plan {
   [[nodiscard]] bool operator==(const plan&) const = default;
 };
 
-/// Sharding a plan gets when it names none: FSDP full shard on more than one GPU, none on one.
-[[nodiscard]] constexpr sharding default_sharding(int world_size) noexcept {
+/// Sharding a plan gets when it names none: FSDP full shard on more than one GPU, none on one; on the Megatron stack
+/// none (DDP over its main-gradient buffer: Megatron-LM's `--use-distributed-optimizer` is off by default,
+/// a store_true flag in megatron/training/arguments.py @d98e8a64), since its FSDP is not modelled and full would be refused.
+[[nodiscard]] constexpr sharding default_sharding(int world_size, training_stack stack = training_stack::hf) noexcept {
+  if (stack == training_stack::megatron) return sharding::none;
   return world_size > 1 ? sharding::full : sharding::none;
 }
 
@@ -220,6 +223,13 @@ struct plan {
     out.push_back({"tp", "/tp", "tensor parallelism " + s(c.tp) + " does not divide the " + s(m.heads) + " attention heads and " +
                                     s(m.kv_heads) + " KV heads of " + m.name});
   for (auto& v : pipeline_violations(m, c)) out.push_back(std::move(v));
+  // bf16_layers names blocks by position: more than the model has was clamped silently (last:100 on 32 blocks ran bf16)
+  if (c.bf16_layers && c.bf16_layers->fraction < 0 && c.format != compute_format::bf16 &&
+      c.bf16_layers->first + c.bf16_layers->last >= m.layers)
+    out.push_back({"bf16_layers", "/bf16_layers",
+                   "first:" + s(c.bf16_layers->first) + ",last:" + s(c.bf16_layers->last) + " keeps " +
+                       s(c.bf16_layers->first + c.bf16_layers->last) + " blocks in bf16, and " + m.name + " has " + s(m.layers) +
+                       ": no block is left in " + to_string(c.format) + " (use precision bf16 to run every block in bf16)"});
   if (m.is_moe() && c.tp > 1 && !c.sequence_parallel)  // Megatron-Core refuses to train it (moe/moe_layer.py MoELayer.forward)
     out.push_back({"sequence_parallel", "/sequence_parallel",
                    "Megatron-LM trains MoE models with tensor parallelism only with sequence parallel (MoELayer.forward "

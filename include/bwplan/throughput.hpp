@@ -1423,14 +1423,16 @@ struct communication_terms {
 // Overlap
 
 /// Collective time of one step by parallelism: data parallel = ga × FSDP per micro-batch + HSDP all-reduce, or
-/// the DDP all-reduce.
+/// the DDP all-reduce; pipeline: the rank's own 2·m·v sends plus the 2·(pp − 1) sends of the other stages that its
+/// warm-up and cool-down wait for (the chain exposed_communication puts on the critical path), so that the exposed
+/// P2P time never exceeds this total.
 [[nodiscard]] constexpr communication_breakdown communication_total(const communication_terms& t) noexcept {
   double dp = 0;
   if (t.fsdp.active) dp = t.micro_batches * t.fsdp.per_micro_batch.raw();
   if (t.hsdp) dp += t.hsdp_all_reduce.raw();
   if (t.ddp) dp = t.ddp_all_reduce.raw();
   if (t.zero1.active) dp = t.zero1.reduce_scatter.raw() + t.zero1.all_gather.raw();
-  const double p2p = t.pipeline.active ? t.pipeline.sends * t.pipeline.per_send.raw() : 0.0;
+  const double p2p = t.pipeline.active ? (t.pipeline.sends + 2 * (t.pipeline.pp - 1)) * t.pipeline.per_send.raw() : 0.0;
   return {seconds::base(dp), t.tensor_parallel, t.context_parallel, t.expert_parallel, seconds::base(p2p)};
 }
 
