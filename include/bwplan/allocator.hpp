@@ -92,13 +92,16 @@ class caching_allocator {
       b = fs.bins[fb][fi].block;
       fs.erase_at(fb, fi);
       leave_pool(b);
-      remap(b);
+      remap(b, size);  // the pages under the request; a split hands the rest of the unmapped pages to the remainder
     } else if (s_.expandable_segments && !small) {
       b = expand(size, stream);
     } else {
       const std::uint64_t a = segment_size(size);
       if (reserved_ + a > s_.budget) {
+        // release_cached_blocks frees the whole free segments and, with expandable segments, unmaps the free pages of
+        // the large pools too (A:2850-2915): a small-pool segment at the line gets the pages the large pool holds free
         release_cached();
+        unmap_free_pages();
         if (reserved_ + a > s_.budget && !oom_) { oom_ = true; oom_request_ = size; }
       }
       b = new_block(next_addr_, a, stream, small);
@@ -119,9 +122,12 @@ class caching_allocator {
       if (kk.next >= 0) blocks_[static_cast<std::size_t>(kk.next)].prev = r;
       kk.next = r;
       kk.size = size;
+      rr.unmapped = kk.unmapped;  // expandable segments: the pages remap left unmapped lie past the request
+      kk.unmapped = 0;
       if (s_.expandable_segments && !small && rr.next < 0) tails_[stream] = r;
       insert(r);
     }
+    if (!split) remap(b);  // handed out whole: every page of it mapped
     block& kb = blocks_[static_cast<std::size_t>(b)];
     kb.allocated = true;
     kb.requested = size;
@@ -326,16 +332,33 @@ class caching_allocator {
     }
     whole_free_.clear();
   }
-  // expandable segments: a free block handed out again has its unmapped pages mapped again (A:2297-2328); over the
-  // budget, the pages of other free blocks are unmapped first, as on an out of memory
-  void remap(int h) {
+  // expandable segments: a free block handed out again has the unmapped pages under its first `need` bytes mapped
+  // again (A:2297-2328: map_block maps the requested size and leaves the rest an unmapped block); over the budget, the
+  // pages of other free blocks are unmapped first, as on an out of memory. Mapping every unmapped page of a large free
+  // block for a small request read 47 GiB of pages for one request and an out of memory where PyTorch maps a few.
+  void remap(int h, std::uint64_t need = std::numeric_limits<std::uint64_t>::max()) {
     block& b = blocks_[static_cast<std::size_t>(h)];
     if (b.unmapped == 0) return;
-    const std::uint64_t m = b.unmapped;
-    b.unmapped = 0;
+    std::uint64_t m = b.unmapped;
+    if (need < b.size) {  // the pages [addr, addr + need) touches
+      const std::uint64_t pages = ((b.addr + need - 1) / kLargeBuffer - b.addr / kLargeBuffer + 1) * kLargeBuffer;
+      m = std::min(m, pages);
+    }
+    b.unmapped -= m;
     if (reserved_ + m > s_.budget) {
       release_cached();
       unmap_free_pages();
+      // the block being handed out has left the pools, but its whole pages past the request are free too: PyTorch keeps
+      // them a block of their own in the pool, which release_cached_blocks unmaps
+      if (need < b.size) {
+        const std::uint64_t lo = (b.addr + kLargeBuffer - 1) / kLargeBuffer, hi = (b.addr + b.size) / kLargeBuffer;
+        const std::uint64_t from = std::max(lo, (b.addr + need + kLargeBuffer - 1) / kLargeBuffer);
+        const std::uint64_t beyond = hi > from ? (hi - from) * kLargeBuffer : 0;
+        if (beyond > b.unmapped) {
+          reserved_ -= beyond - b.unmapped;
+          b.unmapped = beyond;
+        }
+      }
       if (reserved_ + m > s_.budget && !oom_) { oom_ = true; oom_request_ = m; }
     }
     reserved_ += m;
