@@ -112,6 +112,15 @@ bwplan::gpu_spec b200_like() {  // the capacity only bounds the replay's budget;
   return g;
 }
 
+/// An allocator with expandable segments and `settings`' other fields whose one expandable segment holds a free block
+/// of `bytes` (mapped: reserved() == bytes).
+bwplan::alloc::caching_allocator expandable_with_free_block(bwplan::alloc::allocator_settings settings, std::uint64_t bytes) {
+  settings.expandable_segments = true;
+  bwplan::alloc::caching_allocator a(settings);
+  a.free(a.malloc(bytes));
+  return a;
+}
+
 bwplan::gpu_spec b200_fp8_like() {  // b200_like with an fp8 rate, so fp8 formats are supported
   bwplan::gpu_spec g = b200_like();
   g.dense_flops["fp8"] = 4500 * bwplan::tflop_per_s;
@@ -825,10 +834,8 @@ TEST_CASE("bug: expandable segments with max_split_size: a free tail larger than
   // max_split_size 30 MiB keeps a 10 MiB request from the free 100 MiB tail (an oversize block); the expandable segment
   // then found that tail too small by a negative amount: reserved wrapped to 24 MiB. It maps nothing and stays 100 MiB.
   allocator_settings s;
-  s.expandable_segments = true;
   s.max_split_size = 30 * MiB;
-  caching_allocator a(s);
-  a.free(a.malloc(100 * MiB));
+  caching_allocator a = expandable_with_free_block(s, 100 * MiB);
   CHECK(a.reserved() == 100 * MiB);
   a.malloc(10 * MiB);
   CHECK(a.reserved() == 100 * MiB);
@@ -956,38 +963,22 @@ TEST_CASE("memory: FSDP2 reshards the root before its reduce-scatter input exist
   CHECK(replay_peak(t.replay.shape, t.replay.settings) == Approx(end).epsilon(0.001));
 }
 
-TEST_CASE("allocator: with expandable segments a small-pool segment at the line unmaps the large pool's free pages", "[allocator]") {
-  // release_cached_blocks unmaps the free pages of expandable segments on every out-of-memory path (A:2850-2915); the
-  // replay unmapped them only for large requests, so a 2 MiB small-pool segment at the line was an out of memory while
-  // 1000 MiB of free pages stayed mapped (Llama-3.1-8B, mbs 8, full AC on p5: 84.42 GiB reserved, "does not fit", with
-  // --expandable-segments where the default allocator fits at 78.04)
+TEST_CASE("allocator: with expandable segments the free pages are unmapped on every retry and mapped again only under a request", "[allocator]") {
+  // Llama-3.1-8B, mbs 8, full AC on p5 with --expandable-segments read 84.42 GiB reserved, "does not fit", where the
+  // default allocator fits at 78.04: the replay (1) unmapped free pages only for large requests, while
+  // release_cached_blocks does it on every out-of-memory path (A:2850-2915), and (2) mapped every unmapped page of a
+  // reused block (a 47 GiB "request"), while map_block maps the requested size and leaves the rest unmapped (A:2297-2328)
   allocator_settings s;
-  s.expandable_segments = true;
   s.budget = 1001 * MiB;
-  caching_allocator a(s);
-  a.free(a.malloc(1000 * MiB));
+  caching_allocator a = expandable_with_free_block(s, 1000 * MiB);
   CHECK(a.reserved() == 1000 * MiB);
-  a.malloc(1024);  // a small-pool segment of 2 MiB
+  a.malloc(1024);  // (1) a small-pool segment of 2 MiB at the line: every whole page of the free 1000 MiB block unmapped
   CHECK_FALSE(a.oom());
-  CHECK(a.reserved() <= s.budget);
-  CHECK(a.reserved() == 2 * MiB);  // every whole page of the free 1000 MiB block unmapped
-}
-
-TEST_CASE("allocator: with expandable segments a reused free block maps only the pages under the request", "[allocator]") {
-  // map_block maps the requested size and leaves the rest of an unmapped block unmapped (A:2297-2328); the replay mapped
-  // every unmapped page of the block it reused: a 1000 MiB free block whose pages were unmapped read 1000 MiB mapped
-  // again for a 100 MiB request (Llama-3.1-8B, mbs 8, full AC on p5 with --expandable-segments: a 47 GiB "request")
-  allocator_settings s;
-  s.expandable_segments = true;
-  s.budget = 1001 * MiB;
-  caching_allocator a(s);
-  a.free(a.malloc(1000 * MiB));
-  a.malloc(1024);  // at the line: the free block's 1000 MiB of pages are unmapped
-  REQUIRE(a.reserved() == 2 * MiB);
-  a.malloc(100 * MiB);
+  CHECK(a.reserved() == 2 * MiB);
+  a.malloc(100 * MiB);  // (2) the reused block maps the 100 MiB under the request, not its 1000 MiB
   CHECK_FALSE(a.oom());
   CHECK(a.reserved() == 102 * MiB);
-  a.malloc(100 * MiB);  // the remainder keeps its unmapped pages until a request covers them
+  a.malloc(100 * MiB);  // the remainder kept its unmapped pages until a request covers them
   CHECK_FALSE(a.oom());
   CHECK(a.reserved() == 202 * MiB);
 }

@@ -706,19 +706,6 @@ TEST_CASE("bug: sagemaker --plan job.json names the job's settings the new reque
   CHECK_THAT(same.err, !Catch::Contains("HyperParameters.max_steps") && !Catch::Contains("RoleArn ("));
 }
 
-TEST_CASE("bug: sweep's optimizer columns carry the plan file's names", "[hardening][sweep]") {
-  // the column "optimizer" held the AdamW implementation ("fused") and "optim" the algorithm, while --vary optimizer and
-  // the plan file's "optimizer" mean the algorithm
-  const auto r = run_cli({"sweep", "Llama-3.2-1B", "--gpu", "h100", "--vary", "optimizer=sgd,adamw", "--format", "json"});
-  REQUIRE(r.code == 0);
-  const auto pts = nlohmann::json::parse(r.out)["points"];
-  REQUIRE(pts.size() == 2);
-  CHECK(pts[0]["optimizer"] == "sgd");
-  CHECK(pts[1]["optimizer"] == "adamw");
-  CHECK(pts[0]["optimizer_impl"] == "fused");
-  CHECK_FALSE(pts[0].contains("optim"));
-}
-
 TEST_CASE("bug: recommend --top with the comparison of instances or node counts is refused, not ignored", "[hardening][recommend]") {
   // with --tokens (or several instances, --nodes auto) recommend shows one plan per instance and node count: --top 3 did nothing
   const auto r = run_cli({"recommend", "Llama-3.2-1B", "--instance", "ml.p5en.48xlarge", "--tokens", "1B", "--top", "3"});

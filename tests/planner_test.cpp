@@ -45,6 +45,16 @@ std::string slurp(const std::string& path) {
   return s.str();
 }
 
+
+/// The points of `bwplan sweep ARGS --format json` (the command must succeed).
+nlohmann::json sweep_points(std::vector<std::string> args) {
+  args.insert(args.begin(), "sweep");
+  args.insert(args.end(), {"--format", "json"});
+  const auto r = run_cli(args);
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  return nlohmann::json::parse(r.out)["points"];
+}
 }  // namespace
 
 // ---------------------------------------------------------------- planner.hpp
@@ -329,11 +339,8 @@ TEST_CASE("bug: sweep wrote ac=none for selective-op and had no precision or tp 
                          Catch::Contains(",global_batch_tokens,"));
   CHECK_THAT(row, Catch::Contains(",selective-op,") && Catch::Contains(",fp8,"));
   // sweep can vary precision, tp, cp, ep and instance too
-  const auto v = run_cli({"sweep", "Llama-3.1-8B", "--vary", "precision=bf16,fp8", "--vary", "tp=1,2", "--vary",
-                          "instance=ml.p5en.48xlarge,ml.p6-b200.48xlarge", "--format", "json"});
-  INFO(v.err);
-  REQUIRE(v.code == 0);
-  const auto pts = nlohmann::json::parse(v.out)["points"];
+  const auto pts = sweep_points({"Llama-3.1-8B", "--vary", "precision=bf16,fp8", "--vary", "tp=1,2", "--vary",
+                                  "instance=ml.p5en.48xlarge,ml.p6-b200.48xlarge"});
   REQUIRE(pts.size() == 8);
   CHECK(pts[0]["instance"] == "ml.p5en.48xlarge");
   CHECK(pts[7]["instance"] == "ml.p6-b200.48xlarge");
@@ -653,4 +660,15 @@ TEST_CASE("search_plans: without the best plan per format the top plan and the b
     CHECK(off.best_per_format.empty());
     CHECK(on.best_per_format.size() >= 2);
   }
+}
+
+TEST_CASE("bug: sweep's optimizer columns carry the plan file's names", "[planner][sweep][bugs]") {
+  // the column "optimizer" held the AdamW implementation ("fused") and "optim" the algorithm, while --vary optimizer and
+  // the plan file's "optimizer" mean the algorithm
+  const auto pts = sweep_points({"Llama-3.2-1B", "--gpu", "h100", "--vary", "optimizer=sgd,adamw"});
+  REQUIRE(pts.size() == 2);
+  CHECK(pts[0]["optimizer"] == "sgd");
+  CHECK(pts[1]["optimizer"] == "adamw");
+  CHECK(pts[0]["optimizer_impl"] == "fused");
+  CHECK_FALSE(pts[0].contains("optim"));
 }
