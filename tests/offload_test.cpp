@@ -167,6 +167,26 @@ TEST_CASE("offload: model states leave HBM, the host keeps them (hand-derived)",
     CHECK(kept.all_blocks.raw() == Approx(32 * ck));
     CHECK(estimate_memory(m, one_gpu(optimizer | activations), g).host_per_gpu.raw() == Approx(18 * P + 32 * ck));
   }
+  SECTION("activations: offloading never holds more on the GPU than keeping the checkpoints (block 0 prefetches nothing)") {
+    // bug (a helper's sweep): Llama-3.1-70B over 16 H200s, FSDP, 1 x 4096, full AC read 80.88 GiB allocated with
+    // --offload activations against 80.75 without: the backward peak is block 0's, where two checkpoints were counted
+    // in flight and keeping them holds one (block 0's own)
+    const model_spec big = io::load_model(std::string(BWPLAN_SOURCE_DIR) + "/configs/models/llama-3.1-70b.json");
+    training_config c;
+    c.world_size = 16;
+    c.shard = sharding::full;
+    c.micro_batch = 1;
+    c.seq_len = 4096;
+    c.ac.mode = ac_mode::full;
+    const auto kept = estimate_memory(big, c, g);
+    c.offload = activations;
+    const auto off = estimate_memory(big, c, g);
+    CHECK(off.peak_allocated.raw() <= kept.peak_allocated.raw());
+    CHECK(off.at_backward_peak.activations.raw() <= kept.at_backward_peak.activations.raw());
+    // and one GPU, the 8B with optimizer offload: the same
+    const auto kept8 = estimate_memory(m, one_gpu(optimizer), g), off8 = estimate_memory(m, one_gpu(optimizer | activations), g);
+    CHECK(off8.peak_allocated.raw() <= kept8.peak_allocated.raw());
+  }
 }
 
 TEST_CASE("offload: the CPU optimizer step and PCIe copies in the step (hand-derived)", "[offload][terms]") {

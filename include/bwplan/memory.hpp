@@ -1647,7 +1647,12 @@ struct block_backward_moment {
     const std::int64_t above = L - 1 - i;
     const double freed = static_cast<double>(n.low_recomputed) * kept_lo_ck + static_cast<double>(n.low) * kept_lo +
                          static_cast<double>(n.high_recomputed) * kept_hi_ck + static_cast<double>(n.high) * kept_hi;
-    const double acts = saved_all - freed;
+    // activation offload: base counts two checkpoints in flight (saved_activations::offload_in_flight): block i's own,
+    // back for its recompute, and block i − 1's, prefetched. Block i's own is the input of its recompute, already in
+    // `rebuilt` (the full inventory, as without offload, where the kept checkpoint and the rebuilt rest add up to it),
+    // and block 0 has none below it to prefetch: one checkpoint beyond the recompute, none at block 0
+    const double in_rebuilt = act.offloaded ? (i == 0 ? 1.0 : 0.5) * act.offload_in_flight.raw() : 0.0;
+    const double acts = saved_all - freed - in_rebuilt;
     const double cw = cw0 - amp_low * static_cast<double>(n.low) - amp_block * static_cast<double>(n.high);
     const double grads = head_grad + gres * static_cast<double>(above);
     const double v = static_part + acts + rebuilt + cw + extra_cw + grads + tr;
