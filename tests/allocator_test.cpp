@@ -2,6 +2,8 @@
 // CUDACachingAllocator rules (/work/shared/reference/allocator.md §8).
 #include <bwplan/io/json.hpp>
 #include <bwplan/memory.hpp>
+#include <bwplan/plan.hpp>
+#include <bwplan/planner.hpp>
 
 #include "test_util.hpp"
 
@@ -996,4 +998,66 @@ TEST_CASE("allocator: --expandable-segments does not turn a plan that fits with 
     CHECK(e["fits"].get<bool>());
     CHECK(e["memory"]["peak_reserved_bytes"].get<double>() <= d["memory"]["peak_reserved_bytes"].get<double>() * 1.01);
   }
+}
+
+TEST_CASE("allocator: torch.compile on the hf stack takes the eager step's replayed slack, not the cheap bound", "[allocator][cli]") {
+  // bug (a helper's sweep): Llama-3.1-8B, mbs 4 x 4096, full AC on one H200 read 142.10 GiB reserved, "does not fit",
+  // and with --compile 136.49, "fits", at the same 131.73 GiB allocated: compile (which changes no tensor a checkpointed
+  // block keeps) left the replay for the cheap bound, 5.6 GiB lower
+  const std::vector<std::string> base{"Llama-3.1-8B", "--gpu", "h200", "--mbs", "4", "--seq", "4096", "--ac", "full"};
+  auto compiled = base;
+  compiled.emplace_back("--compile");
+  const auto d = bwplan::test::estimate_json(base), c = bwplan::test::estimate_json(compiled);
+  REQUIRE(d["memory"]["replayed"].get<bool>());
+  CHECK(c["memory"]["replayed"].get<bool>());
+  CHECK(c["memory"]["replayed_without"] == "torch.compile");
+  CHECK(c["memory"]["peak_allocated_bytes"].get<double>() == Approx(d["memory"]["peak_allocated_bytes"].get<double>()));
+  CHECK(c["memory"]["peak_reserved_bytes"].get<double>() == Approx(d["memory"]["peak_reserved_bytes"].get<double>()));
+  CHECK(c["fits"] == d["fits"]);
+  CHECK_THAT(c["memory"]["reserved_note"].get<std::string>(), Catch::Contains("without torch.compile"));
+  // without checkpointing compile saves less (no act(gate), one autocast cast per input): less allocated, never more reserved
+  const std::vector<std::string> none{"Llama-3.2-1B", "--gpu", "h200", "--mbs", "4", "--seq", "4096", "--ac", "none"};
+  auto none_c = none;
+  none_c.emplace_back("--compile");
+  const auto dn = bwplan::test::estimate_json(none), cn = bwplan::test::estimate_json(none_c);
+  CHECK(cn["memory"]["replayed_without"] == "torch.compile");
+  CHECK(cn["memory"]["peak_allocated_bytes"].get<double>() < dn["memory"]["peak_allocated_bytes"].get<double>());
+  CHECK(cn["memory"]["peak_reserved_bytes"].get<double>() < dn["memory"]["peak_reserved_bytes"].get<double>());
+  CHECK(cn["memory"]["peak_reserved_bytes"].get<double>() >= cn["memory"]["peak_allocated_bytes"].get<double>());
+  // other stacks compile the loss too (torchtitan, torchtune): no stand-in, the cheap bound
+  auto tt = compiled;
+  tt.insert(tt.end(), {"--stack", "torchtitan", "--sharding", "full"});
+  const auto t = bwplan::test::estimate_json(tt);
+  CHECK_FALSE(t["memory"]["replayed"].get<bool>());
+  CHECK_FALSE(t["memory"].contains("replayed_without"));
+}
+
+TEST_CASE("planner: a compiled plan near the line is replayed through its eager stand-in, as estimate prices it", "[allocator][planner]") {
+  const bwplan::model_spec m = bwplan::io::load_model(std::string(BWPLAN_SOURCE_DIR) + "/configs/models/llama-3.1-8b.json");
+  bwplan::hardware_catalog cat;
+  bwplan::io::load_catalog(cat, std::string(BWPLAN_SOURCE_DIR) + "/configs/hardware/catalog.json");
+  const bwplan::gpu_spec& g = cat.gpu("h200");
+  auto search = [&](std::int64_t mbs) {
+    bwplan::plan_request req;
+    req.shardings = {bwplan::sharding::none};
+    req.seq_lens = {4096};
+    req.checkpointings = {bwplan::checkpointing::full()};
+    req.losses = {bwplan::loss_impl::standard};
+    req.compile = true;
+    req.headroom = 0;
+    req.min_micro_batch = req.max_micro_batch = mbs;  // one micro-batch per step (no accumulated fp32 gradients)
+    req.global_batch_tokens = mbs * 4096;
+    req.allow_expandable_segments = false;  // (the default allocator's verdict)
+    return bwplan::search_plans(m, g, nullptr, req, 3);
+  };
+  // micro-batch 2 fits (131.5 GiB reserved), ranked with the replayed verdict and memory estimate gives it
+  const auto two = search(2);
+  REQUIRE(two.ranked.size() == 1);
+  const bwplan::memory_estimate e = bwplan::estimate_memory(m, two.ranked[0].config, g);
+  CHECK(e.replay_stand_in != nullptr);
+  CHECK(two.ranked[0].memory.replay_stand_in != nullptr);
+  CHECK(two.ranked[0].memory.peak_reserved.raw() == Approx(e.peak_reserved.raw()));
+  // micro-batch 4 (131.73 GiB allocated, 142.10 reserved: past the H200's 139.80) is not ranked; the cheap bound,
+  // 136.49, ranked it before
+  CHECK(search(4).ranked.empty());
 }

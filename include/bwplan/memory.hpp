@@ -101,6 +101,9 @@ struct memory_estimate {
   int pipeline_rank = 0;          ///< pipeline parallelism: the rank whose memory this is (the most loaded; 0 for pp = 1)
   bool fits = false;              ///< peak_reserved + non_pytorch ≤ capacity
   bool replayed = false;          ///< peak_reserved and fits come from the caching-allocator replay (else the cheap bound)
+  /// replayed through a stand-in (terms::replay_stand_in): what the replayed step leaves out ("torch.compile"), else
+  /// nullptr; peak_reserved is then this plan's peak allocated + the stand-in step's allocator slack
+  const char* replay_stand_in = nullptr;
   allocator_setting_verdict allocator_setting = allocator_setting_verdict::unaffected;  ///< see allocator_setting_verdict
   /// CPU offload: host (CPU) bytes one rank keeps, pinned (terms::host_offload::total; 0 without offload). Per node:
   /// host_memory_per_node.
@@ -1422,6 +1425,9 @@ struct allocator_replay {
   double stop_device_peak = std::numeric_limits<double>::infinity();  ///< runtime_overheads::replay_stop_device_peak
   alloc::allocator_settings settings;
   alloc::step_shape shape;
+  /// the trace replayed is a stand-in's (replay_stand_in), not this configuration's: what it leaves out, else nullptr
+  const char* stand_in = nullptr;
+  double stand_in_allocated = 0;  ///< the stand-in's peak allocated (bytes; estimate_memory without a replay)
 };
 
 /// The most decoder blocks the caching-allocator replay takes (see replay_blocker): about 0.5 s of replay on this
@@ -1473,6 +1479,29 @@ inline constexpr std::int64_t max_replayed_layers = 1024;
 /// torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py: `dist.all_reduce(reduce_output, group=all_reduce_group)`).
 /// Other configurations keep the cheap bound (fragmentation_slack, reduce_scatter_pool).
 [[nodiscard]] inline bool replayable(const model_spec& m, const training_config& c) noexcept { return replay_blocker(m, c) == nullptr; }
+
+/// The configuration whose replay stands in for `c` when the trace does not describe `c` itself, or nullopt: torch.compile
+/// on the hf stack, where the eager step (the same plan without compile) is replayable. The hf stack compiles the decoder
+/// blocks only (the reference trainer's `apply_compile`, apps/train/bwtrain/parallel.py; bwplan's memory_shape::compile
+/// and compiled_loss: the loss stays eager on hf), so the requests the allocator's slack follows are the eager step's:
+/// the loss's logits buffers, the checkpoints, the parameters, gradients and optimizer states; compiling only removes
+/// tensors a non-checkpointed block saves (stack_saved_delta) and fuses its element-wise intermediates. apply_allocator_replay
+/// adds the stand-in's slack (peak reserved − peak allocated of its replay) to this plan's peak allocated. Not validated
+/// against a measured compiled run (none in the ground truth); it keeps the verdict from jumping between the replay and
+/// the cheap bound (which reads 4–17 GiB off the replay at the same allocated) when --compile is added.
+[[nodiscard]] inline std::optional<training_config> replay_stand_in(const model_spec& m, const training_config& c) noexcept {
+  if (!c.compile || c.stack != training_stack::hf) return std::nullopt;
+  training_config e = c;
+  e.compile = false;
+  if (!replayable(m, e)) return std::nullopt;
+  return e;
+}
+
+/// Whether a caching-allocator replay prices configuration `c`: the trace describes it (replayable) or a stand-in's
+/// does (replay_stand_in).
+[[nodiscard]] inline bool replay_applies(const model_spec& m, const training_config& c) noexcept {
+  return replayable(m, c) || replay_stand_in(m, c).has_value();
+}
 
 /// The replay term of configuration `c` of `m` (see allocator_replay).
 [[nodiscard]] inline allocator_replay allocator_replay_of(const model_spec& m, const training_config& c,
@@ -1526,12 +1555,29 @@ inline void apply_allocator_replay(const allocator_replay& r, memory_estimate& e
     return;
   alloc::allocator_settings st = r.settings;
   const double budget = std::max(0.0, (e.capacity - e.non_pytorch).raw());
-  st.budget = static_cast<std::uint64_t>(budget);
+  // a stand-in allocating `more` bytes than this plan runs against a budget larger by as much: at the same distance
+  // from its line as this plan is from the GPU's (its cache released at the same point, its out of memory this plan's)
+  const double more = r.stand_in != nullptr ? std::max(0.0, r.stand_in_allocated - e.peak_allocated.raw()) : 0.0;
+  st.budget = static_cast<std::uint64_t>(budget + more);
   alloc::caching_allocator a(st);
   alloc::step_shape shape = r.shape;
-  if (std::isfinite(r.stop_device_peak))
+  // (a stand-in's step passing a threshold says nothing of this plan's, which allocates less: it runs whole)
+  if (std::isfinite(r.stop_device_peak) && r.stand_in == nullptr)
     shape.stop_reserved_above = static_cast<std::uint64_t>(std::max(0.0, r.stop_device_peak - e.non_pytorch.raw()));
   const alloc::replay_result res = alloc::replay_step_trace(shape, a);
+  if (r.stand_in != nullptr) {
+    // the stand-in's slack (peak reserved − peak allocated of its replay) on this plan's allocated (replay_stand_in);
+    // out of memory against its shifted budget: this plan is, with what it reserved less the shift
+    // (never above what the stand-in reserves: this plan allocates less; nor past the budget, where the allocator
+    // releases its cache before it fails)
+    const double reserved = static_cast<double>(res.peak_reserved), slack = std::max(0.0, reserved - static_cast<double>(res.peak_allocated));
+    const double own = e.peak_allocated.raw();
+    e.peak_reserved = bytes::base(res.oom ? std::max(own, reserved - more) : std::max(own, std::min({own + slack, reserved, budget})));
+    e.fits = !res.oom && e.device_peak() <= e.capacity;
+    e.replayed = true;
+    e.replay_stand_in = r.stand_in;
+    return;
+  }
   e.peak_reserved = bytes::base(static_cast<double>(res.peak_reserved));
   // Out of memory: past the budget the replay releases the cache at every failing request, as PyTorch does before it
   // raises, so its reserved is what the step holds with the cache released, a lower bound of its need, and its trace
@@ -1567,6 +1613,9 @@ struct memory_terms {
 [[nodiscard]] inline memory_terms compute_memory_terms(const model_spec& m, const training_config& c, const gpu_spec& gpu,
                                                        const runtime_overheads& rt = {}, const pipeline_rank* stage = nullptr);
 
+/// Adds up the terms of `t` at every moment of the step (defined below; see there).
+[[nodiscard]] inline memory_estimate compose_memory(const memory_terms& t);
+
 namespace detail {
 /// compute_memory_terms without its validation (the callers that evaluate several pipeline ranks validate once).
 [[nodiscard]] inline memory_terms memory_terms_of(const model_spec& m, const training_config& c, const gpu_spec& gpu,
@@ -1580,6 +1629,16 @@ namespace detail {
   t.transient = terms::transient_bytes(t.shape, t.activations, t.weights);
   t.allocator = terms::allocator_bytes(t.shape, gpu, rt);
   t.replay = terms::allocator_replay_of(m, c, t.shape, rt);
+  if (!t.replay.replayable && rt.replay != runtime_overheads::replay_policy::never) {
+    if (const auto e = terms::replay_stand_in(m, c)) {  // torch.compile on hf: the eager step's replay stands in
+      runtime_overheads cheap = rt;
+      cheap.replay = runtime_overheads::replay_policy::never;
+      const double eager_allocated = compose_memory(memory_terms_of(m, *e, gpu, cheap, stage)).peak_allocated.raw();
+      t.replay = terms::allocator_replay_of(m, *e, terms::memory_shape_of(m, *e, gpu, stage), rt);
+      t.replay.stand_in = "torch.compile";
+      t.replay.stand_in_allocated = eager_allocated;
+    }
+  }
   t.host = terms::host_offload_bytes(t.shape, t.activations.offloaded_checkpoints.raw());
   return t;
 }
@@ -1981,6 +2040,14 @@ inline void allocator_setting_check(const memory_terms& t, memory_estimate& e) {
 /// optimizer states split the first, and its bf16 all-gather buffer `2·P_root/tp` on the all-gather stream (P_root:
 /// embedding, untied head, final norm; docs/methodology.md#allocator). GiB in the sentence.
 [[nodiscard]] inline std::string reserved_source_note(const model_spec& m, const training_config& c, const memory_estimate& e) {
+  if (e.replayed && e.replay_stand_in != nullptr) {
+    char buf[400];
+    std::snprintf(buf, sizeof buf,
+                  "allocated + the allocator slack of the same step without %s replayed through PyTorch's caching allocator "
+                  "(%.2f GiB; the hf stack compiles the blocks, the loss and optimizer step stay eager; docs/methodology.md#allocator)",
+                  e.replay_stand_in, (e.peak_reserved - e.peak_allocated).raw() / 1073741824.0);
+    return buf;
+  }
   if (e.replayed) return "the step replayed through PyTorch's caching allocator (docs/methodology.md#allocator)";
   const char* why = terms::replay_blocker(m, c);
   std::string r = std::string("allocated + allocator slack (the cheap bound): the caching-allocator replay does not describe ") +

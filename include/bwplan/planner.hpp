@@ -394,7 +394,7 @@ struct plan_result {
             if (c.pp <= 1) {
               // the cheap bound; a replayable candidate under the replay ceiling waits for resolve()
               const memory_estimate e1 = estimate_memory(m, c, gpu, rt_cheap);
-              if (replaying && e1.device_peak().raw() <= replay_ceiling * limit.raw() && terms::replayable(m, c)) {
+              if (replaying && e1.device_peak().raw() <= replay_ceiling * limit.raw() && terms::replay_applies(m, c)) {
                 plan_candidate pc{c, e1, estimate_throughput(m, c, gpu, inst, k), res.evaluated};
                 const bool cheap_fit = e1.device_peak() <= limit;
                 res.fitting += cheap_fit ? 1 : 0;

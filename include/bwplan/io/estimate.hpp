@@ -131,6 +131,7 @@ namespace bwplan::io {
                    {"after_forward_bytes", me.after_forward.raw()},   {"backward_peak_bytes", me.backward_peak.raw()},
                    {"after_backward_bytes", me.after_backward.raw()}, {"optimizer_peak_bytes", me.optimizer_peak.raw()}};
   mem["replayed"] = me.replayed;
+  if (me.replay_stand_in) mem["replayed_without"] = me.replay_stand_in;  // the stand-in's replay (terms::replay_stand_in)
   if (!me.replayed)  // what keeps the caching-allocator replay from describing the plan (terms::replay_blocker)
     if (const char* why = terms::replay_blocker(m, c)) mem["not_replayed_because"] = why;
   mem["reserved_note"] = reserved_source_note(m, c, me);
