@@ -60,7 +60,12 @@ runner register_validate(CLI::App& app, context& ctx) {
       if (!r.is_object()) throw config_error(where, "", std::string("expected a JSON object (one run per line), got ") + r.type_name());
       const run_line rl{r, where};
       if (rl.text_or("kind", "") == "env") {
-        if (rl.text_or("gpu", "").find("H100") != std::string::npos) gpu_name = "h100";
+        // the GPU the env line names, as calibrate reads it (read_runs): an unknown device is an error, not the H200
+        if (const std::string name = rl.text_or("gpu", ""); !name.empty()) {
+          gpu_name = gpu_id_from_device(cat, name);
+          if (gpu_name.empty())
+            throw config_error(where, "/gpu", "no GPU of the catalog matches '" + name.substr(0, 60) + "' (bwplan hardware lists them)");
+        }
         continue;
       }
       // a trainer record (the reference trainer's measurements.jsonl): the plan it ran, read as calibrate reads it
@@ -78,7 +83,7 @@ runner register_validate(CLI::App& app, context& ctx) {
       const gpu_spec& gpu = cat.gpu(record ? rec.gpu : gpu_name);
       const calibration_constants k = ctx.constants(gpu.id, c.stack);  // --calibration
       const memory_estimate me = estimate_memory(m, c, gpu, k.overheads);
-      const throughput_estimate te = estimate_throughput(m, c, gpu, nullptr, k.throughput);
+      const throughput_estimate te = estimate_throughput(m, c, gpu, record && rec.instance ? &*rec.instance : nullptr, k.throughput);
       const bool ok = rl.boolean_or("ok", false);
       const std::string impl = rl.text_or("impl", "");
       const std::string tag = record ? rec.label

@@ -92,10 +92,13 @@ void check_run_config(const model_spec& m, const training_config& c, const std::
 std::string gpu_id_from_device(const hardware_catalog& cat, const std::string& device) {
   std::string d = device;
   std::transform(d.begin(), d.end(), d.begin(), [](unsigned char ch) { return static_cast<char>(std::tolower(ch)); });
-  std::string best;
+  // the longest id or alias the name contains: "NVIDIA A100-SXM4-40GB" is the alias a100-sxm4-40gb of a100-40gb
+  std::string best, best_id;
   for (const auto& g : cat.gpus())
-    if (d.find(g.id) != std::string::npos && g.id.size() > best.size()) best = g.id;
-  return best;
+    if (d.find(g.id) != std::string::npos && g.id.size() > best.size()) best = best_id = g.id;
+  for (const auto& [alias, id] : cat.aliases())
+    if (d.find(alias) != std::string::npos && alias.size() > best.size()) { best = alias; best_id = id; }
+  return best_id;
 }
 
 void fill_from_record(const context& ctx, const hardware_catalog& cat, const run_line& rl, const std::string& models_dir,
@@ -115,10 +118,29 @@ void fill_from_record(const context& ctx, const hardware_catalog& cat, const run
   const int gpus = pl->contains("gpus") && (*pl)["gpus"].is_number_integer() ? (*pl)["gpus"].get<int>() : 1;
   m.config.world_size = std::max(1, gpus);
   m.config.gpus_per_node = std::min(m.config.world_size, 8);
+  // the instances the plan ran on: its nodes and their network (a 2-node record was priced as 16 GPUs on one NVLink
+  // node, and an unknown instance was read without a word)
+  if (!d.value.target.instance.empty()) {
+    try {
+      m.instance = cat.instance(d.value.target.instance);
+    } catch (const invalid_request& e) {
+      throw config_error(where, "/plan/instance", e.what());
+    }
+    const int per_node = m.instance->gpus_per_node, nodes = d.value.target.nodes;
+    if (!pl->contains("gpus") || !(*pl)["gpus"].is_number_integer()) m.config.world_size = nodes * per_node;
+    else if (m.config.world_size != nodes * per_node)
+      throw config_error(where, "/plan/gpus", fmt::format("{} GPUs on {} x {} ({} GPUs each): a SageMaker job uses every GPU of its "
+                                                          "instances", m.config.world_size, nodes, m.instance->id, per_node));
+    m.config.gpus_per_node = per_node;
+    m.gpu = m.instance->gpu;
+  }
   if (auto it = r.find("grad_accum"); it != r.end() && it->is_number_integer()) m.config.grad_accum = std::max<std::int64_t>(1, it->get<std::int64_t>());
-  if (auto it = r.find("gpu"); it != r.end() && it->is_string()) {
+  if (auto it = r.find("gpu"); it != r.end() && it->is_string()) {  // the device the record ran on
     const std::string id = gpu_id_from_device(cat, it->get<std::string>());
     if (!id.empty()) m.gpu = id;
+    else if (!m.instance)  // (with an instance: its GPU)
+      throw config_error(where, "/gpu", "no GPU of the catalog matches '" + it->get<std::string>().substr(0, 60) +
+                                            "' (bwplan hardware lists them; the plan names no instance to take it from)");
   }
   const std::string model = d.value.model;
   const fs::path local = models / (model + ".json");

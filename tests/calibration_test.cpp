@@ -694,3 +694,62 @@ TEST_CASE("bug: validate reads the trainer's records as calibrate does", "[calib
   CHECK(j["summary"]["tokens_per_s_median_abs_error"].get<double>() < 0.15);
   CHECK(j["summary"]["peak_allocated_median_abs_error"].get<double>() < 0.05);
 }
+
+TEST_CASE("bug: validate and calibrate price a trainer record on the instances and nodes its plan names", "[calibration]") {
+  // found by a helper's sweep: a 2-node record (plan instance ml.p5en.48xlarge, nodes 2) was priced as 16 GPUs on one
+  // NVLink node (a bare GPU): +44.9 % against a measurement equal to bwplan's own estimate; an unknown instance passed
+  const auto est = nlohmann::json::parse(test::run_cli({"estimate", "Llama-3.2-1B", "--instance", "ml.p5en.48xlarge", "--nodes", "2", "--tp",
+                                                        "2", "--mbs", "1", "--seq", "2048", "--sharding", "full", "--format", "json"})
+                                             .out);
+  const double tps = est["throughput"]["tokens_per_s"].get<double>();
+  auto two_nodes = [&](nlohmann::json& j, int i) {
+    if (i < 0) return;
+    j["plan"]["instance"] = "ml.p5en.48xlarge";
+    j["plan"]["nodes"] = 2;
+    j["plan"]["gpus"] = 16;
+    j["plan"]["tp"] = 2;
+    j["plan"]["sharding"] = "full";
+    j["plan"]["global_batch_size"] = nullptr;
+    j["tokens_per_s"] = tps;
+  };
+  const fs::path recs = mutated_records("two-nodes.jsonl", two_nodes);
+  const auto r = test::run_cli({"validate", recs.string(), "--format", "json"});
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  const auto j = nlohmann::json::parse(r.out);
+  REQUIRE(j["rows"].size() > 0);
+  CHECK(j["rows"][0]["tokens_per_s"]["estimated"].get<double>() == Approx(tps).epsilon(1e-6));
+  // gpus that are not every GPU of the instances, an unknown instance: the line and member, exit 2
+  const auto bad_gpus = test::run_cli({"validate", mutated_records("two-nodes-gpus.jsonl", [&](nlohmann::json& x, int i) {
+                                                     two_nodes(x, i);
+                                                     if (i >= 0) x["plan"]["gpus"] = 12;
+                                                   }).string()});
+  CHECK(bad_gpus.code == 2);
+  CHECK_THAT(bad_gpus.err, Catch::Contains("/plan/gpus"));
+  const auto bad_inst = test::run_cli({"calibrate", mutated_records("two-nodes-inst.jsonl", [&](nlohmann::json& x, int i) {
+                                                      two_nodes(x, i);
+                                                      if (i >= 0) x["plan"]["instance"] = "x";
+                                                    }).string()});
+  CHECK(bad_inst.code == 2);
+  CHECK_THAT(bad_inst.err, Catch::Contains("/plan/instance") && Catch::Contains("unknown instance 'x'"));
+}
+
+TEST_CASE("bug: validate names an env line's unknown GPU as calibrate does, and A100 device names are the catalog's A100s", "[calibration]") {
+  // found by a helper's sweep: validate priced a "Tesla V100-SXM2-16GB" env line's runs on the H200 (its default)
+  const fs::path v100 = mutated_records("v100.jsonl", [](nlohmann::json& j, int i) {
+    if (i < 0) j["gpu"] = "Tesla V100-SXM2-16GB";
+    else j["gpu"] = "Tesla V100-SXM2-16GB";
+  });
+  for (const char* cmd : {"validate", "calibrate"}) {
+    const auto r = test::run_cli({cmd, v100.string()});
+    INFO(cmd);
+    CHECK(r.code == 2);
+    CHECK_THAT(r.err, Catch::Contains("V100"));
+  }
+  const hardware_catalog cat = catalog();
+  CHECK(cli::gpu_id_from_device(cat, "NVIDIA A100-SXM4-40GB") == "a100-40gb");
+  CHECK(cli::gpu_id_from_device(cat, "NVIDIA A100-SXM4-80GB") == "a100-80gb");
+  CHECK(cli::gpu_id_from_device(cat, "NVIDIA H200") == "h200");
+  CHECK(cli::gpu_id_from_device(cat, "NVIDIA H100 80GB HBM3") == "h100");
+  CHECK(cli::gpu_id_from_device(cat, "Tesla V100-SXM2-16GB").empty());
+}

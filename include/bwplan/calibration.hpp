@@ -123,6 +123,9 @@ struct measured_run {
   model_spec model;
   training_config config;
   std::string gpu;            ///< catalog GPU id ("h200")
+  /// the instance a trainer record's plan ran on (its nodes and the network between them, estimate_throughput's
+  /// `inst`); nullopt for a bare GPU and the ground-truth rows (one GPU)
+  std::optional<instance_spec> instance;
   std::string variant;        ///< another implementation than the stack's own (the ground truth's `impl`), "" for none
   bool ok = true;
   double tokens_per_s = 0;    ///< whole job
@@ -264,7 +267,7 @@ struct run_residual {
 [[nodiscard]] inline run_residual residual_of(const measured_run& r, const gpu_spec& gpu, const calibration_constants& k,
                                               bool with_memory = true) {
   run_residual x;
-  x.throughput = estimate_throughput(r.model, r.config, gpu, nullptr, k.throughput);
+  x.throughput = estimate_throughput(r.model, r.config, gpu, r.instance ? &*r.instance : nullptr, k.throughput);
   if (r.tokens_per_s > 0) x.tokens_per_s = x.throughput.tokens_per_s / r.tokens_per_s - 1;
   if (with_memory) {
     x.memory = estimate_memory(r.model, r.config, gpu, k.overheads);
@@ -376,7 +379,8 @@ inline std::vector<double> log_tps_residuals(const std::vector<const measured_ru
   std::vector<double> r;
   r.reserve(rows.size());
   for (const measured_run* x : rows)
-    r.push_back(std::log(estimate_throughput(x->model, x->config, gpu, nullptr, k.throughput).tokens_per_s / x->tokens_per_s));
+    r.push_back(std::log(estimate_throughput(x->model, x->config, gpu, x->instance ? &*x->instance : nullptr, k.throughput).tokens_per_s /
+                         x->tokens_per_s));
   return r;
 }
 

@@ -213,6 +213,8 @@ class hardware_catalog {
 
   [[nodiscard]] const std::vector<gpu_spec>& gpus() const noexcept { return gpus_; }
   [[nodiscard]] const std::vector<instance_spec>& instances() const noexcept { return instances_; }
+  /// Alias name (lower case) → GPU id.
+  [[nodiscard]] const std::map<std::string, std::string>& aliases() const noexcept { return aliases_; }
 
   /// The GPU called `name`. Throws invalid_request naming the known GPUs (and the closest one).
   [[nodiscard]] const gpu_spec& gpu(std::string_view name) const {
