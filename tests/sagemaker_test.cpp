@@ -722,3 +722,60 @@ TEST_CASE("cli: recommend --emit searches only plans the reference trainer runs 
     CHECK(sagemaker::sdk_json_encode(j["config"]["activation_checkpointing"]) == json::parse(r.out)["HyperParameters"]["activation_checkpointing"]);
   }
 }
+
+TEST_CASE("bug: sagemaker --plan takes the plan's nodes, and its own two-node request reads back", "[sagemaker]") {
+  // found by a helper's sweep: "--gpus 16: a SageMaker job uses every GPU of its 1 instance(s), 1 x 8 = 8" for a 2-node
+  // plan file (the check compared with --nodes' default, not the plan's nodes), exit 2
+  const std::string plan = std::string(BWPLAN_SOURCE_DIR) + "/configs/examples/qwen3-8b-p5en-2nodes.json";
+  const auto r = run_cli({"sagemaker", "--plan", plan});
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  const json q = json::parse(r.out);
+  CHECK(q["ResourceConfig"]["InstanceCount"] == 2);
+  const auto job = std::filesystem::temp_directory_path() / "bwplan_sm_two_nodes.json";
+  std::ofstream(job) << r.out;
+  const auto back = run_cli({"sagemaker", "--plan", job.string()});
+  INFO(back.err);
+  REQUIRE(back.code == 0);
+  CHECK(json::parse(back.out)["ResourceConfig"]["InstanceCount"] == 2);
+  // a probe runs on one node: the plan's two are refused by name, not by a flag nobody gave
+  const auto probe = run_cli({"sagemaker", "--plan", plan, "--probe"});
+  CHECK(probe.code == 2);
+  CHECK_THAT(probe.err, Catch::Contains("nodes 2") && Catch::Contains("one node"));
+}
+
+TEST_CASE("bug: a job whose required hyperparameter is empty or null is refused as the trainer refuses it", "[sagemaker][check]") {
+  // found by a helper's sweep: "gpus": "" (or "null", "None") passed `check job.json` (exit 0) and the trainer's
+  // contract.py refuses it at start ("hyperparameter 'gpus': required")
+  const auto r = run_cli({"sagemaker", "Llama-3.2-1B", "--instance", "ml.p5.48xlarge"});
+  REQUIRE(r.code == 0);
+  for (const char* empty : {"", "null", "None"}) {
+    json q = json::parse(r.out);
+    q["HyperParameters"]["gpus"] = empty;
+    const auto job = std::filesystem::temp_directory_path() / "bwplan_sm_gpus_empty.json";
+    std::ofstream(job) << q.dump(2);
+    const auto c = run_cli({"check", job.string()});
+    INFO(empty);
+    CHECK(c.code == 2);
+    CHECK_THAT(c.err, Catch::Contains("/HyperParameters/gpus") && Catch::Contains("required"));
+  }
+}
+
+TEST_CASE("bug: the hyperparameter decoder reads numbers as the trainer does: no hex, alpha above 0", "[sagemaker][contract]") {
+  // found by a helper's sweep: bwplan read lora_alpha "0x4" as 4 (strtod) where contract.py refuses it; lora_alpha 0
+  // passed the contract (minimum 0) and the trainer then ran alpha 32 (`or 32`)
+  const auto k = io::load_contract(std::string(BWPLAN_SOURCE_DIR) + "/configs/training-contract.json");
+  const io::contract_field* alpha = k.field("lora_alpha");
+  REQUIRE(alpha != nullptr);
+  CHECK(io::decode_hyperparameter(*alpha, "16").get<double>() == 16);
+  CHECK(io::decode_hyperparameter(*alpha, "\"0.5\"").get<double>() == 0.5);
+  CHECK(io::decode_hyperparameter(*alpha, "1e-3").get<double>() == Approx(1e-3));
+  for (const char* bad : {"0x4", "0X1p3", "1_0", "0", "-1", "inf", "nan", " ", "4."}) {
+    INFO(bad);
+    if (std::string(bad) == "4.") {  // (a trailing point is decimal on both sides: Python's float("4.") is 4.0)
+      CHECK(io::decode_hyperparameter(*alpha, bad).get<double>() == 4);
+      continue;
+    }
+    CHECK_THROWS_AS(io::decode_hyperparameter(*alpha, bad), plan_error);
+  }
+}

@@ -203,6 +203,10 @@ def decode_value(f: Mapping[str, Any], raw: str) -> Any:
             raise _err(f, f"expected {_what(f)}, got {raw!r}")
         v = int(s)
     elif t == "float":
+        # decimal notation only, as bwplan reads it (include/bwplan/io/contract.hpp decode_hyperparameter): float()
+        # alone also takes digit separators ("1_0"), which bwplan refuses
+        if not re.fullmatch(r"[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]+)?|[+-]?(inf|infinity|nan)", s, re.IGNORECASE):
+            raise _err(f, f"expected {_what(f)}, got {raw!r}")
         try:
             v = float(s)
         except ValueError:
@@ -228,6 +232,8 @@ def check_range(f: Mapping[str, Any], v: Any) -> Any:
             raise _err(f, f"{v} is below the minimum {f['minimum']}")
         if "maximum" in f and v > f["maximum"]:
             raise _err(f, f"{v} is above the maximum {f['maximum']}")
+        if "exclusive_minimum" in f and v <= f["exclusive_minimum"]:
+            raise _err(f, f"{v} must be above {f['exclusive_minimum']}")
         if "exclusive_maximum" in f and v >= f["exclusive_maximum"]:
             raise _err(f, f"{v} must be below {f['exclusive_maximum']}")
     return v
@@ -398,6 +404,25 @@ def parse_hyperparameters(hps: Mapping[str, str], contract: Optional[Mapping[str
     return {k: plan[k] for k in order if k in plan}
 
 
+def instance_gpus(instance: str, nodes: int, contract: Mapping[str, Any]) -> Tuple[int, str]:
+    """GPUs of ``nodes`` instances of type ``instance`` and their GPU id, from bwplan's hardware catalog
+    (configs/hardware/catalog.json, found beside the contract: ``configs/`` holds both when installed, the
+    repository keeps the contract in apps/train). Raises ContractError when no catalog or instance is found."""
+    here = os.path.dirname(os.path.abspath(contract.get("_path") or __file__))
+    for cand in (os.path.join(here, "hardware", "catalog.json"), os.path.join(here, "..", "hardware", "catalog.json"),
+                 os.path.join(here, "..", "..", "configs", "hardware", "catalog.json")):
+        if os.path.isfile(cand):
+            with open(cand, encoding="utf-8") as f:
+                cat = json.load(f)
+            key = instance.lower()
+            for i in cat.get("instances", []):
+                if i["id"].lower() in (key, "ml." + key):
+                    return nodes * int(i["gpus_per_node"]), i["gpu"]
+            raise ContractError(f"plan key 'instance': {instance!r} is not an instance of {cand}")
+    raise ContractError("plan key 'gpus': required (the plan names an instance, and no hardware catalog was found beside "
+                        "the contract to count its GPUs)")
+
+
 def plan_from_dict(d: Mapping[str, Any], contract: Optional[Mapping[str, Any]] = None) -> Dict[str, Any]:
     """A plan written as typed JSON (a plan file, a --probe entry) -> the parsed plan, by going
     through the hyperparameter encoding (so both paths share one validator). Planning-only and
@@ -409,6 +434,10 @@ def plan_from_dict(d: Mapping[str, Any], contract: Optional[Mapping[str, Any]] =
     if ac_every is not None and d.get("activation_checkpointing", "none") == "full" and int(ac_every) > 1:
         d["activation_checkpointing"] = f"every-{int(ac_every)}"
     d.setdefault("contract_version", contract["contract_version"])
+    if d.get("gpus") is None and d.get("instance"):  # bwplan leaves gpus out of an instance plan: nodes x its GPUs
+        d["gpus"], gpu = instance_gpus(str(d["instance"]), int(d.get("nodes") or 1), contract)
+        if d.get("gpu") is None:
+            d["gpu"] = gpu
     hps: Dict[str, str] = {}
     for k, v in d.items():
         if k in ("$schema", "schema_version", "name", "check"):

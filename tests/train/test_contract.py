@@ -265,6 +265,27 @@ class BadHyperparameterTest(unittest.TestCase):
                 C.parse_hyperparameters(hps, CONTRACT)
             self.assertIn(f"'{k}'", str(cm.exception))
 
+    def test_required_null_spellings(self):
+        """"", "null" and "None" mean "not given": a required hyperparameter is then missing (bwplan's check refuses
+        it the same way: plan_from_job)."""
+        for k in ("gpus", "contract_version", "model"):
+            for v in ("", "null", "None"):
+                with self.subTest(key=k, value=v):
+                    with self.assertRaises(C.ContractError) as cm:
+                        C.parse_hyperparameters(dict(self.BASE, **{k: v}), CONTRACT)
+                    self.assertIn(f"'{k}'", str(cm.exception))
+
+    def test_numbers_as_bwplan_reads_them(self):
+        """Decimal notation only, as bwplan's decode_hyperparameter reads it; lora_alpha above 0 (a helper's sweep:
+        bwplan read "0x4" as 4, Python reads "1_0" as 10, and alpha 0 passed the contract)."""
+        for bad in ("0", "-1", "0x4", "1_0", "inf", "nan", "4e"):
+            with self.subTest(lora_alpha=bad):
+                with self.assertRaises(C.ContractError):
+                    C.parse_hyperparameters(dict(self.BASE, finetune="lora", lora_alpha=bad), CONTRACT)
+        for good, v in (("0.5", 0.5), ("16", 16.0), ("1e-3", 1e-3), ("4.", 4.0), ('"8"', 8.0)):
+            with self.subTest(lora_alpha=good):
+                self.assertEqual(C.parse_hyperparameters(dict(self.BASE, finetune="lora", lora_alpha=good), CONTRACT)["lora_alpha"], v)
+
     def test_argv_errors(self):
         with self.assertRaises(C.ContractError):
             C.argv_pairs(["--model"])
@@ -311,6 +332,22 @@ class CommandLineTest(unittest.TestCase):
             C.parse_hyperparameters(dict(base, pp="4", pp_schedule="interleaved", vpp="2", grad_accum="3"), CONTRACT)
         plan = C.parse_hyperparameters(dict(base, pp="4", pp_schedule="interleaved", vpp="2", grad_accum="4"), CONTRACT)
         self.assertEqual((plan["pp"], plan["pp_schedule"], plan["vpp"]), (4, "interleaved", 2))
+
+    def test_to_hyperparameters_reads_bwplan_instance_plans(self):
+        """bwplan leaves gpus out of an instance plan file (every GPU of its nodes): --to-hyperparameters counts them
+        from the hardware catalog (a helper's sweep: "hyperparameter 'gpus': required")."""
+        for name, gpus, gpu in (("llama-3.1-8b-p6-b200.json", 8, "b200"), ("qwen3-8b-p5en-2nodes.json", 16, "h200")):
+            with self.subTest(plan=name):
+                path = os.path.join(ROOT, "configs", "examples", name)
+                out = subprocess.run([sys.executable, os.path.join(ROOT, "apps", "train", "contract.py"), "--to-hyperparameters", path],
+                                     capture_output=True, text=True)
+                self.assertEqual(out.returncode, 0, out.stderr)
+                hps = json.loads(out.stdout)
+                self.assertEqual(hps["gpus"], str(gpus))
+                self.assertEqual(hps["gpu"], gpu)
+        with self.assertRaises(C.ContractError) as cm:
+            C.plan_from_dict({"model": "Llama-3.2-1B", "instance": "ml.nope.1xlarge"}, CONTRACT)
+        self.assertIn("'instance'", str(cm.exception))
 
     def test_main_prints_the_plan(self):
         hps = {"contract_version": "1", "model": "Llama-3.2-1B", "gpus": "8", "precision": "fp8", "fp8_all_gather": "True"}

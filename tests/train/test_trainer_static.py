@@ -280,6 +280,9 @@ class RuntimeTest(unittest.TestCase):
                               "bias": "none"})
         self.assertEqual(lora.lora_settings({"finetune": "lora"})["r"], 16)
         self.assertEqual(lora.lora_settings({"finetune": "lora"})["lora_alpha"], 32.0)
+        # a falsy value is a value (a helper's sweep: alpha 0 ran as 32, `or 32`); only an absent or None key defaults
+        self.assertEqual(lora.lora_settings({"finetune": "lora", "lora_alpha": 0.0})["lora_alpha"], 0.0)
+        self.assertEqual(lora.lora_settings({"finetune": "lora", "lora_alpha": None, "lora_dropout": None})["lora_alpha"], 32.0)
         keys = {"hf.model.layers.0.self_attn.q_proj.base_layer.weight", "hf.model.layers.0.self_attn.q_proj.lora_A.default.weight",
                 "hf.model.layers.0.self_attn.k_proj.weight", "hf.lm_head.weight"}
         self.assertEqual(lora.base_layer_key("hf.model.layers.0.self_attn.q_proj.weight", keys),

@@ -60,14 +60,20 @@ def target_modules(spec: str) -> List[str]:
     return out
 
 
+def _given(plan: Dict[str, Any], key: str, default: Any) -> Any:
+    """The plan's value of ``key``, ``default`` only where it is absent or None (a falsy 0 is a value: alpha 0 ran as 32)."""
+    v = plan.get(key)
+    return default if v is None else v
+
+
 def lora_settings(plan: Dict[str, Any]) -> Dict[str, Any]:
     """The ``LoraConfig`` keyword arguments of a plan (the contract's defaults where a key is absent: r 16,
     alpha 32, all-linear, dropout 0)."""
     return {
-        "r": int(plan.get("lora_rank") or 16),
-        "lora_alpha": float(plan.get("lora_alpha") or 32),
-        "target_modules": target_modules(plan.get("lora_targets") or "all-linear"),
-        "lora_dropout": float(plan.get("lora_dropout") or 0.0),
+        "r": int(_given(plan, "lora_rank", 16)),
+        "lora_alpha": float(_given(plan, "lora_alpha", 32)),
+        "target_modules": target_modules(_given(plan, "lora_targets", "all-linear")),
+        "lora_dropout": float(_given(plan, "lora_dropout", 0.0)),
         "bias": "none",
     }
 

@@ -56,7 +56,7 @@ struct contract_field {
   std::vector<std::string> value_patterns;     ///< enum: further members, anchored regular expressions
   std::vector<std::string> pattern_examples;   ///< one example per value pattern ("every-2")
   std::string pattern;                         ///< string: anchored regular expression ("" = any)
-  std::optional<double> minimum, maximum, exclusive_maximum;
+  std::optional<double> minimum, maximum, exclusive_minimum, exclusive_maximum;
   bool required = false;
   nlohmann::json default_value;                ///< null: none (or a default_rule)
   std::string default_rule;                    ///< the default in words, when it depends on other fields
@@ -219,7 +219,7 @@ inline std::string contract_number(double v) {
     f.pattern = contract_string(x, "pattern", file, ptr, false);
     if (!f.pattern.empty()) contract_regex(f.pattern, file, ptr + "/pattern");
     for (auto [name, slot] : {std::pair{"minimum", &f.minimum}, std::pair{"maximum", &f.maximum},
-                              std::pair{"exclusive_maximum", &f.exclusive_maximum}})
+                              std::pair{"exclusive_minimum", &f.exclusive_minimum}, std::pair{"exclusive_maximum", &f.exclusive_maximum}})
       if (auto n = x.find(name); n != x.end()) {
         if (!n->is_number()) throw config_error(file, ptr + "/" + name, "expected a number");
         *slot = n->get<double>();
@@ -391,9 +391,13 @@ inline std::string expected(const contract_field& f) {
     if (errno == ERANGE) bad_value(f, s + " is out of range");
     v = static_cast<std::int64_t>(n);
   } else if (f.type == "float") {
+    // decimal notation only, as apps/train/contract.py reads it (strtod alone also takes hex floats, "0x4" = 4, and
+    // Python's float() digit separators, "1_0" = 10: each side refused what the other read)
+    static const std::regex decimal("[+-]?([0-9]+(\\.[0-9]*)?|\\.[0-9]+)([eE][+-]?[0-9]+)?|[+-]?(inf|infinity|nan)", std::regex::icase);
+    if (!std::regex_match(s, decimal)) bad_value(f, "expected " + detail::expected(f) + ", " + got);
     char* end = nullptr;
-    const double d = s.empty() ? 0 : std::strtod(s.c_str(), &end);
-    if (s.empty() || end != s.c_str() + s.size()) bad_value(f, "expected " + detail::expected(f) + ", " + got);
+    const double d = std::strtod(s.c_str(), &end);
+    if (end != s.c_str() + s.size()) bad_value(f, "expected " + detail::expected(f) + ", " + got);
     if (!std::isfinite(d)) bad_value(f, "expected a finite number, " + got);
     v = d;
   } else if (f.type == "enum") {
@@ -410,6 +414,7 @@ inline std::string expected(const contract_field& f) {
     const double d = v.get<double>();
     if (f.minimum && d < *f.minimum) bad_value(f, s + " is below the minimum " + detail::contract_number(*f.minimum));
     if (f.maximum && d > *f.maximum) bad_value(f, s + " is above the maximum " + detail::contract_number(*f.maximum));
+    if (f.exclusive_minimum && d <= *f.exclusive_minimum) bad_value(f, s + " must be above " + detail::contract_number(*f.exclusive_minimum));
     if (f.exclusive_maximum && d >= *f.exclusive_maximum) bad_value(f, s + " must be below " + detail::contract_number(*f.exclusive_maximum));
   }
   return v;

@@ -445,7 +445,13 @@ T plan_enum(const nlohmann::json& v, const std::string& file, const std::string&
     else if (!typed) throw config_error(file, ptr, "hyperparameter '" + name + "': SageMaker hyperparameter values are strings, got " + it->type_name());
     else if (it->is_null()) raw = "null";
     else raw = hyperparameter_text(*it);
-    if (is_null_hyperparameter(k, raw)) continue;
+    if (is_null_hyperparameter(k, raw)) {
+      // "not given": the default applies, but a required member has none (apps/train/contract.py refuses it:
+      // "hyperparameter 'gpus': required"; `check job.json` passed "gpus": "" and the trainer refused it at start)
+      if (f->required)
+        throw config_error(file, ptr, "hyperparameter '" + name + "' is required (" + detail::expected(*f) + "), got '" + raw + "'");
+      continue;
+    }
     nlohmann::json v;
     try {
       v = decode_hyperparameter(*f, raw);
