@@ -167,6 +167,10 @@ struct resolved_plan {
 /// every rule (plan_violations). A broken rule is reported against the flag that set it or, when it came from
 /// the plan file, against the file and the member. Throws config_error / invalid_request.
 [[nodiscard]] resolved_plan resolve_plan(const context& ctx, const hardware_catalog& cat, const plan_options& o);
+/// Throws the error of rule `v` broken by the plan `o` describes, as resolve_plan reports its own: the --plan file's
+/// member (with its line) when the value came from the file, else the flag (flag_error). For rules checked after
+/// resolve_plan (what the reference trainer refuses: sagemaker).
+[[noreturn]] void throw_plan_violation(const context& ctx, const plan_options& o, const plan_violation& v);
 [[nodiscard]] resolved_target resolve_target(const hardware_catalog& cat, const target_options& t,
                                              const std::string& default_instance);
 

@@ -123,7 +123,9 @@ probe_job probe_plans(const plan& base, const model_spec& m, const resolved_targ
     job.step_s.push_back(estimate_throughput(m, p.training, t.gpu, t.instance_ptr(), k.throughput).step.raw());
   };
   add(base, "the plan");
-  if (base.training.ac.mode != ac_mode::full) {
+  // (every-K recomputes some blocks only: whole-model checkpointing is a variant of it too; a helper's sweep found every-K
+  // plans probed without it)
+  if (base.training.ac.mode != ac_mode::full || base.training.ac.every > 1) {
     plan p = base;
     p.training.ac = checkpointing::full(1);
     add(p, "full activation checkpointing");
@@ -333,16 +335,20 @@ runner register_sagemaker(CLI::App& app, context& ctx) {
 
   return [o, &ctx]() -> int {
     const hardware_catalog cat = ctx.catalog();
-    if (o->probe && o->target.nodes != 1)
-      throw invalid_request(fmt::format("--nodes {}: a probe runs on one node (it measures the constants of one GPU and its node); drop "
-                                        "--nodes or give --nodes 1", o->target.nodes));
     const resolved_plan rp = resolve_plan(ctx, cat, *o);
     if (!rp.target.instance)
       throw invalid_request("sagemaker: a job runs on instances; give --instance (e.g. ml.p6-b200.48xlarge) instead of a bare --gpu");
+    // the node count as resolved: --nodes, else the plan file's `nodes` (a 2-node plan read with --nodes left out was
+    // checked against the flag's default of 1: "--gpus 16: ... 1 x 8 = 8", a flag nobody gave)
+    const int nodes = rp.p.target.nodes;
+    if (o->probe && nodes != 1)
+      throw invalid_request(fmt::format("nodes {}: a probe runs on one node (it measures the constants of one GPU and its node); give "
+                                        "--nodes 1", nodes));
     const int per_node = rp.target.instance->gpus_per_node;
-    if (rp.config.world_size != o->target.nodes * per_node)
-      throw invalid_request(fmt::format("--gpus {}: a SageMaker job uses every GPU of its {} instance(s), {} x {} = {}", rp.config.world_size,
-                                        o->target.nodes, o->target.nodes, per_node, o->target.nodes * per_node));
+    if (rp.config.world_size != nodes * per_node)
+      throw invalid_request(fmt::format("{} {}: a SageMaker job uses every GPU of its {} instance(s), {} x {} = {}",
+                                        o->plan_file.empty() ? "--gpus" : o->plan_file + ": gpus", rp.config.world_size, nodes, nodes,
+                                        per_node, nodes * per_node));
     const calibration_constants k = ctx.constants(rp.target.gpu.id, rp.config.stack);  // --calibration
     const memory_estimate me = estimate_memory(rp.model, rp.config, rp.target.gpu, k.overheads);
     if (!me.fits && !o->force) {
@@ -361,6 +367,9 @@ runner register_sagemaker(CLI::App& app, context& ctx) {
     }
     const throughput_estimate te = estimate_throughput(rp.model, rp.config, rp.target.gpu, rp.target.instance_ptr(), k.throughput);
     const io::training_contract contract = ctx.contract();
+    // what the reference trainer refuses, named by its plan-file member or its flag (build_request would name the flag)
+    if (const auto v = sagemaker::launch_violations({rp.p, rp.model, rp.target.gpu, *rp.target.instance, te, contract}); !v.empty())
+      throw_plan_violation(ctx, *o, v.front());
     if (o->probe) {
       const probe_job pj = probe_plans(rp.p, rp.model, rp.target, k);
       if (pj.plans.empty()) throw invalid_request("--probe: no variant of the plan fits on one " + rp.target.instance->id);

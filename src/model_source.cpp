@@ -27,7 +27,8 @@ model_spec find_model(const std::filesystem::path& configs, const std::string& a
     if (fs::is_directory(st)) {
       const fs::path cfg = fs::path(arg) / "config.json";
       if (fs::exists(cfg, ec)) return io::load_model(cfg, fs::path(arg).filename().string());
-      throw config_error(shown, "", "is a directory without a config.json");
+      // (invalid_request: resolve_plan names the plan file's `model` member when the path came from --plan)
+      throw invalid_request(shown + ": is a directory without a config.json");
     }
     const fs::path p(arg);
     std::string name = p.stem().string();

@@ -152,6 +152,34 @@ bool given(const plan_options& o, const char* flag) {
 
 }  // namespace
 
+namespace {
+
+/// Throws the error of rule `v` broken by the plan of `o` (`doc`: its --plan file, if any). A plan file's value, or one
+/// the file leaves to its default or derives (gpus from instance and nodes): the file's member, with its line when the
+/// file holds it; a flag's value: the flag. The world size is broken by the parallel degrees and the target as much as
+/// by gpus: a flag given for one of them is named.
+[[noreturn]] void fail_with(const plan_options& o, const std::optional<plan_document>& doc, const plan_violation& v) {
+  const std::string key = v.pointer.size() > 1 ? v.pointer.substr(1) : v.field;
+  if (doc && v.field == "gpus")
+    for (const char* f : {"--gpus", "--tp", "--cp", "--pp", "--ep", "--nodes", "--instance", "--gpu"})
+      if (given(o, f)) throw invalid_request(std::string(f) + ": " + v.message);
+  if (doc && !given(o, plan_flag(v.field).c_str())) {
+    const std::string ptr = doc->pointer(v.pointer);  // a SageMaker job: the member in the job
+    const bool in_file = doc->has(key) || (key == "activation_checkpointing" && doc->has("ac_every"));
+    if (auto l = in_file ? doc->where(v.pointer) : std::nullopt) throw config_error(doc->file, ptr, v.message, l->line, l->column, l->byte);
+    throw config_error(doc->file, ptr, v.message);
+  }
+  throw flag_error(v);
+}
+
+}  // namespace
+
+void throw_plan_violation(const context& ctx, const plan_options& o, const plan_violation& v) {
+  std::optional<plan_document> doc;
+  if (!o.plan_file.empty()) doc = io::load_plan(o.plan_file, [&ctx] { return ctx.contract(); });
+  fail_with(o, doc, v);
+}
+
 resolved_plan resolve_plan(const context& ctx, const hardware_catalog& cat, const plan_options& o) {
   namespace fs = std::filesystem;
   std::optional<plan_document> doc;
@@ -161,22 +189,7 @@ resolved_plan resolve_plan(const context& ctx, const hardware_catalog& cat, cons
   // A setting comes from its flag when the flag was given or the file does not set it (the flag's default).
   auto from_flag = [&](const char* flag, const char* key) { return given(o, flag) || !doc || !doc->has(key); };
   // Where a broken rule came from: the flag, or the plan file's member.
-  auto fail = [&](const plan_violation& v) {
-    const std::string key = v.pointer.size() > 1 ? v.pointer.substr(1) : v.field;
-    // A plan file's value, or one the file leaves to its default or derives (gpus from instance and nodes): the
-    // file's member, with its line when the file holds it; a flag's value: the flag. The world size is broken by the
-    // parallel degrees and the target as much as by gpus: a flag given for one of them is named.
-    if (doc && v.field == "gpus")
-      for (const char* f : {"--gpus", "--tp", "--cp", "--pp", "--ep", "--nodes", "--instance", "--gpu"})
-        if (given(o, f)) throw invalid_request(std::string(f) + ": " + v.message);
-    if (doc && !given(o, plan_flag(v.field).c_str())) {
-      const std::string ptr = doc->pointer(v.pointer);  // a SageMaker job: the member in the job
-      const bool in_file = doc->has(key) || (key == "activation_checkpointing" && doc->has("ac_every"));
-      if (auto l = in_file ? doc->where(v.pointer) : std::nullopt) throw config_error(doc->file, ptr, v.message, l->line, l->column, l->byte);
-      throw config_error(doc->file, ptr, v.message);
-    }
-    throw flag_error(v);
-  };
+  auto fail = [&](const plan_violation& v) { fail_with(o, doc, v); };
 
   // ---- model
   if (given(o, "MODEL") || !doc) p.model = o.model;

@@ -474,3 +474,88 @@ TEST_CASE("cli: a bare GPU is one node of its interconnect in recommend as in es
   CHECK_THAT(est.out, Catch::Contains("16 x h100 (one node on NVLink, no network"));
   CHECK_THAT(run_cli({"estimate", "Llama-3.1-8B", "--gpu", "l40s", "--gpus", "2"}).out, Catch::Contains("one node on PCIe"));
 }
+
+TEST_CASE("bug: recommend --emit sagemaker names the refusal of a pinned setting the trainer cannot run", "[cli][sagemaker]") {
+  // found by a helper's sweep: --stack torchtitan (or torchtune, megatron, --offload optimizer) with --emit sagemaker
+  // said "no configuration of Llama-3.2-1B fits ... nothing emitted" (exit 1) where 4,017 plans fit
+  for (const auto& [flags, id] : std::vector<std::pair<std::vector<std::string>, std::string>>{
+           {{"--stack", "torchtitan"}, "T-stack"}, {{"--stack", "megatron"}, "T-stack"}, {{"--offload", "optimizer"}, "T-offload-optimizer"}}) {
+    std::vector<std::string> a{"recommend", "Llama-3.2-1B", "--instance", "ml.p5.48xlarge", "--emit", "sagemaker"};
+    a.insert(a.end(), flags.begin(), flags.end());
+    const auto r = run_cli(a);
+    INFO(flags.back());
+    CHECK(r.code == 2);
+    CHECK_THAT(r.err, Catch::Contains(id));
+  }
+  // --offload auto keeps the sets the trainer runs
+  const auto ok = run_cli({"recommend", "Llama-3.2-1B", "--instance", "ml.p5.48xlarge", "--offload", "auto", "--emit", "plan"});
+  CHECK(ok.code == 0);
+}
+
+TEST_CASE("recommend: when plan #1 is a layout the reference trainer refuses, the table says what --emit launches", "[cli][sagemaker]") {
+  // plan #1 of Llama-3.1-8B on p5en is the distributed optimizer (T-zero1); --emit sagemaker picks the best plan the
+  // trainer runs, which the table did not say
+  const auto r = run_cli({"recommend", "Llama-3.1-8B", "--instance", "ml.p5en.48xlarge", "--top", "5"});
+  REQUIRE(r.code == 0);
+  const auto j = nlohmann::json::parse(run_cli({"recommend", "Llama-3.1-8B", "--instance", "ml.p5en.48xlarge", "--top", "5", "--format", "json"}).out);
+  const auto& plans = j["plans"];
+  REQUIRE(plans.size() == 5);
+  const bool first_runs = plans[0]["reference_trainer"]["runs"].get<bool>();
+  for (const auto& p : plans) CHECK(p["reference_trainer"]["runs"].get<bool>() == p["reference_trainer"]["refusals"].empty());
+  if (!first_runs) {
+    CHECK_THAT(r.out, Catch::Contains("launch: plan #1 is not one the reference trainer runs"));
+    CHECK(j.contains("launch"));
+    // the row it names is the first that runs, and --emit plan-for-SageMaker launches that plan
+    std::size_t first = 0;
+    while (first < plans.size() && !plans[first]["reference_trainer"]["runs"].get<bool>()) ++first;
+    if (first < plans.size()) CHECK_THAT(r.out, Catch::Contains(fmt::format("#{}", first + 1)));
+  } else {
+    CHECK_THAT(r.out, !Catch::Contains("launch:"));
+  }
+  // a MoE model: the trainer refuses the model
+  const auto moe = nlohmann::json::parse(run_cli({"recommend", "Qwen3-30B-A3B", "--instance", "ml.p5en.48xlarge", "--top", "1", "--format", "json"}).out);
+  CHECK_FALSE(moe["plans"][0]["reference_trainer"]["runs"].get<bool>());
+  CHECK_THAT(moe["launch"].get<std::string>(), Catch::Contains("T-model"));
+}
+
+TEST_CASE("bug: report --plan keeps the plan file's headroom", "[cli][report]") {
+  // found by a helper's sweep: a plan with "headroom": 0.7 was reported "fits, 58.0% free (limit 4% free)" while
+  // check said BWP002 "under the 70.0% headroom"
+  nlohmann::json p = nlohmann::json::parse(std::ifstream(std::string(BWPLAN_SOURCE_DIR) + "/configs/examples/llama-3.1-8b-p6-b200.json"));
+  p["headroom"] = 0.7;
+  const auto f = std::filesystem::temp_directory_path() / "bwplan_report_headroom.json";
+  std::ofstream(f) << p.dump(2);
+  const auto r = run_cli({"report", "--plan", f.string(), "--top", "1", "-o", "-"});
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  CHECK_THAT(r.out, Catch::Contains("--headroom 0.7") && !Catch::Contains("limit 4% free"));
+}
+
+TEST_CASE("bug: what the trainer refuses in a plan file, and a plan's model directory, name the plan file's member", "[cli][sagemaker]") {
+  // found by a helper's sweep: `sagemaker --plan lc.json` said "--loss: loss chunked, tp 2: ..." (a flag nobody gave);
+  // "model": "/tmp" said "/tmp: is a directory without a config.json" without the plan file
+  const auto dir = std::filesystem::temp_directory_path();
+  const auto lc = dir / "bwplan_plan_loss_tp.json";
+  REQUIRE(run_cli({"estimate", "Llama-3.2-1B", "--instance", "ml.p5.48xlarge", "--loss", "chunked", "--tp", "2", "--emit", "plan", "-o",
+                   lc.string()}).code == 0);
+  const auto r = run_cli({"sagemaker", "--plan", lc.string()});
+  CHECK(r.code == 2);
+  CHECK_THAT(r.err, Catch::Contains(lc.filename().string()) && Catch::Contains("/loss") && !Catch::Contains("--loss"));
+  nlohmann::json p = nlohmann::json::parse(std::ifstream(lc));
+  p["model"] = dir.string();
+  p["loss"] = "standard";
+  const auto md = dir / "bwplan_plan_model_dir.json";
+  std::ofstream(md) << p.dump(2);
+  const auto m = run_cli({"estimate", "--plan", md.string()});
+  CHECK(m.code == 2);
+  CHECK_THAT(m.err, Catch::Contains(md.filename().string()) && Catch::Contains("/model") && Catch::Contains("is a directory without a config.json"));
+}
+
+TEST_CASE("bug: the node comparison prints whole percents without -0% or a reason for 100%", "[cli][fleet]") {
+  // found by a helper's sweep: "a second node buys +100% tokens/s (100% scaling efficiency) at -0% cost per token
+  // (above 100% because the memory that sharding frees lets the plan change: ...)" for a scaling of 100.2 %
+  const auto r = run_cli({"recommend", "Qwen2.5-14B", "--instance", "ml.p5en.48xlarge", "--seq", "32768", "--nodes", "auto", "--max-nodes", "4"});
+  REQUIRE(r.code == 0);
+  CHECK_THAT(r.out, Catch::Contains("a second node buys") && !Catch::Contains("-0%") &&
+                        !Catch::Contains("100% scaling efficiency) at +0% cost per token (above 100%"));
+}

@@ -648,3 +648,21 @@ TEST_CASE("launch: --source-dir writes the trainer, its contract and the plan, t
     CHECK_THAT(e.err, Catch::Contains("--entry-point my.py: the source dir bwplan writes (--source-dir) runs the reference trainer, train.py"));
   }
 }
+
+TEST_CASE("bug: --probe of an every-K plan adds whole-model checkpointing as a variant", "[sagemaker][cli]") {
+  // found by a helper's sweep: an every-2 plan (ac mode full, every 2) was taken for full checkpointing and probed
+  // without the full variant
+  const fs::path src = out_dir("probe-every-k") / "src";
+  fs::remove_all(src);
+  const auto r = run_cli(with({"sagemaker", "Llama-3.2-1B", "--instance", "ml.p5en.48xlarge", "--ac", "every-2", "--probe", "--source-dir",
+                               src.string()},
+                              job_flags));
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  const auto plans = nlohmann::json::parse(slurp(src / "probe.json"));
+  REQUIRE(plans.is_array());
+  CHECK(plans[0]["activation_checkpointing"] == "every-2");
+  bool full = false;
+  for (const auto& p : plans) full = full || p["activation_checkpointing"] == "full";
+  CHECK(full);
+}
