@@ -144,6 +144,16 @@ resolved_target resolve_target(const hardware_catalog& cat, const target_options
 
 std::string human(bytes b) { return fmt::format("{:.2f} GiB", b.in(gib)); }
 
+std::string human_tokens(double tokens) {
+  constexpr std::pair<double, const char*> units[] = {{1e12, "T"}, {1e9, "B"}, {1e6, "M"}, {1e3, "K"}};
+  for (const auto& [scale, suffix] : units) {
+    if (tokens < scale) continue;
+    const double v = tokens / scale;
+    return (v >= 1000 ? fmt::format("{:.0f}", v) : fmt::format("{:.4g}", v)) + suffix;  // (%g has no exponent below 1000)
+  }
+  return fmt::format("{:.4g}", tokens);
+}
+
 namespace {
 
 void setup_logging(std::ostream& err, int verbosity) {

@@ -180,6 +180,9 @@ using bwplan::parse_token_count;  // bwplan/quantity.hpp
 
 /// Human-readable size, e.g. "33.71 GiB".
 [[nodiscard]] std::string human(bytes b);
+/// A token count with the K/M/B/T suffixes (powers of 1000) parse_token_count reads, 4 significant digits:
+/// 1e11 -> "100B", 2.5e12 -> "2.5T", 512 -> "512" (instead of printf's "1e+11").
+[[nodiscard]] std::string human_tokens(double tokens);
 
 /// Runs the CLI on `args` (without the program name), writing results to `out` and diagnostics to `err`.
 int run(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);

@@ -141,14 +141,14 @@ runner register_estimate(CLI::App& app, context& ctx) {
     if (o->price_per_hour >= 0 && o->tokens.empty())
       throw invalid_request("--price-per-hour: prices the training of a token budget: give --tokens too");
     if (!o->tokens.empty()) cost = cost_to_train(te, parse_token_count(o->tokens, "--tokens"), nodes, price);
-    // "1e+10 tokens in 6.8 d on 2 node(s): ..." (text and markdown; JSON has the same figures under "training")
+    // "10B tokens in 6.8 d on 2 node(s): ..." (text and markdown; JSON has the same figures under "training")
     auto training_line = [&]() -> std::string {
       const char* not_runnable = me.fits ? "" : " -- NOT RUNNABLE: the plan does not fit in GPU memory, this is what it would take if it did";
       if (t.instance)
-        return fmt::format("{:.4g} tokens in {} on {} node(s): {:.0f} instance-hours, ${:.0f} at ${:.2f}/h per instance{}", cost->tokens,
+        return fmt::format("{} tokens in {} on {} node(s): {:.0f} instance-hours, ${:.0f} at ${:.2f}/h per instance{}", human_tokens(cost->tokens),
                            human_duration(cost->seconds), nodes, cost->instance_hours, cost->usd, price, not_runnable);
       // a bare --gpu: GPU-hours; a price only when --price-per-hour gives one (per GPU-hour)
-      return fmt::format("{:.4g} tokens in {} on {} GPU(s): {:.0f} GPU-hours, {}{}", cost->tokens, human_duration(cost->seconds), nodes,
+      return fmt::format("{} tokens in {} on {} GPU(s): {:.0f} GPU-hours, {}{}", human_tokens(cost->tokens), human_duration(cost->seconds), nodes,
                          cost->instance_hours,
                          priced ? fmt::format("${:.0f} at ${:.2f}/h per GPU", cost->usd, price)
                                 : std::string("no cost: the catalog prices instances, not a bare --gpu (give --instance, or "

@@ -312,14 +312,16 @@ int scale_out(context& ctx, const recommend_options& o, const hardware_catalog& 
       std::string n = fmt::format("{}: a single node is enough ({:.0f} tokens/s, peak {} per GPU)", name,
                                   one->best->throughput.tokens_per_s, human(one->best->memory.device_peak()));
       if (two && two->best) {
+        // whole percents as printed ("-0%" and "100% ... (above 100% because ...)" read for -0.3 % and 100.2 %)
+        auto pct = [](double share) { const double p = std::round(100 * share); return p == 0 ? 0.0 : p; };
         n += fmt::format("; a second node buys {:+.0f}% tokens/s ({:.0f}% scaling efficiency)",
-                         100 * (two->best->throughput.tokens_per_s / one->best->throughput.tokens_per_s - 1), 100 * two->scaling);
+                         pct(two->best->throughput.tokens_per_s / one->best->throughput.tokens_per_s - 1), pct(two->scaling));
         // at a price of 0 (--price-per-hour 0) both costs are 0: no ratio to print
         if (one->usd_per_billion_tokens > 0)
-          n += fmt::format(" at {:+.0f}% cost per token", 100 * (two->usd_per_billion_tokens / one->usd_per_billion_tokens - 1));
+          n += fmt::format(" at {:+.0f}% cost per token", pct(two->usd_per_billion_tokens / one->usd_per_billion_tokens - 1));
         else
           n += " at no cost (price 0)";
-        if (two->scaling > 1.0)
+        if (pct(two->scaling) > 100)
           n += fmt::format(" (above 100% because the memory that sharding frees lets the plan change: {} vs {})",
                            describe(two->best->config), describe(one->best->config));
       }
@@ -398,7 +400,7 @@ int scale_out(context& ctx, const recommend_options& o, const hardware_catalog& 
     ctx.out << j.dump(2) << "\n";
   } else if (o.format == "markdown") {  // the same rows as the text table, as a GitHub-flavoured Markdown table
     ctx.out << fmt::format("**{}**: best plan per instance and node count{}, objective {}{}\n\n", m.name,
-                           tokens > 0 ? fmt::format(" for {:.4g} tokens", tokens) : "", o.objective,
+                           tokens > 0 ? fmt::format(" for {} tokens", human_tokens(tokens)) : "", o.objective,
                            fr.auto_global_batch ? "; global batch auto: max(4Mi, 32Ki × GPUs) tokens per step"
                                                 : fmt::format("; global batch {} tokens per step", fr.search.global_batch_tokens));
     ctx.out << "| instance | nodes | GPUs | tokens/s | per GPU | MFU | scaling | $/B tok |" << (tokens > 0 ? " time | cost $ |" : "")
@@ -421,7 +423,7 @@ int scale_out(context& ctx, const recommend_options& o, const hardware_catalog& 
     if (pick) ctx.out << fmt::format("\n**pick** ({}): {} × `{}`, {}\n", o.objective, pick->nodes, pick->instance->id, describe(pick->best->config));
   } else {
     ctx.out << fmt::format("{}: best plan per instance and node count{}, objective {}{}\n\n", m.name,
-                           tokens > 0 ? fmt::format(" for {:.4g} tokens", tokens) : "", o.objective,
+                           tokens > 0 ? fmt::format(" for {} tokens", human_tokens(tokens)) : "", o.objective,
                            fr.auto_global_batch ? "; global batch auto: max(4Mi, 32Ki x GPUs) tokens per step"
                                                 : fmt::format("; global batch {} tokens per step", fr.search.global_batch_tokens));
     ctx.out << fmt::format("{:<22} {:>5} {:>5} {:>12} {:>9} {:>6} {:>8} {:>10} {:>10} {:>9}  {}\n", "instance", "nodes", "GPUs",
@@ -477,6 +479,60 @@ plan plan_of(const recommend_options& o, const resolved_target& t, int nodes, do
   x.global_batch = p.config.micro_batch * p.config.grad_accum * p.config.dp();
   x.headroom = headroom;
   return x;
+}
+
+/// The id of a refusal io::trainer_refusals reports ("sharding optimizer: the reference trainer cannot run it (T-zero1):
+/// ..." → "T-zero1"; the field where the message has none), and in `what` the setting it names ("sharding optimizer").
+std::string refusal_id(const plan_violation& v, std::string* what = nullptr) {
+  constexpr std::string_view mark = ": the reference trainer cannot run it (";  // io::trainer_refusals' wording
+  const auto cut = v.message.find(mark);
+  const auto close = cut == std::string::npos ? cut : v.message.find(')', cut);
+  if (cut == std::string::npos || close == std::string::npos) return v.field;
+  if (what) *what = v.message.substr(0, cut);
+  return v.message.substr(cut + mark.size(), close - cut - mark.size());
+}
+
+/// Whether the reference trainer runs each ranked plan (io::trainer_refusals: the training contract's static refusals),
+/// per row: the ids of the refusals it hits (empty: it runs).
+std::vector<std::vector<std::string>> trainer_refusal_ids(const io::training_contract& k, const std::vector<plan_candidate>& ranked) {
+  std::vector<std::vector<std::string>> out;
+  for (const auto& c : ranked) {
+    plan p;
+    p.training = c.config;
+    std::vector<std::string> ids;
+    for (const auto& v : io::trainer_refusals(k, p)) ids.push_back(refusal_id(v));
+    out.push_back(std::move(ids));
+  }
+  return out;
+}
+
+/// The "launch:" line of recommend's table when plan #1 is one the reference trainer refuses: what it hits, and the
+/// best row the trainer runs, which `--emit sagemaker|estimator|modeltrainer` would launch (that search keeps only the
+/// plans the trainer runs, so the emitted plan can differ from #1). Empty when #1 runs.
+std::string launch_line(const io::training_contract& k, const model_spec& m, const std::vector<plan_candidate>& ranked) {
+  if (ranked.empty()) return {};
+  if (m.is_moe())
+    return "the reference trainer runs dense decoder models only (T-model): --emit sagemaker|estimator|modeltrainer refuses " + m.name;
+  plan first;
+  first.training = ranked.front().config;
+  const auto v = io::trainer_refusals(k, first);
+  if (v.empty()) return {};
+  std::string what;
+  for (const auto& x : v) {
+    std::string setting = x.field;
+    const std::string id = refusal_id(x, &setting);
+    what += (what.empty() ? "" : "; ") + setting + " (" + id + ")";
+  }
+  std::string line = "plan #1 is not one the reference trainer runs: " + what + "; --emit sagemaker|estimator|modeltrainer searches only "
+                     "the plans it runs";
+  for (std::size_t i = 1; i < ranked.size(); ++i) {
+    plan p;
+    p.training = ranked[i].config;
+    if (!io::trainer_runs(k, p)) continue;
+    return line + fmt::format(" (the best of the rows shown: #{}, {:.0f} tokens/s, {:+.1f}%)", i + 1, ranked[i].throughput.tokens_per_s,
+                              100 * (ranked[i].throughput.tokens_per_s / ranked.front().throughput.tokens_per_s - 1));
+  }
+  return line + " (none of the rows shown)";
 }
 
 /// One line on why `a` beat `b`.
@@ -814,6 +870,40 @@ runner register_recommend(CLI::App& app, context& ctx) {
       if (req.finetune != finetune_mode::full && req.stack != training_stack::hf && req.stack != training_stack::torchtune)
         throw invalid_request(std::string("--finetune ") + to_string(req.finetune) + ": LoRA / QLoRA are modelled with the hf and torchtune stacks only");
     }
+    if (launcher) {
+      // the settings pinned for every candidate (stack, compile, modules, offload, ...) that the reference trainer refuses
+      // whatever the search picks are an error naming the refusal, not "no configuration fits" (the admit filter
+      // dropped every candidate); offload sets it refuses leave --offload auto's search
+      auto probe_with = [&](unsigned off) {
+        plan probe;
+        training_config& c = probe.training;
+        c.shard = sharding::full;
+        c.world_size = 8;
+        c.stack = req.stack;
+        c.compile = req.compile;
+        c.modules = req.modules;
+        c.optimizer_in_backward = req.optimizer_in_backward;
+        c.fsdp_embedding_units = req.fsdp_embedding_units;
+        c.tp_comm_overlap = req.tp_comm_overlap;
+        c.moe_a2a_overlap = req.moe_a2a_overlap;
+        c.sequence_parallel = req.sequence_parallel;
+        c.expandable_segments = req.expandable_segments;
+        c.master = req.master;
+        c.offload = off;
+        c.finetune = req.finetune;
+        c.lora = req.finetune == finetune_mode::full ? lora_settings{} : req.lora;
+        return io::trainer_refusals(*contract, probe);
+      };
+      std::vector<unsigned> runnable;
+      std::string why;
+      for (unsigned off : req.offloads) {
+        const auto v = probe_with(off);
+        if (v.empty()) runnable.push_back(off);
+        else if (why.empty()) why = v.front().message;
+      }
+      if (runnable.empty()) throw invalid_request("--emit " + o->emit + ": " + why);
+      req.offloads = runnable;
+    }
     // the constants of --calibration, and the headroom: --headroom as given, else what the error band needs for "fits"
     o->k = ctx.constants(t.gpu.id, req.stack);
     if (sub->get_option("--headroom")->count() == 0) {
@@ -904,6 +994,16 @@ runner register_recommend(CLI::App& app, context& ctx) {
                                                                : "the only configuration that fits";
     if (r.ranked.size() > static_cast<std::size_t>(o->top)) r.ranked.resize(static_cast<std::size_t>(o->top));
     const std::string precision_line = format_reason(m, r, *o, t.gpu);
+    // plan #1 may be a layout the reference trainer refuses (the distributed optimizer, pp, ...): say what --emit launches
+    std::optional<io::training_contract> contract_for_rows;
+    if (o->emit.empty()) {
+      try {
+        contract_for_rows = ctx.contract();
+      } catch (const config_error& e) {
+        spdlog::warn("not checking the plans against the reference trainer's contract: {}", e.what());
+      }
+    }
+    const std::string launch = contract_for_rows ? launch_line(*contract_for_rows, m, r.ranked) : std::string();
     if (!o->emit.empty()) {
       if (r.ranked.empty()) {
         ctx.err << fmt::format("bwplan: no configuration of {} fits on {} with {:.0f}% headroom; nothing emitted\n", m.name,
@@ -927,11 +1027,17 @@ runner register_recommend(CLI::App& app, context& ctx) {
       j["search"] = {{"evaluated", r.evaluated}, {"fitting", r.fitting}, {"headroom", req.headroom}, {"headroom_source", o->headroom_source},
                      {"global_batch_tokens", req.global_batch_tokens}, {"seq_lens", req.seq_lens}, {"seconds", secs}};
       j["plans"] = nlohmann::ordered_json::array();
-      for (const auto& p : r.ranked) {
+      const auto refusals = contract_for_rows ? trainer_refusal_ids(*contract_for_rows, r.ranked) : std::vector<std::vector<std::string>>{};
+      for (std::size_t i = 0; i < r.ranked.size(); ++i) {
+        const auto& p = r.ranked[i];
         auto x = io::estimate_to_json(m, p.config, p.memory, p.throughput);
         io::add_band_json(x, p.memory, p.throughput, ctx.band(t.gpu.id, p.config));
+        if (contract_for_rows)  // (a MoE model: the trainer refuses the model itself, T-model)
+          x["reference_trainer"] = {{"runs", refusals[i].empty() && !m.is_moe()},
+                                    {"refusals", m.is_moe() ? std::vector<std::string>{"T-model"} : refusals[i]}};
         j["plans"].push_back(x);
       }
+      if (!launch.empty()) j["launch"] = launch;
       j["explanation"] = explanation;
       j["precision_explanation"] = precision_line;
       if (hint.needed) {
@@ -956,7 +1062,10 @@ runner register_recommend(CLI::App& app, context& ctx) {
     } else if (o->format == "markdown") {
       std::vector<std::optional<error_band>> bands;
       for (const auto& p : r.ranked) bands.push_back(ctx.band(t.gpu.id, p.config));
-      ctx.out << plans_markdown(m, where, req, r, explanation, bands);
+      std::string md = plans_markdown(m, where, req, r, explanation, bands);
+      if (const auto footer = md.rfind("<sub>"); !launch.empty())  // before the version footer, as "Why #1"
+        md.insert(footer == std::string::npos ? md.size() : footer, "**Launch:** " + launch + "\n\n");
+      ctx.out << md;
     } else {
       ctx.out << fmt::format("{} on {}: {} configurations evaluated, {} fit with {:.1f}% headroom ({}); global batch {} tokens asked\n",
                              m.name, where, r.evaluated, r.fitting, 100 * req.headroom, o->headroom_source, req.global_batch_tokens);
@@ -1019,6 +1128,7 @@ runner register_recommend(CLI::App& app, context& ctx) {
         ctx.out << "\nwhy: " << explanation << "\n";
         if (!precision_line.empty()) ctx.out << "precision: " << precision_line << "\n";
         if (!hint_text.empty()) ctx.out << "communication: " << hint_text << "\n";
+        if (!launch.empty()) ctx.out << "launch: " << launch << "\n";
         if (r.ranked.front().config.pp == 1 && r.best_pipeline && req.nodes > 1)  // the pipeline alternative across nodes
           ctx.out << fmt::format("pipeline parallelism: the best pp plan runs {:.0f} tokens/s ({:+.1f}%): {}; bubble {:.3f} s per step\n",
                                  r.best_pipeline->throughput.tokens_per_s,

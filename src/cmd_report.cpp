@@ -2,6 +2,7 @@
 // `bwplan report MODEL -o report.html`: a self-contained HTML report with charts.
 #include "cli.hpp"
 #include <bwplan/check.hpp>
+#include <bwplan/io/plan.hpp>
 #include "input.hpp"
 #include "report.hpp"
 #include "term.hpp"
@@ -55,7 +56,12 @@ runner register_report(CLI::App& app, context& ctx) {
     }
     const hardware_catalog cat = ctx.catalog();
     report_data d{resolve_plan(ctx, cat, *o), {}, {}, o->headroom, {}, {}, {}, {}, {}};
-    if (sub->get_option("--headroom")->count() == 0) {  // recommend's default, so the top plan is recommend's best
+    // the plan file's `headroom` when it sets one and --headroom is not given (as check reads it: BWP002); else
+    // recommend's default, so the top plan is recommend's best
+    const bool file_headroom = !o->plan_file.empty() && io::load_plan(o->plan_file, [&ctx] { return ctx.contract(); }).has("headroom");
+    if (sub->get_option("--headroom")->count() == 0 && file_headroom) {
+      o->headroom = d.headroom = d.plan.p.headroom;
+    } else if (sub->get_option("--headroom")->count() == 0) {
       std::string source;
       o->headroom = d.headroom = ctx.default_headroom(d.plan.target.gpu.id, d.plan.config.stack, o->headroom, source);
     }

@@ -1,5 +1,6 @@
 // Output formats: Markdown tables, terminal memory bars, the progress bar, sweeps, and golden files
 // for the Markdown, CSV and plain-table outputs.
+#include "cli.hpp"
 #include "markdown.hpp"
 #include "sweep.hpp"
 #include "term.hpp"
@@ -54,6 +55,20 @@ std::vector<bytes> segs(double context, double params, double acts) {
 }
 
 }  // namespace
+
+TEST_CASE("output: token counts print with the suffixes --tokens reads, never in exponent form", "[output]") {
+  CHECK(human_tokens(1e11) == "100B");
+  CHECK(human_tokens(2.5e12) == "2.5T");
+  CHECK(human_tokens(1e18) == "1000000T");
+  CHECK(human_tokens(4194304) == "4.194M");
+  CHECK(human_tokens(1234) == "1.234K");
+  CHECK(human_tokens(512) == "512");
+  for (double v : {1.0, 999.0, 1e3, 7.5e6, 1e9, 3.3e15, 1e18}) {
+    const std::string s = human_tokens(v);
+    CHECK(s.find('e') == std::string::npos);
+    CHECK(parse_token_count(s, "t") == Approx(v).epsilon(5e-4));  // the printed count reads back within its 4 digits
+  }
+}
 
 TEST_CASE("markdown: tables are aligned, escaped and padded", "[markdown]") {
   const std::string t = markdown_table({{"GPU"}, {"GiB", md_align::right}, {"note", md_align::center}},
