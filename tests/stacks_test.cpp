@@ -997,3 +997,43 @@ TEST_CASE("estimate says what the module kernels mean: fused against transformer
     CHECK(n.find("0.0%") == std::string::npos);
   }
 }
+
+TEST_CASE("bug: compiled fp8 linears cache no bf16 weight copy under autocast, as eager ones", "[stacks][precision]") {
+  // found by a helper's sweep: Llama-3.1-8B fp8 on one H100 held 0.98 GiB of compute weights eager and 13.98 with
+  // --compile (+5.75 GiB at the peak): compile turned torchao's Float8Linear back into F.linear for autocast's cache
+  const auto eager = test::estimate_json({"Llama-3.1-8B", "--gpu", "h100", "--precision", "fp8"});
+  const auto compiled = test::estimate_json({"Llama-3.1-8B", "--gpu", "h100", "--precision", "fp8", "--compile"});
+  const double gib = 1073741824.0;
+  const double cw_e = eager["memory"]["breakdown"]["compute_weights"].get<double>() / gib;
+  const double cw_c = compiled["memory"]["breakdown"]["compute_weights"].get<double>() / gib;
+  INFO(cw_e << " vs " << cw_c);
+  CHECK(cw_c <= cw_e + 0.01);
+  CHECK(compiled["memory"]["peak_allocated_bytes"].get<double>() <= eager["memory"]["peak_allocated_bytes"].get<double>());
+  // bf16 blocks (bf16-layers) keep autocast's copies: fp8 compiled stays below bf16 compiled
+  const auto bf16 = test::estimate_json({"Llama-3.1-8B", "--gpu", "h100", "--compile"});
+  CHECK(compiled["memory"]["peak_allocated_bytes"].get<double>() < bf16["memory"]["peak_allocated_bytes"].get<double>());
+}
+
+TEST_CASE("bug: Gemma's 1 + weight norms are not planned with kernels the reference trainer refuses to install", "[stacks][sagemaker]") {
+  // found by a helper's sweep: estimate, recommend and sagemaker planned Gemma with modules fused, which the trainer
+  // refuses at start (T-modules); --modules transformers holds 26 % more for gemma-2-9b-it on p5en
+  const auto e = test::estimate_json({"gemma-2-9b-it", "--instance", "ml.p5en.48xlarge"});
+  CHECK_THAT(e["memory"]["modules_note"].get<std::string>(), Catch::Contains("T-modules"));
+  const auto fused = test::run_cli({"sagemaker", "gemma-2-9b-it", "--instance", "ml.p5en.48xlarge"});
+  CHECK(fused.code == 2);
+  CHECK_THAT(fused.err, Catch::Contains("T-modules") && Catch::Contains("--modules transformers"));
+  const auto tf = test::run_cli({"sagemaker", "gemma-2-9b-it", "--instance", "ml.p5en.48xlarge", "--modules", "transformers"});
+  INFO(tf.err);
+  CHECK(tf.code == 0);
+  // recommend --emit picks transformers' modules for Gemma; without --emit its rows say the trainer refuses fused
+  const auto emitted = test::run_cli({"recommend", "gemma-2-9b-it", "--instance", "ml.p5en.48xlarge", "--emit", "plan"});
+  INFO(emitted.err);
+  REQUIRE(emitted.code == 0);
+  CHECK(nlohmann::json::parse(emitted.out)["modules"] == "transformers");
+  const auto table = nlohmann::json::parse(
+      test::run_cli({"recommend", "gemma-2-9b-it", "--instance", "ml.p5en.48xlarge", "--top", "2", "--format", "json"}).out);
+  for (const auto& p : table["plans"]) {
+    CHECK_FALSE(p["reference_trainer"]["runs"].get<bool>());
+    CHECK(p["reference_trainer"]["refusals"].dump().find("T-modules") != std::string::npos);
+  }
+}

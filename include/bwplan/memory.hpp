@@ -259,6 +259,10 @@ struct memory_shape {
   /// (format_traits::saves_hp_inputs), call no `F.linear` (no autocast weight copy) and cast to float8 in eager ops
   /// (float8_linear_casts; alloc::step_shape::float8)
   bool f8_linear = false;
+  /// the low-precision linears are torchao's `Float8Linear`, eager or compiled (the hf stack's fp8 and fp8-rowwise):
+  /// compiled or not its forward calls no `F.linear`, so autocast caches no bf16 copy of their weights (compile fuses
+  /// the casts, f8_linear's eager cast peaks go, the absence of the copy stays)
+  bool f8_module = false;
   /// the low-precision linears are torchao's NVFP4Linear (nvfp4 on the hf and torchtitan stacks; Megatron's
   /// Transformer Engine caches its copies): it calls no `F.linear` (no autocast weight copy) and its forward saves the
   /// transposed FP4 weight for backward (weight_copies::saved_quantized_block)
@@ -355,8 +359,8 @@ struct memory_shape {
   s.largest_linear = largest_block_linear(m) / tpd;
   s.largest_param = std::max(s.largest_linear, s.head_w);
   s.format = traits(c.format, gpu);
-  s.f8_linear = c.stack == training_stack::hf && !s.compile &&
-                (c.format == compute_format::fp8 || c.format == compute_format::fp8_rowwise);
+  s.f8_module = c.stack == training_stack::hf && (c.format == compute_format::fp8 || c.format == compute_format::fp8_rowwise);
+  s.f8_linear = s.f8_module && !s.compile;
   // (torchtitan's NVFP4 converter applies torchao's NVFP4TrainingConfig too; torchtune has none)
   s.nvfp4_linear = c.format == compute_format::nvfp4 && (c.stack == training_stack::hf || c.stack == training_stack::torchtitan);
   s.mx_linear = c.format == compute_format::mxfp8 && c.stack == training_stack::hf && !s.compile;  // as f8_linear
@@ -1208,7 +1212,9 @@ struct weight_copies {
   // Float8Linear casts its fp32 weight to float8 itself; NVFP4Linear calls nvfp4_linear, no F.linear, and converts an
   // fp32 weight to bf16 inside its forward for the quantize kernel (`weight_hp.to(torch.bfloat16)`, a copy gone when
   // forward returns; nvfp4_linear.py @v0.18.0)
-  const double amp_low = s.f8_linear || s.nvfp4_linear ? 0 : amp_block;
+  // (compiled too, f8_module: a helper's sweep found --compile adding the bf16 copies back, +5.75 GiB for Llama-3.1-8B
+  // fp8 on one H100)
+  const double amp_low = s.f8_module || s.nvfp4_linear ? 0 : amp_block;
   const double saved_q = s.nvfp4_linear && s.blocks.ac.mode != ac_mode::selective_op
                              ? storage_bytes_per_element(compute_format::nvfp4) * s.lin : 0;
   r.saved_quantized_block = bytes::base(saved_q);
