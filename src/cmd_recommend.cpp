@@ -492,15 +492,26 @@ std::string refusal_id(const plan_violation& v, std::string* what = nullptr) {
   return v.message.substr(cut + mark.size(), close - cut - mark.size());
 }
 
+/// What keeps the reference trainer from running configuration `c` of `m`: the contract's static refusals and the one
+/// of the model's norms (Gemma under modules fused, T-modules, which the trainer finds at start).
+std::vector<plan_violation> launch_refusals(const io::training_contract& k, const model_spec& m, const training_config& c) {
+  plan p;
+  p.training = c;
+  std::vector<plan_violation> v = io::trainer_refusals(k, p);
+  if (c.stack == training_stack::hf && c.modules == module_kernels::fused && !trainer_fuses_norms(m))
+    v.push_back({"modules", "/modules", "modules fused: the reference trainer cannot run it (T-modules): " + m.name +
+                                            "'s norms multiply by 1 + weight; use --modules transformers"});
+  return v;
+}
+
 /// Whether the reference trainer runs each ranked plan (io::trainer_refusals: the training contract's static refusals),
 /// per row: the ids of the refusals it hits (empty: it runs).
-std::vector<std::vector<std::string>> trainer_refusal_ids(const io::training_contract& k, const std::vector<plan_candidate>& ranked) {
+std::vector<std::vector<std::string>> trainer_refusal_ids(const io::training_contract& k, const model_spec& m,
+                                                         const std::vector<plan_candidate>& ranked) {
   std::vector<std::vector<std::string>> out;
   for (const auto& c : ranked) {
-    plan p;
-    p.training = c.config;
     std::vector<std::string> ids;
-    for (const auto& v : io::trainer_refusals(k, p)) ids.push_back(refusal_id(v));
+    for (const auto& v : launch_refusals(k, m, c.config)) ids.push_back(refusal_id(v));
     out.push_back(std::move(ids));
   }
   return out;
@@ -513,9 +524,7 @@ std::string launch_line(const io::training_contract& k, const model_spec& m, con
   if (ranked.empty()) return {};
   if (m.is_moe())
     return "the reference trainer runs dense decoder models only (T-model): --emit sagemaker|estimator|modeltrainer refuses " + m.name;
-  plan first;
-  first.training = ranked.front().config;
-  const auto v = io::trainer_refusals(k, first);
+  const auto v = launch_refusals(k, m, ranked.front().config);
   if (v.empty()) return {};
   std::string what;
   for (const auto& x : v) {
@@ -526,9 +535,7 @@ std::string launch_line(const io::training_contract& k, const model_spec& m, con
   std::string line = "plan #1 is not one the reference trainer runs: " + what + "; --emit sagemaker|estimator|modeltrainer searches only "
                      "the plans it runs";
   for (std::size_t i = 1; i < ranked.size(); ++i) {
-    plan p;
-    p.training = ranked[i].config;
-    if (!io::trainer_runs(k, p)) continue;
+    if (!launch_refusals(k, m, ranked[i].config).empty()) continue;
     return line + fmt::format(" (the best of the rows shown: #{}, {:.0f} tokens/s, {:+.1f}%)", i + 1, ranked[i].throughput.tokens_per_s,
                               100 * (ranked[i].throughput.tokens_per_s / ranked.front().throughput.tokens_per_s - 1));
   }
@@ -830,6 +837,9 @@ runner register_recommend(CLI::App& app, context& ctx) {
       const auto mk = parse_module_kernels(o->modules);
       if (!mk) throw invalid_request("--modules: unknown value '" + o->modules + "'; allowed: fused, transformers");
       req.modules = *mk;
+      // --emit's plan is for the reference trainer, which fuses no Gemma norm (T-modules): its plans run transformers' modules
+      if (!o->emit.empty() && sub->get_option("--modules")->count() == 0 && req.stack == training_stack::hf && !trainer_fuses_norms(m))
+        req.modules = module_kernels::transformers;
       if (req.modules != module_kernels::fused && req.stack != training_stack::hf)
         throw invalid_request("--modules transformers: the transformers modules are the hf stack's; use it with --stack hf");
       req.expandable_segments = o->expandable_segments;
@@ -1027,7 +1037,7 @@ runner register_recommend(CLI::App& app, context& ctx) {
       j["search"] = {{"evaluated", r.evaluated}, {"fitting", r.fitting}, {"headroom", req.headroom}, {"headroom_source", o->headroom_source},
                      {"global_batch_tokens", req.global_batch_tokens}, {"seq_lens", req.seq_lens}, {"seconds", secs}};
       j["plans"] = nlohmann::ordered_json::array();
-      const auto refusals = contract_for_rows ? trainer_refusal_ids(*contract_for_rows, r.ranked) : std::vector<std::vector<std::string>>{};
+      const auto refusals = contract_for_rows ? trainer_refusal_ids(*contract_for_rows, m, r.ranked) : std::vector<std::vector<std::string>>{};
       for (std::size_t i = 0; i < r.ranked.size(); ++i) {
         const auto& p = r.ranked[i];
         auto x = io::estimate_to_json(m, p.config, p.memory, p.throughput);

@@ -278,6 +278,10 @@ std::vector<plan_violation> launch_violations(const plan_view& plan) {
   if (plan.model.is_moe())
     out.push_back({"model", "/model",
                    fmt::format("{} is a mixture-of-experts model: the reference trainer runs dense decoder models only (T-model)", plan.model.name)});
+  if (plan.config().modules == module_kernels::fused && !trainer_fuses_norms(plan.model))  // (the trainer finds it at start)
+    out.push_back({"modules", "/modules",
+                   fmt::format("modules fused: {}'s norms multiply by 1 + weight, which the reference trainer does not fuse "
+                               "(T-modules, apps/train/bwtrain/model.py apply_module_kernels); use --modules transformers", plan.model.name)});
   bwplan::plan q = plan.p;
   q.target.gpu = plan.gpu.id;
   try {

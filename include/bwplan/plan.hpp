@@ -202,6 +202,12 @@ struct plan {
 /// accumulation) and the ranges of plan_limits. What the release does not model (pipeline parallelism with
 /// hybrid or grad-op sharding, adapters or FP8 all-gather) is in violations(). One list, in a fixed order;
 /// empty when the plan is legal.
+/// Whether the reference trainer can fuse `m`'s norms (modules fused): its block and final norms are the Llama RMSNorm
+/// formula `F.rms_norm` computes. Gemma's `GemmaRMSNorm` multiplies by `1 + weight` (transformers
+/// models/gemma*/modeling_gemma*.py) and the trainer refuses to fuse it (T-modules, apps/train/bwtrain/model.py
+/// `apply_module_kernels`): such a plan runs with modules transformers only.
+[[nodiscard]] inline bool trainer_fuses_norms(const model_spec& m) noexcept { return m.family.rfind("gemma", 0) != 0; }
+
 [[nodiscard]] inline std::vector<plan_violation> plan_violations(const model_spec& m, const plan& p) {
   const training_config& c = p.training;
   using L = plan_limits;
