@@ -886,22 +886,10 @@ runner register_recommend(CLI::App& app, context& ctx) {
       // dropped every candidate); offload sets it refuses leave --offload auto's search
       auto probe_with = [&](unsigned off) {
         plan probe;
-        training_config& c = probe.training;
-        c.shard = sharding::full;
-        c.world_size = 8;
-        c.stack = req.stack;
-        c.compile = req.compile;
-        c.modules = req.modules;
-        c.optimizer_in_backward = req.optimizer_in_backward;
-        c.fsdp_embedding_units = req.fsdp_embedding_units;
-        c.tp_comm_overlap = req.tp_comm_overlap;
-        c.moe_a2a_overlap = req.moe_a2a_overlap;
-        c.sequence_parallel = req.sequence_parallel;
-        c.expandable_segments = req.expandable_segments;
-        c.master = req.master;
-        c.offload = off;
-        c.finetune = req.finetune;
-        c.lora = req.finetune == finetune_mode::full ? lora_settings{} : req.lora;
+        probe.training = pinned_settings(req);
+        probe.training.shard = sharding::full;
+        probe.training.world_size = 8;
+        probe.training.offload = off;
         return io::trainer_refusals(*contract, probe);
       };
       std::vector<unsigned> runnable;

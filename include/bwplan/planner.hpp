@@ -166,6 +166,27 @@ struct plan_result {
 /// be ranked, fastest first, and its fit verdict and memory are the replay's (`fitting` counts the cheap verdict of
 /// those never replayed). Returns at most `top` candidates; with `best_per_seq`, the best of each sequence length
 /// instead. Throws invalid_request for an empty search.
+/// The settings `req` pins for every candidate, on a default configuration: master weights, the AdamW implementation,
+/// fine-tuning mode and adapters, stack, compile, modules, allocator setting, optimizer in backward, sequence parallel,
+/// FSDP embedding units and the two Megatron overlaps as asked (search_plans keeps the overlaps only where they apply).
+[[nodiscard]] inline training_config pinned_settings(const plan_request& req) {
+  training_config c;
+  c.master = req.master;
+  c.optimizer = req.optimizer;
+  c.finetune = req.finetune;
+  if (req.finetune != finetune_mode::full) c.lora = req.lora;
+  c.stack = req.stack;
+  c.compile = req.compile;
+  c.modules = req.modules;
+  c.expandable_segments = req.expandable_segments;
+  c.optimizer_in_backward = req.optimizer_in_backward;
+  c.sequence_parallel = req.sequence_parallel;
+  c.fsdp_embedding_units = req.fsdp_embedding_units;
+  c.tp_comm_overlap = req.tp_comm_overlap;
+  c.moe_a2a_overlap = req.moe_a2a_overlap;
+  return c;
+}
+
 [[nodiscard]] inline plan_result search_plans(const model_spec& m, const gpu_spec& gpu, const instance_spec* inst,
                                               const plan_request& req, std::size_t top, bool best_per_seq = false,
                                               const runtime_overheads& rt = {}, const throughput_calibration& k = {}) {
@@ -308,7 +329,7 @@ struct plan_result {
               continue;
             // Megatron: DDP over its main-gradient buffer and its own cross-entropy (violations of training_config)
             if (req.stack == training_stack::megatron && ((sh != sharding::none && sh != sharding::optimizer) || loss != loss_impl::standard)) continue;
-            training_config c;
+            training_config c = pinned_settings(req);
             c.format = req.formats[fi];
             c.ep = ep;
             c.micro_batch = mbs;
@@ -321,20 +342,9 @@ struct plan_result {
             c.vpp = vpp;
             c.schedule = vpp > 1 ? pp_schedule::interleaved : pp_schedule::one_f_one_b;
             c.nvlink_domain = domain > per_node ? domain : 0;
-            c.master = req.master;
-            c.optimizer = req.optimizer;
             c.optim = opt;
-            c.finetune = req.finetune;
-            if (req.finetune != finetune_mode::full) c.lora = req.lora;
             c.loss = loss;
             c.ac = ac;
-            c.stack = req.stack;
-            c.compile = req.compile;
-            c.modules = req.modules;
-            c.expandable_segments = req.expandable_segments;
-            c.optimizer_in_backward = req.optimizer_in_backward;
-            c.sequence_parallel = req.sequence_parallel;
-            c.fsdp_embedding_units = req.fsdp_embedding_units;
             c.tp_comm_overlap = req.tp_comm_overlap && c.tp > 1;
             // the overlap where Megatron-Core allows it (training_config violations): ep > 1, no full recompute, pp with
             // the interleaved schedule; elsewhere the candidate waits for its all-to-all, as Megatron would refuse the flag
