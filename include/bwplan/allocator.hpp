@@ -451,7 +451,7 @@ struct step_shape {
   std::int64_t micro_batch = 1, seq = 0;
   bool tied = false;      ///< LM head shares the embedding
   bool qkv_bias = false;  ///< Q/K/V projections carry a bias
-  bool amp = true;        ///< fp32 weights, gradients and AdamW states under torch.autocast(bf16); else all bf16
+  bool amp = true;        ///< fp32 weights, gradients and optimizer states under torch.autocast(bf16); else all bf16
   bool fsdp2 = false;     ///< FSDP2 `fully_shard` per block and root, MixedPrecisionPolicy(param bf16, reduce fp32):
                           ///< fp32 sharded weights, gradients and states, bf16 compute (amp ignored)
   std::int64_t shards = 1;  ///< FSDP2: ranks each parameter is sharded over (dim 0, padded to a multiple of it)
@@ -476,6 +476,24 @@ struct step_shape {
   /// copies each parameter into its shard (measure.py's one-GPU FSDP2 recipe)
   bool meta_init = false;
   bool foreach_adamw = false;      ///< `AdamW(foreach=True)` (else fused)
+  /// The optimizer the reference trainer builds (apps/train/bwtrain/engine.py `build_optimizer`), its states allocated
+  /// in the first step, in parameter order, with each parameter's (sharded) local shape:
+  /// - adamw: `torch.optim.AdamW` (fused, or foreach_adamw): `step` (fused: on the device), `exp_avg`, `exp_avg_sq`;
+  ///   the foreach path's `_foreach_sqrt(exp_avg_sqs)` list, then the gradients set to None.
+  /// - sgd: `torch.optim.SGD(momentum=0.9)`, weight decay 0, on CUDA the foreach path (`_default_to_fused_or_foreach`):
+  ///   `momentum_buffer = grad.detach().clone()` per parameter on the first step, every later step in place
+  ///   (`_foreach_mul_`, `_foreach_add_`): no temporaries (torch/optim/sgd.py `_multi_tensor_sgd`).
+  /// - adafactor: `torch.optim.Adafactor` with its defaults, the single-tensor loop (`foreach=None` is not the foreach
+  ///   path: torch/optim/_adafactor.py): `_init_group` makes every parameter's state first (`step` on the CPU; a matrix
+  ///   `row_var` rows × 1 and `col_var` 1 × cols, a vector `variance` of its size), then the loop, parameter by
+  ///   parameter: a matrix's `row_mean` (rows) and `col_mean` (cols), its `var_estimate = row_var @ col_var` (its full
+  ///   size), a vector's `grad_squared` and `var_estimate = variance.clone()`, the update made in place on the estimate.
+  ///   The loop's locals live until the next parameter of their kind rebinds them, so the previous parameter's
+  ///   estimate (held by `update`) is alive while the next one's is made; all go when the step returns. Under FSDP2
+  ///   the shapes are the local shards (rows ÷ ranks, padded; `col_var` whole on the first rank, all-gathered for
+  ///   the product); DTensor's redistribution of the small factors is left out.
+  enum class optimizer_kind { adamw, sgd, adafactor };
+  optimizer_kind optimizer = optimizer_kind::adamw;
   /// transformers' modules (training_config::modules transformers): `LlamaRMSNorm.forward` in eager ops over an fp32
   /// copy, and the rotary tables of `LlamaRotaryEmbedding` in the residual dtype, shared by every block (fp32 RoPE
   /// under autocast); else the harness decoder's `F.rms_norm` and per-block bf16 tables
@@ -514,7 +532,7 @@ struct step_shape {
   /// goes before the function returns (see replay_step_trace's mx_fwd, mx_bwd)
   bool mxfp8 = false;
   std::uint64_t workspace = 0;     ///< cuBLAS/cuBLASLt workspaces, allocated at the first matmul
-  int steps = 5;                   ///< optimizer steps replayed (AdamW states appear in the first)
+  int steps = 5;                   ///< optimizer steps replayed (the optimizer's states appear in the first)
   /// stop once a step leaves the allocator as the step before left it: every later step would repeat it (the peaks
   /// are those of all `steps`); false replays every step
   bool stop_at_steady_state = true;
@@ -522,7 +540,7 @@ struct step_shape {
   /// the sharded gradients) are kept across them, the optimizer steps after the last
   std::int64_t grad_accum = 1;
   /// stop the replay at the first request after an out-of-memory, after peak reserved passes this many bytes, or, in
-  /// the first step's micro-batches, once the live requests plus the AdamW states the optimizer will add pass it (the
+  /// the first step's micro-batches, once the live requests plus the states the optimizer will add pass it (the
   /// second step holds both: a lower bound of its reserved; not with DDP, which rebuilds its buckets there) — the
   /// caller wants only the verdict past it: replay_result::stopped; the default replays every step
   std::uint64_t stop_reserved_above = std::numeric_limits<std::uint64_t>::max();
@@ -569,7 +587,7 @@ struct replay_result {
 
 /// Replays the allocation and free sequence of `steps` training steps of the eager decoder (Llama layout: RMSNorm,
 /// Q/K/V/O, with Qwen3's per-head q/k RMSNorm where `m.qk_norm` says so, RoPE, SDPA flash attention with native GQA,
-/// SwiGLU, standard loss over fp32 logits, AdamW) through caching_allocator `a`. Each step runs `grad_accum` micro-batches, forward and backward, then the optimizer.
+/// SwiGLU, standard loss over fp32 logits, AdamW, SGD or Adafactor) through caching_allocator `a`. Each step runs `grad_accum` micro-batches, forward and backward, then the optimizer.
 ///
 /// The sequence is what PyTorch allocates, tensor by tensor: parameters in construction order (an untied-size head
 /// allocated and dropped when tied; `model.to(bfloat16)` casting one parameter at a time); per block in forward
@@ -585,9 +603,11 @@ struct replay_result {
 /// later micro-batch's weight gradient is added into the `.grad` the first one left (AccumulateGrad `+=`; under autocast
 /// through its fp32 cast), and FSDP2 adds each later reduce-scatter output into the sharded gradient and drops it
 /// (`foreach_reduce`: `sharded_param.grad += new_sharded_grad`, torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py;
-/// the reference trainer reduce-scatters every micro-batch). Optimizer: AdamW states
-/// (step, exp_avg, exp_avg_sq per parameter) on the first step, foreach temporaries, gradients set to None in
-/// parameter order. Sources: `torch/nn/modules`, `torch/utils/checkpoint.py`, `torch/optim/adamw.py`,
+/// the reference trainer reduce-scatters every micro-batch). Optimizer (step_shape::optimizer): its states on the first
+/// step (AdamW: step, exp_avg, exp_avg_sq per parameter; SGD: the momentum buffer; Adafactor: the factored second
+/// moment), AdamW's foreach temporaries or Adafactor's per-parameter estimates, gradients set to None in parameter
+/// order. Sources: `torch/nn/modules`, `torch/utils/checkpoint.py`, `torch/optim/adamw.py`, `torch/optim/sgd.py`,
+/// `torch/optim/_adafactor.py`,
 /// `aten/src/ATen/native/transformers/cuda/flash_attn/flash_api.cpp` (mha_bwd), `aten/src/ATen/autocast_mode.h`;
 /// transformers `src/transformers/models/qwen3/modeling_qwen3.py` (`Qwen3RMSNorm`, `Qwen3Attention.forward`);
 /// the trace reproduces `measure.py`'s peak allocated bytes on all 27 H200 rows of `h200-calibration.jsonl`.
@@ -607,7 +627,7 @@ inline replay_result replay_step_trace(const step_shape& m, caching_allocator& a
   auto ck = [&](std::size_t i) { return i < m.checkpointed.size() && m.checkpointed[i]; };
   struct stop_replay {};  // thrown by A once the caller's question is answered (step_shape::stop_reserved_above)
   const bool may_stop = m.stop_reserved_above != std::numeric_limits<u64>::max();
-  // Before the first optimizer step: the rounded bytes of the AdamW states it will allocate, when the next step repeats
+  // Before the first optimizer step: the rounded bytes of the optimizer states it will allocate, when the next step repeats
   // this one's requests with them (see the step loop), else 0. At every moment of the first step's micro-batches the
   // second step holds the same requests plus the states (and the cuBLAS workspace), and reserved >= allocated >=
   // requested, so `requested() + ahead` is a lower bound of the replay's peak reserved: once it passes the threshold the
@@ -764,6 +784,20 @@ inline replay_result replay_step_trace(const step_shape& m, caching_allocator& a
   // (FSDPParam.init_all_gather_outputs). Without FSDP2, or on one rank, a shard is the whole parameter.
   auto shard = [&](std::size_t k) { return (dim0[k] + N - 1) / N * (numel[k] / dim0[k]); };
   auto padded = [&](std::size_t k) { return N * shard(k); };
+  // Adafactor's factored state (step_shape::optimizer): a matrix's local rows (dim 0 sharded) and its columns
+  auto matrix = [&](std::size_t k) { return numel[k] != dim0[k]; };
+  auto factor_rows = [&](std::size_t k) { return (dim0[k] + N - 1) / N; };
+  auto factor_cols = [&](std::size_t k) { return numel[k] / dim0[k]; };
+  // the rounded bytes of parameter k's optimizer states (allocated in the first step)
+  auto state_bytes = [&](std::size_t k) -> u64 {
+    switch (m.optimizer) {
+      case step_shape::optimizer_kind::sgd: return round_size(W * shard(k));
+      case step_shape::optimizer_kind::adafactor:
+        return matrix(k) ? round_size(W * factor_rows(k)) + round_size(W * factor_cols(k)) : round_size(W * shard(k));
+      case step_shape::optimizer_kind::adamw: break;
+    }
+    return (m.foreach_adamw ? 0 : round_size(4)) + 2 * round_size(W * shard(k));
+  };
   // FSDP2 groups: each block, then the root (embedding, final norm, untied head)
   std::vector<std::vector<std::size_t>> groups(L + 1);
   for (std::size_t i = 0; i < L; ++i)
@@ -810,7 +844,7 @@ inline replay_result replay_step_trace(const step_shape& m, caching_allocator& a
     int qkx[2] = {-1, -1}, qkr[2] = {-1, -1}, qks[2] = {-1, -1};  // qk_norm: q/k norms' fp32 input copy, rstd, bf16 normalized
     int emb[2] = {-1, -1};  // qk_norm under autocast: RoPE's fp32 q and k, alive until the attention returns
   };
-  // From the second step on every step makes the same requests (the first also allocates the AdamW states and the
+  // From the second step on every step makes the same requests (the first also allocates the optimizer states and the
   // cuBLAS workspace); once a step leaves the allocator as the step before left it (caching_allocator::state), every
   // later step starts where it started and repeats it exactly, so the replay stops there with the peaks of all `steps`
   // (test "allocator: a replay stops at the steady state with the peaks of every step").
@@ -820,7 +854,7 @@ inline replay_result replay_step_trace(const step_shape& m, caching_allocator& a
   // allocates the workspace and the states, which stay. DDP rebuilds its buckets in the second step, so not there.
   if (may_stop && m.steps >= 2 && !m.ddp)
     for (std::size_t k = 0; k < numel.size(); ++k)
-      ahead += (m.foreach_adamw ? 0 : round_size(4)) + 2 * round_size(W * shard(k));
+      ahead += state_bytes(k);
   for (int step = 0; step < m.steps; ++step) {
     a.reset_peak_allocated();  // the peak of the last step replayed: of every later step at the steady state
     const std::int64_t micro_batches = std::max<std::int64_t>(1, m.grad_accum);
@@ -1422,15 +1456,42 @@ inline replay_result replay_step_trace(const step_shape& m, caching_allocator& a
     ahead = 0;  // (the states are allocated now, and held from here on)
     if (!states) {  // of each parameter's (sharded) local tensor
       for (std::size_t k = 0; k < numel.size(); ++k) {
-        if (!m.foreach_adamw) (void)A(4);                // fused: state['step'] on the device
-        (void)A(W * shard(k)); (void)A(W * shard(k));    // exp_avg, exp_avg_sq
+        switch (m.optimizer) {
+          case step_shape::optimizer_kind::adamw:
+            if (!m.foreach_adamw) (void)A(4);                // fused: state['step'] on the device
+            (void)A(W * shard(k)); (void)A(W * shard(k));    // exp_avg, exp_avg_sq
+            break;
+          case step_shape::optimizer_kind::sgd: (void)A(W * shard(k)); break;  // momentum_buffer, the gradient's clone
+          case step_shape::optimizer_kind::adafactor:
+            if (matrix(k)) { (void)A(W * factor_rows(k)); (void)A(W * factor_cols(k)); }  // row_var, col_var
+            else (void)A(W * shard(k));                                     // variance
+            break;
+        }
       }
       states = true;
     }
-    if (m.foreach_adamw) {  // _multi_tensor_adamw: torch._foreach_sqrt(exp_avg_sqs), one list
+    if (m.optimizer == step_shape::optimizer_kind::adamw && m.foreach_adamw) {  // _multi_tensor_adamw: torch._foreach_sqrt(exp_avg_sqs), one list
       std::vector<int> tmp;
       for (std::size_t k = 0; k < numel.size(); ++k) tmp.push_back(A(W * shard(k)));
       for (int& t : tmp) Fr(t);
+    }
+    if (m.optimizer == step_shape::optimizer_kind::adafactor) {  // _single_tensor_adafactor's locals, rebound per parameter
+      int row_mean = -1, col_mean = -1, grad_squared = -1, update = -1;
+      for (std::size_t k = 0; k < numel.size(); ++k) {
+        if (matrix(k)) {
+          int r = A(W * factor_rows(k)); Fr(row_mean); row_mean = r;  // vector_norm(grad, dim=-1), squared and divided in place
+          int c = A(W * factor_cols(k)); Fr(col_mean); col_mean = c;  // vector_norm(grad, dim=-2)
+          int gathered = N > 1 ? A(W * factor_cols(k)) : -1;            // FSDP2: col_var replicated for the product
+          const int estimate = A(W * shard(k));                  // row_var @ col_var
+          Fr(gathered);
+          Fr(update); update = estimate;                         // clamp_, rsqrt_, mul_(grad): in place
+        } else {
+          int g2 = A(W * shard(k)); Fr(grad_squared); grad_squared = g2;  // grad * grad
+          const int estimate = A(W * shard(k));                            // variance.clone()
+          Fr(update); update = estimate;
+        }
+      }
+      Fr(row_mean); Fr(col_mean); Fr(grad_squared); Fr(update);  // the step returns
     }
     for (int& g : grads) Fr(g);  // zero_grad(set_to_none=True), parameter order
     for (int& o : rs_out) Fr(o);  // FSDP2: a group's reduce-scatter output dies with its last gradient view

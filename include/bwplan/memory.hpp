@@ -1334,9 +1334,15 @@ struct transient_buffers {
   // Adafactor (torch.optim.Adafactor, torch/optim/_adafactor.py): its default is the single-tensor loop ("Adafactor will
   // default to the slower single tensor for-loop implementation unless this flag is explicitly True"), which builds one
   // parameter's variance estimate `row_var @ col_var` at full size and turns it into the update in place: the largest
-  // trained parameter's w·numel (this GPU's shard of it), one at a time. (The adapters of LoRA: r·max(h, F) at most.)
+  // trained parameter's w·numel (this GPU's shard of it). The loop's `update` still holds the previous parameter's
+  // estimate while the next one's is made (a Python local, rebound after), so two consecutive linears are alive
+  // together: gate and up, 2·h·F, where that passes the largest parameter (alloc::step_shape::optimizer, which the
+  // replay follows tensor by tensor). Optimizer in backward steps one parameter at a time. (The adapters of LoRA:
+  // r·max(h, F) at most.)
   if (s.optim == optimizer_kind::adafactor && !s.megatron && !s.off_opt)
-    r.optimizer = bytes::base(s.w * (s.adapters ? s.lora_rank * std::max(s.h, s.F) : s.largest_param) / (s.in_bwd ? 1 : s.n));
+    r.optimizer = bytes::base(s.w * (s.adapters ? s.lora_rank * std::max(s.h, s.F)
+                                                : (s.in_bwd ? s.largest_param : std::max(s.largest_param, 2 * s.largest_linear))) /
+                              (s.in_bwd ? 1 : s.n));
   r.dequantized_weight = bytes::base(s.dequant);
   if (s.off_params) {  // the shard in the master dtype (frozen LoRA base: bf16) + its bf16 cast + the fp32 gradient shard
     const double shard = s.gathered_block / s.n;
@@ -1469,7 +1475,9 @@ inline constexpr std::int64_t max_replayed_layers = 1024;
   if (c.ac.mode != ac_mode::none && c.ac.mode != ac_mode::full) return "per-op checkpointing";
   if (c.fp8_all_gather) return "the FP8 all-gather";
   if (c.adapters()) return "LoRA adapters";  // the trace is a full fine-tune with AdamW on the GPU
-  if (c.optim != optimizer_kind::adamw) return "another optimizer than AdamW";
+  // (SGD with momentum and Adafactor, the reference trainer's others, are traced: alloc::step_shape::optimizer)
+  if (c.optim != optimizer_kind::adamw && c.optim != optimizer_kind::sgd && c.optim != optimizer_kind::adafactor)
+    return "8-bit AdamW or Lion";
   if (c.offload != 0) return "CPU offload";
   if (c.optimizer_in_backward) return "the optimizer step in backward";
   if (c.fsdp_embedding_units) return "FSDP units of their own for the embedding and head";  // (the trace: in the root)
@@ -1530,7 +1538,10 @@ inline constexpr std::int64_t max_replayed_layers = 1024;
   t.reshard_after_forward = !s.grad_op;
   t.meta_init = (s.fsdp || s.ddp) && c.world_size > 1;  // the reference trainer builds on the meta device (measure.py: one GPU, on the device)
   t.ddp = s.ddp && !s.fsdp;
-  t.foreach_adamw = c.optimizer == optimizer_impl::foreach;
+  t.foreach_adamw = c.optimizer == optimizer_impl::foreach && c.optim == optimizer_kind::adamw;
+  t.optimizer = c.optim == optimizer_kind::sgd         ? alloc::step_shape::optimizer_kind::sgd
+                : c.optim == optimizer_kind::adafactor ? alloc::step_shape::optimizer_kind::adafactor
+                                                       : alloc::step_shape::optimizer_kind::adamw;
   t.eager_norm = s.eager_norm;
   t.qk_norm = m.qk_norm;
   t.chunked_loss = c.loss == loss_impl::chunked;  // (the hf stack's: other stacks are not replayed)
