@@ -1137,3 +1137,37 @@ TEST_CASE("allocator: SGD and Adafactor plans replay and agree with the liveness
   lion.optim = optimizer_kind::lion;
   CHECK(std::string(terms::replay_blocker(bundled_model("llama-3.2-1b"), lion)) == "8-bit AdamW or Lion");
 }
+
+TEST_CASE("bug: the walk missed the embedding's gradient beside a tied head's at the end of backward", "[memory][bugs]") {
+  // Llama-3.2-1B (tied embeddings), 1 × 2048 under autocast with full checkpointing on one GPU: the step peaks in the
+  // embedding's backward, where embedding_dense_backward's fp32 gradient (0.98 GiB) is allocated beside the head's,
+  // which waits in the AccumulateGrad node's input buffer; the walk's peak was 3.1 % under the replay's (a moment it
+  // did not have). Untied with gradient accumulation the same moment comes from the second micro-batch on (the
+  // embedding's `.grad` exists).
+  using namespace bwplan;
+  const gpu_spec g = b200_like();
+  runtime_overheads walk;
+  walk.replay = runtime_overheads::replay_policy::never;
+  {
+    const model_spec m = bundled_model("llama-3.2-1b");
+    REQUIRE(m.tied_embeddings);
+    training_config c = recipe_config(0, 1, 2048);
+    c.ac = checkpointing::full();
+    const memory_terms t = compute_memory_terms(m, c, g);
+    CHECK(std::abs(replay_peak(t.replay.shape, t.replay.settings) / walk_peak(m, c, g) - 1) < 0.005);
+    const memory_estimate e = estimate_memory(m, c, g, walk);
+    CHECK(e.peak_phase == step_phase::backward);
+    // the moment: every gradient (after backward) + the embedding's gradient + block 0's fp32 input gradient
+    const double V = static_cast<double>(m.vocab), h = static_cast<double>(m.hidden);
+    CHECK(e.backward_peak.raw() == Approx(e.after_backward.raw() + 4 * V * h + 4 * 2048 * h));
+  }
+  {
+    const model_spec m = bundled_model("llama-3.1-8b");
+    REQUIRE_FALSE(m.tied_embeddings);
+    training_config c = recipe_config(0, 1, 2048);
+    c.ac = checkpointing::full();
+    c.grad_accum = 2;
+    const memory_terms t = compute_memory_terms(m, c, g);
+    CHECK(std::abs(replay_peak(t.replay.shape, t.replay.settings) / walk_peak(m, c, g) - 1) < 0.005);
+  }
+}

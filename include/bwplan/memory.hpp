@@ -1929,6 +1929,20 @@ struct block_backward_moment {
       bwd_peak = std::max(bwd_peak, consider(eb, step_phase::backward));
     }
   }
+  // the embedding's backward, the last node: `embedding_dense_backward` returns the whole gradient (w·V·h, the weight's
+  // dtype) while block 0's input gradient (the residual dtype) is alive, and when the weight already has a gradient — a
+  // tied head's, waiting in the AccumulateGrad node's input buffer since the loss backward, or an earlier micro-batch's
+  // `.grad` — it is added into that one and dropped (torch/csrc/autograd/input_buffer.cpp `accumulate`, AccumulateGrad
+  // `accumulateGrad`): one more w·V·h beside every gradient (the replay's `dE`, alloc::replay_step_trace; the walk missed
+  // it: Llama-3.2-1B, tied, 1 × 2048 under autocast with full checkpointing peaks there, 0.59 GiB above the walk's
+  // moments). Not under FSDP (the root's moments above), Megatron (its main-gradient buffer), a frozen embedding, the
+  // gradients on the host or stepped in backward
+  if (s.embedding && ((s.tied && s.head) || s.accum) && !s.fsdp && !s.megatron && !s.adapters && !s.off_opt && !s.in_bwd) {
+    memory_breakdown ee = after_bwd;
+    ee.activations = t.activations.in_flight;  // pipeline: an earlier micro-batch's backward, the others in flight
+    ee.transient = bytes::base(s.w * s.emb_w + (s.amp ? 4 : 2) * s.T * s.h);
+    bwd_peak = std::max(bwd_peak, consider(ee, step_phase::backward));
+  }
   // ---- optimizer
   memory_breakdown o = after_bwd;
   o.transient = t.transient.optimizer;
