@@ -1171,3 +1171,40 @@ TEST_CASE("bug: the walk missed the embedding's gradient beside a tied head's at
     CHECK(std::abs(replay_peak(t.replay.shape, t.replay.settings) / walk_peak(m, c, g) - 1) < 0.005);
   }
 }
+
+TEST_CASE("allocator: Liger's loss, 8-bit AdamW, Lion and FSDP embedding units take a traced neighbour's replayed slack", "[allocator][cli]") {
+  // bug (a helper's sweep): Llama-3.1-70B on 2 p6-b200 fits with the trainer's chunked loss (replayed: 177.18 GiB
+  // reserved) and did not with Liger's (the cheap bound: 182.84) at the same 165.08 GiB allocated. Such plans now replay
+  // the plan with a traced part in place of each untraced one and take its slack, like a compiled plan.
+  const std::vector<std::string> base{"Llama-3.1-70B", "--instance", "ml.p6-b200.48xlarge", "--nodes", "2"};
+  auto with = [&](std::initializer_list<const char*> extra) {
+    auto a = base;
+    for (const char* x : extra) a.emplace_back(x);
+    return bwplan::test::estimate_json(a);
+  };
+  const auto chunked = with({"--loss", "chunked"}), liger = with({"--loss", "liger"});
+  REQUIRE(chunked["memory"]["replayed"].get<bool>());
+  CHECK(liger["memory"]["replayed"].get<bool>());
+  CHECK_THAT(liger["memory"]["replayed_without"].get<std::string>(), Catch::Contains("Liger"));
+  CHECK(liger["fits"] == chunked["fits"]);
+  CHECK(liger["memory"]["peak_reserved_bytes"].get<double>() - liger["memory"]["peak_allocated_bytes"].get<double>() ==
+        Approx(chunked["memory"]["peak_reserved_bytes"].get<double>() - chunked["memory"]["peak_allocated_bytes"].get<double>()).epsilon(0.01));
+  CHECK_THAT(liger["memory"]["reserved_note"].get<std::string>(), Catch::Contains("without Liger's fused linear cross-entropy"));
+  // 8-bit AdamW and Lion: SGD's momentum buffers stand in (one state per parameter, made in the first step)
+  const auto sgd = with({"--optimizer", "sgd"}), lion = with({"--optimizer", "lion"});
+  REQUIRE(sgd["memory"]["replayed"].get<bool>());
+  CHECK_FALSE(sgd["memory"].contains("replayed_without"));  // SGD itself is traced
+  CHECK(lion["memory"]["replayed"].get<bool>());
+  CHECK_THAT(lion["memory"]["replayed_without"].get<std::string>(), Catch::Contains("Lion"));
+  CHECK(lion["memory"]["peak_reserved_bytes"].get<double>() >= lion["memory"]["peak_allocated_bytes"].get<double>());
+  // several at once: one stand-in replaces each
+  const auto both = with({"--compile", "--optimizer", "adamw-8bit", "--fsdp-embedding-units"});
+  CHECK(both["memory"]["replayed"].get<bool>());
+  const std::string w = both["memory"]["replayed_without"].get<std::string>();
+  CHECK_THAT(w, Catch::Contains("torch.compile") && Catch::Contains("8-bit") && Catch::Contains("embedding and head"));
+  CHECK(both["memory"]["peak_reserved_bytes"].get<double>() >= both["memory"]["peak_allocated_bytes"].get<double>());
+  // what no traced part stands in for keeps the cheap bound: per-op checkpointing
+  const auto sac = with({"--loss", "liger", "--ac", "selective-op"});
+  CHECK_FALSE(sac["memory"]["replayed"].get<bool>());
+  CHECK_FALSE(sac["memory"].contains("replayed_without"));
+}

@@ -1,6 +1,8 @@
 // The CLI in-process: outputs, exit codes, and one clear line for every kind of bad input.
 #include "test_util.hpp"
 
+#include <algorithm>
+
 #include <catch2/catch.hpp>
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -36,9 +38,10 @@ TEST_CASE("cli: estimate prints the JSON fields the issue names", "[cli]") {
 
 TEST_CASE("cli: estimate says where peak reserved comes from, and what keeps a plan from the replay", "[cli][allocator]") {
   // Llama-3.1-8B over four ml.g5.48xlarge (32 A10G), FSDP2, 1 x 2048, full checkpointing: replayed with the standard
-  // loss (19.08 GiB reserved) and with the trainer's chunked loss; with Liger's fused linear cross-entropy the trace
-  // does not describe the plan, and the cheap bound comes with the segments it does not hold, sized for this model
-  // (before, nothing told them apart)
+  // loss (19.08 GiB reserved) and with the trainer's chunked loss; with per-op checkpointing the trace does not
+  // describe the plan, and the cheap bound comes with the segments it does not hold, sized for this model (before,
+  // nothing told them apart). (Liger's loss, once the example here, is replayed through the chunked loss's step since
+  // 2026-12-07: replay_stand_in.)
   const std::vector<std::string> base = {"estimate", "Llama-3.1-8B", "--instance", "ml.g5.48xlarge", "--nodes", "4", "--mbs", "1",
                                          "--seq", "2048", "--ac", "full", "--sharding", "full"};
   const auto replayed = run_cli(base);
@@ -47,18 +50,18 @@ TEST_CASE("cli: estimate says where peak reserved comes from, and what keeps a p
   auto chunked_args = base;
   chunked_args.insert(chunked_args.end(), {"--loss", "chunked"});
   CHECK_THAT(run_cli(chunked_args).out, Catch::Contains("reserved: the step replayed through PyTorch's caching allocator"));
-  auto liger_args = base;
-  liger_args.insert(liger_args.end(), {"--loss", "liger"});
-  const auto liger = run_cli(liger_args);
-  REQUIRE(liger.code == 0);
+  auto sac_args = base;
+  *std::find(sac_args.begin(), sac_args.end(), "full") = "selective-op";  // --ac full → --ac selective-op
+  const auto sac = run_cli(sac_args);
+  REQUIRE(sac.code == 0);
   // the root: 2 x 128256 x 4096 + 4096 parameters, fp32 reduce-scatter input 3.91 GiB, bf16 all-gather buffer 1.96 GiB
-  CHECK_THAT(liger.out, Catch::Contains("the caching-allocator replay does not describe Liger's fused linear cross-entropy; on FSDP2 "
-                                        "across ranks the replay of the plans it describes keeps the root's reduce-scatter input "
-                                        "(3.91 GiB here, often twice) and all-gather buffer (1.96 GiB) as segments of their own"));
-  liger_args.insert(liger_args.end(), {"--format", "json"});
-  const auto j = nlohmann::json::parse(run_cli(liger_args).out);
+  CHECK_THAT(sac.out, Catch::Contains("the caching-allocator replay does not describe per-op checkpointing; on FSDP2 "
+                                      "across ranks the replay of the plans it describes keeps the root's reduce-scatter input "
+                                      "(3.91 GiB here, often twice) and all-gather buffer (1.96 GiB) as segments of their own"));
+  sac_args.insert(sac_args.end(), {"--format", "json"});
+  const auto j = nlohmann::json::parse(run_cli(sac_args).out);
   CHECK(j["memory"]["replayed"] == false);
-  CHECK(j["memory"]["not_replayed_because"] == "Liger's fused linear cross-entropy");
+  CHECK(j["memory"]["not_replayed_because"] == "per-op checkpointing");
   auto md_args = base;
   md_args.insert(md_args.end(), {"--format", "markdown"});
   CHECK_THAT(run_cli(md_args).out, Catch::Contains("Peak reserved: the step replayed through PyTorch's caching allocator"));

@@ -16,6 +16,7 @@
 #include <bwplan/units.hpp>
 
 #include <algorithm>
+#include <array>
 #include <cstdio>
 #include <cmath>
 #include <cstddef>
@@ -1494,21 +1495,67 @@ inline constexpr std::int64_t max_replayed_layers = 1024;
 /// Other configurations keep the cheap bound (fragmentation_slack, reduce_scatter_pool).
 [[nodiscard]] inline bool replayable(const model_spec& m, const training_config& c) noexcept { return replay_blocker(m, c) == nullptr; }
 
-/// The configuration whose replay stands in for `c` when the trace does not describe `c` itself, or nullopt: torch.compile
-/// on the hf stack, where the eager step (the same plan without compile) is replayable. The hf stack compiles the decoder
-/// blocks only (the reference trainer's `apply_compile`, apps/train/bwtrain/parallel.py; bwplan's memory_shape::compile
-/// and compiled_loss: the loss stays eager on hf), so the requests the allocator's slack follows are the eager step's:
-/// the loss's logits buffers, the checkpoints, the parameters, gradients and optimizer states; compiling only removes
-/// tensors a non-checkpointed block saves (stack_saved_delta) and fuses its element-wise intermediates. apply_allocator_replay
-/// adds the stand-in's slack (peak reserved − peak allocated of its replay) to this plan's peak allocated. Not validated
-/// against a measured compiled run (none in the ground truth); it keeps the verdict from jumping between the replay and
-/// the cheap bound (which reads 4–17 GiB off the replay at the same allocated) when --compile is added.
-[[nodiscard]] inline std::optional<training_config> replay_stand_in(const model_spec& m, const training_config& c) noexcept {
-  if (!c.compile || c.stack != training_stack::hf) return std::nullopt;
-  training_config e = c;
-  e.compile = false;
-  if (!replayable(m, e)) return std::nullopt;
-  return e;
+/// What a stand-in's step leaves out of the plan it prices (replay_stand_in), one bit each.
+enum stand_in_part : unsigned {
+  stand_in_compile = 1,    ///< torch.compile on the hf stack: the eager step
+  stand_in_liger = 2,      ///< Liger's fused linear cross-entropy: the hf stack's chunked loss in its place
+  stand_in_optimizer = 4,  ///< 8-bit AdamW (paged or not) or Lion: SGD's one momentum buffer per parameter in its place
+  stand_in_emb_units = 8,  ///< FSDP units of their own for the embedding and head: both in the root
+};
+
+/// The words for the parts `mask` of a stand-in (stand_in_part) leaves out, for the outputs ("torch.compile"); a
+/// static string, "" for none.
+[[nodiscard]] inline const char* stand_in_text(unsigned mask) {
+  static const std::array<std::string, 16> texts = [] {
+    const char* parts[4] = {"torch.compile", "Liger's fused linear cross-entropy (the chunked loss replayed in its place)",
+                            "the 8-bit AdamW or Lion states (SGD's momentum buffers replayed in their place)",
+                            "FSDP units of their own for the embedding and head"};
+    std::array<std::string, 16> r;
+    for (unsigned k = 0; k < 16; ++k)
+      for (unsigned b = 0; b < 4; ++b)
+        if ((k >> b) & 1U) r[k] += (r[k].empty() ? "" : ", ") + std::string(parts[b]);
+    return r;
+  }();
+  return texts[mask & 15U].c_str();
+}
+
+/// A configuration whose replay stands in for another's (replay_stand_in).
+struct replay_stand_in_config {
+  training_config config;  ///< the stand-in: the plan with the parts the trace does not describe replaced
+  unsigned left_out = 0;   ///< what it replaces (stand_in_part bits)
+};
+
+/// The configuration whose replay stands in for `c` when the trace does not describe `c` itself, or nullopt: the plan
+/// with each part the trace does not describe but whose allocations follow a traced one replaced by that one, when
+/// the result is replayable:
+/// - torch.compile on the hf stack → eager. The hf stack compiles the decoder blocks only (the reference trainer's
+///   `apply_compile`, apps/train/bwtrain/parallel.py; bwplan's memory_shape::compile and compiled_loss: the loss stays
+///   eager on hf), so the requests the allocator's slack follows are the eager step's: the loss's logits buffers, the
+///   checkpoints, the parameters, gradients and optimizer states; compiling only removes tensors a non-checkpointed
+///   block saves (stack_saved_delta) and fuses its element-wise intermediates.
+/// - Liger's fused linear cross-entropy (hf) → the trainer's chunked loss: both run the head and loss over token
+///   chunks whose logits live one chunk at a time, beside the whole head input (loss_buffer_bytes).
+/// - 8-bit AdamW, paged 8-bit AdamW, Lion → SGD with momentum: states made once per parameter in the first step, in
+///   parameter order, and a fused update with no full-size temporaries (bitsandbytes `Optimizer1State` /
+///   `Optimizer2State` `init_state`, torch/optim/sgd.py); the states' sizes differ and are priced by the shift below
+///   (the paged states live outside the allocator: memory_estimate::paged_states).
+/// - FSDP units of their own for the embedding and head → both in the root (the same tensors, gathered for longer).
+/// apply_allocator_replay adds the stand-in's slack (peak reserved − peak allocated of its replay) to this plan's peak
+/// allocated, against a budget shifted by the difference of their peak allocated. Not validated against a measured run
+/// of these settings (none in the ground truth); it keeps the verdict from jumping between the replay and the cheap
+/// bound (which reads GiBs off the replay at the same allocated) when one of them is added.
+[[nodiscard]] inline std::optional<replay_stand_in_config> replay_stand_in(const model_spec& m, const training_config& c) noexcept {
+  replay_stand_in_config r{c, 0};
+  training_config& e = r.config;
+  if (c.stack == training_stack::hf && c.compile) { e.compile = false; r.left_out |= stand_in_compile; }
+  if (c.stack == training_stack::hf && c.loss == loss_impl::liger) { e.loss = loss_impl::chunked; r.left_out |= stand_in_liger; }
+  if (c.optim == optimizer_kind::adamw_8bit || c.optim == optimizer_kind::paged_adamw_8bit || c.optim == optimizer_kind::lion) {
+    e.optim = optimizer_kind::sgd;
+    r.left_out |= stand_in_optimizer;
+  }
+  if (c.fsdp_embedding_units) { e.fsdp_embedding_units = false; r.left_out |= stand_in_emb_units; }
+  if (r.left_out == 0 || !replayable(m, e)) return std::nullopt;
+  return r;
 }
 
 /// Whether a caching-allocator replay prices configuration `c`: the trace describes it (replayable) or a stand-in's
@@ -1572,10 +1619,11 @@ inline void apply_allocator_replay(const allocator_replay& r, memory_estimate& e
     return;
   alloc::allocator_settings st = r.settings;
   const double budget = std::max(0.0, (e.capacity - e.non_pytorch).raw());
-  // a stand-in allocating `more` bytes than this plan runs against a budget larger by as much: at the same distance
-  // from its line as this plan is from the GPU's (its cache released at the same point, its out of memory this plan's)
-  const double more = r.stand_in != nullptr ? std::max(0.0, r.stand_in_allocated - e.peak_allocated.raw()) : 0.0;
-  st.budget = static_cast<std::uint64_t>(budget + more);
+  // a stand-in allocating `more` bytes than this plan (fewer where negative: SGD's momentum in place of 8-bit states)
+  // runs against a budget larger by as much: at the same distance from its line as this plan is from the GPU's (its
+  // cache released at the same point, its out of memory this plan's)
+  const double more = r.stand_in != nullptr ? r.stand_in_allocated - e.peak_allocated.raw() : 0.0;
+  st.budget = static_cast<std::uint64_t>(std::max(0.0, budget + more));
   alloc::caching_allocator a(st);
   alloc::step_shape shape = r.shape;
   // (a stand-in's step passing a threshold says nothing of this plan's, which allocates less: it runs whole)
@@ -1585,11 +1633,12 @@ inline void apply_allocator_replay(const allocator_replay& r, memory_estimate& e
   if (r.stand_in != nullptr) {
     // the stand-in's slack (peak reserved − peak allocated of its replay) on this plan's allocated (replay_stand_in);
     // out of memory against its shifted budget: this plan is, with what it reserved less the shift
-    // (never above what the stand-in reserves: this plan allocates less; nor past the budget, where the allocator
-    // releases its cache before it fails)
+    // (never above what the stand-in reserves where this plan allocates less, nor above it plus the difference where
+    // this plan allocates more; nor past the budget, where the allocator releases its cache before it fails)
     const double reserved = static_cast<double>(res.peak_reserved), slack = std::max(0.0, reserved - static_cast<double>(res.peak_allocated));
     const double own = e.peak_allocated.raw();
-    e.peak_reserved = bytes::base(res.oom ? std::max(own, reserved - more) : std::max(own, std::min({own + slack, reserved, budget})));
+    e.peak_reserved = bytes::base(res.oom ? std::max(own, reserved - more)
+                                          : std::max(own, std::min({own + slack, reserved - std::min(0.0, more), budget})));
     e.fits = !res.oom && e.device_peak() <= e.capacity;
     e.replayed = true;
     e.replay_stand_in = r.stand_in;
@@ -1647,13 +1696,13 @@ namespace detail {
   t.allocator = terms::allocator_bytes(t.shape, gpu, rt);
   t.replay = terms::allocator_replay_of(m, c, t.shape, rt);
   if (!t.replay.replayable && rt.replay != runtime_overheads::replay_policy::never) {
-    if (const auto e = terms::replay_stand_in(m, c)) {  // torch.compile on hf: the eager step's replay stands in
+    if (const auto e = terms::replay_stand_in(m, c)) {  // e.g. torch.compile on hf: the eager step's replay stands in
       runtime_overheads cheap = rt;
       cheap.replay = runtime_overheads::replay_policy::never;
-      const double eager_allocated = compose_memory(memory_terms_of(m, *e, gpu, cheap, stage)).peak_allocated.raw();
-      t.replay = terms::allocator_replay_of(m, *e, terms::memory_shape_of(m, *e, gpu, stage), rt);
-      t.replay.stand_in = "torch.compile";
-      t.replay.stand_in_allocated = eager_allocated;
+      const double stand_in_allocated = compose_memory(memory_terms_of(m, e->config, gpu, cheap, stage)).peak_allocated.raw();
+      t.replay = terms::allocator_replay_of(m, e->config, terms::memory_shape_of(m, e->config, gpu, stage), rt);
+      t.replay.stand_in = terms::stand_in_text(e->left_out);
+      t.replay.stand_in_allocated = stand_in_allocated;
     }
   }
   t.host = terms::host_offload_bytes(t.shape, t.activations.offloaded_checkpoints.raw());
@@ -2072,11 +2121,12 @@ inline void allocator_setting_check(const memory_terms& t, memory_estimate& e) {
 /// embedding, untied head, final norm; docs/methodology.md#allocator). GiB in the sentence.
 [[nodiscard]] inline std::string reserved_source_note(const model_spec& m, const training_config& c, const memory_estimate& e) {
   if (e.replayed && e.replay_stand_in != nullptr) {
-    char buf[400];
+    char buf[640];
     std::snprintf(buf, sizeof buf,
                   "allocated + the allocator slack of the same step without %s replayed through PyTorch's caching allocator "
-                  "(%.2f GiB; the hf stack compiles the blocks, the loss and optimizer step stay eager; docs/methodology.md#allocator)",
-                  e.replay_stand_in, (e.peak_reserved - e.peak_allocated).raw() / 1073741824.0);
+                  "(%.2f GiB%s; docs/methodology.md#allocator)",
+                  e.replay_stand_in, (e.peak_reserved - e.peak_allocated).raw() / 1073741824.0,
+                  c.compile && c.stack == training_stack::hf ? "; the hf stack compiles the blocks, the loss and optimizer step stay eager" : "");
     return buf;
   }
   if (e.replayed) return "the step replayed through PyTorch's caching allocator (docs/methodology.md#allocator)";
