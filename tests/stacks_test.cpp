@@ -1037,3 +1037,31 @@ TEST_CASE("bug: Gemma's 1 + weight norms are not planned with kernels the refere
     CHECK(p["reference_trainer"]["refusals"].dump().find("T-modules") != std::string::npos);
   }
 }
+
+TEST_CASE("bug: --modules moved a LayerNorm model's estimate, whose norms are ATen's fused kernel in either setting", "[stacks][bugs]") {
+  // a helper's sweep: gpt2-xl (LayerNorm, learned positions) held 2.37 GiB more at the peak and ran 22 % slower with
+  // --modules transformers, which changes no kernel of it (nn.LayerNorm is native_layer_norm, and it has no RoPE)
+  const std::vector<std::string> base{"gpt2-xl", "--gpu", "h100", "--mbs", "2", "--seq", "1024", "--sharding", "none"};
+  auto fused = base, tr = base;
+  fused.insert(fused.end(), {"--modules", "fused"});
+  tr.insert(tr.end(), {"--modules", "transformers"});
+  const auto f = bwplan::test::estimate_json(fused), t = bwplan::test::estimate_json(tr);
+  CHECK(t["memory"]["peak_allocated_bytes"].get<double>() == Approx(f["memory"]["peak_allocated_bytes"].get<double>()));
+  CHECK(t["throughput"]["tokens_per_s_per_gpu"].get<double>() == Approx(f["throughput"]["tokens_per_s_per_gpu"].get<double>()));
+  CHECK_THAT(f["memory"]["modules_note"].get<std::string>(), Catch::Contains("no effect on this model"));
+  // falcon-7b: LayerNorm too, but RoPE: only the rotary tables' dtype differs (a few MiB, under 1 %), and the note says so
+  const std::vector<std::string> fb{"falcon-7b", "--gpu", "h200", "--mbs", "1", "--seq", "1024", "--sharding", "none"};
+  auto ff = fb, ft = fb;
+  ff.insert(ff.end(), {"--modules", "fused"});
+  ft.insert(ft.end(), {"--modules", "transformers"});
+  const auto a = bwplan::test::estimate_json(ff), b = bwplan::test::estimate_json(ft);
+  CHECK(b["memory"]["peak_allocated_bytes"].get<double>() <= a["memory"]["peak_allocated_bytes"].get<double>() * 1.01);
+  CHECK_THAT(a["memory"]["modules_note"].get<std::string>(), Catch::Contains("LayerNorm (ATen's fused kernel in either setting)"));
+  // an RMSNorm model still differs (the ground truth's impl=hf rows: test above)
+  const std::vector<std::string> lb{"Llama-3.2-1B", "--gpu", "h200", "--mbs", "4", "--seq", "4096"};
+  auto lf = lb, lt = lb;
+  lf.insert(lf.end(), {"--modules", "fused"});
+  lt.insert(lt.end(), {"--modules", "transformers"});
+  CHECK(bwplan::test::estimate_json(lt)["memory"]["peak_allocated_bytes"].get<double>() >
+        bwplan::test::estimate_json(lf)["memory"]["peak_allocated_bytes"].get<double>() * 1.02);
+}
