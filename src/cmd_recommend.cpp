@@ -7,6 +7,7 @@
 #include "term.hpp"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -200,7 +201,10 @@ std::string hint_line(const batch_hint& h, const plan_candidate& best, int world
 /// Formats `recommend` tries: --precisions when given (each must run on the GPU), else the --numerics
 /// tier restricted to what the GPU supports (formats_for_tier: conservative = bf16, mxfp8; balanced adds fp8;
 /// aggressive adds nvfp4; NVIDIA/AWS Blackwell guidance, docs/precision.md#recommendation).
-std::vector<compute_format> formats_for(const recommend_options& o, const hardware_catalog& cat, const gpu_spec& gpu) {
+/// With `skip_unsupported`, a listed format the GPU does not run is left out instead of refused (the comparison of
+/// several instances, formats_for_instances).
+std::vector<compute_format> formats_for(const recommend_options& o, const hardware_catalog& cat, const gpu_spec& gpu,
+                                        bool skip_unsupported = false) {
   std::vector<compute_format> out;
   if (!o.precision.empty() && !o.precisions.empty())
     throw invalid_request("--precision pins one format and --precisions lists several: give one of them");
@@ -213,6 +217,11 @@ std::vector<compute_format> formats_for(const recommend_options& o, const hardwa
       const std::string name = list.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
       const auto f = parse_format(name);
       if (!f) throw invalid_request(flag + ": unknown format '" + name + "' (" + precision_names() + ")");
+      if (skip_unsupported && !supports(gpu, *f)) {
+        if (comma == std::string::npos) break;
+        start = comma + 1;
+        continue;
+      }
       require_support(cat, gpu, *f);
       if (std::find(out.begin(), out.end(), *f) == out.end()) out.push_back(*f);
       if (comma == std::string::npos) break;
@@ -223,6 +232,39 @@ std::vector<compute_format> formats_for(const recommend_options& o, const hardwa
   const numerics_tier tier = o.numerics == "conservative" ? numerics_tier::conservative
                              : o.numerics == "aggressive" ? numerics_tier::aggressive : numerics_tier::balanced;
   return formats_for_tier(tier, gpu);
+}
+
+/// Formats `recommend` tries when it compares `instances` (more than one): each instance's own (formats_for of its
+/// GPU: the --numerics tier it supports, or the --precisions it runs), as a union that search_fleet narrows to what each
+/// GPU supports, so no instance is searched with another's formats and the pick does not depend on the order the
+/// instances are given (a helper's sweep: `--instance ml.p5en.48xlarge,ml.p6-b300.48xlarge` searched B300 in bf16 and
+/// fp8 only and picked p5en on cost; the reverse order searched mxfp8 and picked B300). A listed format no instance
+/// runs is refused. One instance: formats_for.
+std::vector<compute_format> formats_for_instances(const recommend_options& o, const hardware_catalog& cat,
+                                                  const std::vector<std::string>& instances, const gpu_spec& first) {
+  if (instances.size() <= 1) return formats_for(o, cat, first);
+  std::vector<compute_format> out;
+  std::vector<std::string> gpus;
+  for (const auto& id : instances) {
+    const gpu_spec& g = cat.gpu(cat.instance(id).gpu);
+    gpus.push_back(g.id);
+    for (compute_format f : formats_for(o, cat, g, true))
+      if (std::find(out.begin(), out.end(), f) == out.end()) out.push_back(f);
+  }
+  if (!o.precisions.empty() || !o.precision.empty()) {  // every listed format runs somewhere
+    const std::string flag = o.precision.empty() ? "--precisions" : "--precision";
+    const std::string list = o.precision.empty() ? o.precisions : o.precision;
+    std::size_t start = 0;
+    while (start <= list.size()) {
+      const std::size_t comma = list.find(',', start);
+      const std::string name = list.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+      if (const auto f = parse_format(name); f && std::find(out.begin(), out.end(), *f) == out.end())
+        throw invalid_request(fmt::format("{}: {} runs on none of the GPUs compared ({})", flag, name, fmt::join(gpus, ", ")));
+      if (comma == std::string::npos) break;
+      start = comma + 1;
+    }
+  }
+  return out;
 }
 
 /// One line on why the winning format won, for this model size.
@@ -298,6 +340,15 @@ int scale_out(context& ctx, const recommend_options& o, const hardware_catalog& 
   const double tokens = fr.tokens, deadline = fr.deadline_s;
   // single node or not, per instance
   std::vector<std::string> notes;
+  // an instance whose GPU runs none of the formats asked is searched in bf16 (search_fleet): said, not silent
+  for (const instance_spec* inst : fr.instances) {
+    const gpu_spec& g = cat.gpu(inst->gpu);
+    if (std::none_of(req.formats.begin(), req.formats.end(), [&](compute_format f) { return supports(g, f); })) {
+      std::vector<std::string> names;
+      for (compute_format f : req.formats) names.emplace_back(to_string(f));
+      notes.push_back(fmt::format("{}: {} runs none of the formats asked ({}); its rows are bf16", inst->id, g.id, fmt::join(names, ", ")));
+    }
+  }
   for (const std::string& name : ids) {
     const fleet_row* one = nullptr;
     const fleet_row* two = nullptr;
@@ -725,10 +776,10 @@ runner register_recommend(CLI::App& app, context& ctx) {
     // --emit sagemaker/estimator/modeltrainer launches the reference trainer: the search keeps only the plans it
     // runs (the training contract's refusals, io::trainer_refusals); everything else searches what --parallel asks for.
     const bool launcher = !o->emit.empty() && o->emit != "plan";
-    plan_request req = o->parallel == "all" ? full_search(t.gpu, o->target.nodes, formats_for(*o, cat, t.gpu),
-                                                          t.instance ? t.instance->nvlink_domain_gpus : 0)
+    const std::vector<compute_format> formats = formats_for_instances(*o, cat, o->instances, t.gpu);
+    plan_request req = o->parallel == "all" ? full_search(t.gpu, o->target.nodes, formats, t.instance ? t.instance->nvlink_domain_gpus : 0)
                                             : plan_request{};
-    if (o->parallel != "all") req.formats = formats_for(*o, cat, t.gpu);
+    if (o->parallel != "all") req.formats = formats;
     std::shared_ptr<const io::training_contract> contract;
     if (launcher) {
       contract = std::make_shared<const io::training_contract>(ctx.contract());
@@ -818,7 +869,7 @@ runner register_recommend(CLI::App& app, context& ctx) {
     }
     req.headroom = o->headroom;
     // pinned settings
-    if (o->mbs != 0) {
+    if (sub->get_option("--mbs")->count() > 0) {  // (given as 0 it was searched: a helper's sweep)
       if (o->mbs < 1 || o->mbs > plan_limits::max_micro_batch)
         throw invalid_request(fmt::format("--mbs: must be between 1 and {}, got {}", plan_limits::max_micro_batch, o->mbs));
       req.min_micro_batch = req.max_micro_batch = o->mbs;
@@ -934,6 +985,18 @@ runner register_recommend(CLI::App& app, context& ctx) {
       if (m.positions > 0 && s > m.positions)
         throw invalid_request(fmt::format("--seq: sequence {} exceeds the {} learned position embeddings of {} (n_positions)", s,
                                           m.positions, m.name));
+      // past the model's context (RoPE runs, as a deliberate context extension): estimate's warning; what --emit writes
+      // would fail `bwplan check` (BWP004, an error), so it is refused (a helper's sweep: gemma-2b-it at --seq 16384
+      // emitted a plan check rejected)
+      if (s > m.max_context) {
+        if (!o->emit.empty())
+          throw invalid_request(fmt::format("--seq: {} is longer than {}'s context ({} tokens), and `bwplan check` refuses such a plan "
+                                            "(BWP004 seq-exceeds-context): emit with --seq {} or less, or, for a deliberate context "
+                                            "extension, write the plan with bwplan estimate --emit plan and add \"check\": "
+                                            "{{\"disable\": [\"BWP004\"]}}",
+                                            s, m.name, m.max_context, m.max_context));
+        spdlog::warn("--seq {} is longer than the model's context ({} tokens)", s, m.max_context);
+      }
       req.seq_lens = {s};
     }
     const bool scale = o->nodes == "auto" || o->instances.size() > 1 || !o->tokens.empty() || o->objective != "throughput" ||

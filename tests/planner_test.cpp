@@ -7,6 +7,8 @@
 #include <bwplan/planner.hpp>
 
 #include <catch2/catch.hpp>
+
+#include <map>
 #include <nlohmann/json.hpp>
 
 #include <filesystem>
@@ -671,4 +673,52 @@ TEST_CASE("bug: sweep's optimizer columns carry the plan file's names", "[planne
   CHECK(pts[1]["optimizer"] == "adamw");
   CHECK(pts[0]["optimizer_impl"] == "fused");
   CHECK_FALSE(pts[0].contains("optim"));
+}
+
+TEST_CASE("bug: recommend compared instances with the first one's formats, so the pick depended on their order", "[planner][cli][bugs]") {
+  // a helper's sweep: `--instance ml.p5en.48xlarge,ml.p6-b300.48xlarge --objective cost` searched B300 in H200's tier
+  // (bf16, fp8: 220,824 tokens/s, $179.15 per billion tokens) and picked p5en; the reverse order searched mxfp8 on B300
+  // (287,636 tokens/s, $137.53) and picked it. Each instance is now searched with its own formats, in either order.
+  auto rows = [](const std::string& order) {
+    const auto r = run_cli({"recommend", "Llama-3.1-8B", "--instance", order, "--objective", "cost", "--tokens", "10B", "--format", "json"});
+    INFO(r.err);
+    REQUIRE(r.code == 0);
+    const auto j = nlohmann::json::parse(r.out);
+    std::map<std::string, double> tps;
+    for (const auto& row : j["rows"]) tps[row["instance"].get<std::string>()] = row["tokens_per_s"].get<double>();
+    return std::pair{tps, j["pick"]["instance"].get<std::string>()};
+  };
+  const auto [a, pick_a] = rows("ml.p5en.48xlarge,ml.p6-b300.48xlarge");
+  const auto [b, pick_b] = rows("ml.p6-b300.48xlarge,ml.p5en.48xlarge");
+  CHECK(pick_a == pick_b);
+  for (const auto& [id, t] : a) CHECK(b.at(id) == Approx(t));
+  // and each row is what that instance alone gives
+  const auto alone = run_cli({"recommend", "Llama-3.1-8B", "--instance", "ml.p6-b300.48xlarge", "--objective", "cost", "--tokens", "10B",
+                              "--format", "json"});
+  REQUIRE(alone.code == 0);
+  CHECK(nlohmann::json::parse(alone.out)["rows"][0]["tokens_per_s"].get<double>() == Approx(a.at("ml.p6-b300.48xlarge")));
+  // a listed format: refused only when no instance runs it; an instance that runs none of them is searched in bf16, and
+  // the notes say so
+  const auto fp4 = run_cli({"recommend", "Llama-3.1-8B", "--instance", "ml.p5.48xlarge,ml.p6-b200.48xlarge", "--precisions", "nvfp4"});
+  CHECK(fp4.code == 0);
+  CHECK_THAT(fp4.out, Catch::Contains("ml.p5.48xlarge: h100 runs none of the formats asked (nvfp4); its rows are bf16"));
+  const auto none = run_cli({"recommend", "Llama-3.1-8B", "--instance", "ml.p4d.24xlarge,ml.p5.48xlarge", "--precisions", "nvfp4"});
+  CHECK(none.code == 2);
+  CHECK_THAT(none.err, Catch::Contains("--precisions: nvfp4 runs on none of the GPUs compared"));
+}
+
+TEST_CASE("bug: recommend emitted plans past the model's context that check refuses, and took --mbs 0 as not given", "[planner][cli][bugs]") {
+  // a helper's sweep: gemma-2b-it (8,192 tokens of context) at --seq 16384 emitted a plan `bwplan check` rejected
+  // (BWP004, exit 1), with no warning; --mbs 0 searched every micro-batch and exited 0
+  const auto emitted = run_cli({"recommend", "gemma-2b-it", "--instance", "ml.p5.48xlarge", "--seq", "16384", "--emit", "plan"});
+  CHECK(emitted.code == 2);
+  CHECK_THAT(emitted.err, Catch::Contains("--seq: 16384 is longer than gemma-2b-it's context (8192 tokens)") && Catch::Contains("BWP004"));
+  const auto table = run_cli({"recommend", "gemma-2b-it", "--instance", "ml.p5.48xlarge", "--seq", "16384"});
+  CHECK(table.code == 0);
+  CHECK_THAT(table.err, Catch::Contains("--seq 16384 is longer than the model's context (8192 tokens)"));
+  const auto within = run_cli({"recommend", "gemma-2b-it", "--instance", "ml.p5.48xlarge", "--seq", "8192", "--emit", "plan"});
+  CHECK(within.code == 0);
+  const auto zero = run_cli({"recommend", "Llama-3.1-8B", "--instance", "ml.p5.48xlarge", "--mbs", "0"});
+  CHECK(zero.code == 2);
+  CHECK_THAT(zero.err, Catch::Contains("--mbs: must be between 1 and 65536, got 0"));
 }
