@@ -1126,6 +1126,10 @@ TEST_CASE("allocator: SGD and Adafactor plans replay and agree with the liveness
             c.grad_accum = ga;
             c.optim = o;
             INFO(name << " " << to_string(o) << " recipe " << recipe << " ac " << ac << " mbs " << mbs << " ga " << ga);
+            if (o == optimizer_kind::adafactor && recipe >= 2) {  // FSDP2: replicated DTensor factors, not traced (a review)
+              CHECK(std::string(terms::replay_blocker(m, c)) == "Adafactor under FSDP2 (replicated DTensor factors)");
+              continue;
+            }
             const memory_terms t = compute_memory_terms(m, c, g);
             REQUIRE(t.replay.replayable);
             CHECK(compose_memory(t).replayed);
@@ -1196,15 +1200,58 @@ TEST_CASE("allocator: Liger's loss, 8-bit AdamW, Lion and FSDP embedding units t
   CHECK_FALSE(sgd["memory"].contains("replayed_without"));  // SGD itself is traced
   CHECK(lion["memory"]["replayed"].get<bool>());
   CHECK_THAT(lion["memory"]["replayed_without"].get<std::string>(), Catch::Contains("Lion"));
-  CHECK(lion["memory"]["peak_reserved_bytes"].get<double>() >= lion["memory"]["peak_allocated_bytes"].get<double>());
+  // Lion's fp32 exp_avg is SGD's momentum byte for byte here: the same allocated, the same slack
+  auto slack = [](const nlohmann::json& j) {
+    return j["memory"]["peak_reserved_bytes"].get<double>() - j["memory"]["peak_allocated_bytes"].get<double>();
+  };
+  CHECK(lion["memory"]["peak_allocated_bytes"].get<double>() == Approx(sgd["memory"]["peak_allocated_bytes"].get<double>()));
+  CHECK(slack(lion) == Approx(slack(sgd)).epsilon(0.01));
   // several at once: one stand-in replaces each
   const auto both = with({"--compile", "--optimizer", "adamw-8bit", "--fsdp-embedding-units"});
   CHECK(both["memory"]["replayed"].get<bool>());
   const std::string w = both["memory"]["replayed_without"].get<std::string>();
   CHECK_THAT(w, Catch::Contains("torch.compile") && Catch::Contains("8-bit") && Catch::Contains("embedding and head"));
-  CHECK(both["memory"]["peak_reserved_bytes"].get<double>() >= both["memory"]["peak_allocated_bytes"].get<double>());
+  CHECK(slack(both) > 0);  // the stand-in's slack, not the cheap bound's
+  CHECK(both["memory"]["reserved_note"].get<std::string>().find("cheap bound") == std::string::npos);
   // what no traced part stands in for keeps the cheap bound: per-op checkpointing
   const auto sac = with({"--loss", "liger", "--ac", "selective-op"});
   CHECK_FALSE(sac["memory"]["replayed"].get<bool>());
   CHECK_FALSE(sac["memory"].contains("replayed_without"));
+}
+
+TEST_CASE("bug: Adafactor's estimate under FSDP2 was a shard, and the embedding's estimate beside q_proj's was left out", "[memory][bugs]") {
+  // a review: under FSDP2 torch.optim.Adafactor's factors are DTensors of a new shape, which DTensor replicates
+  // (`new_factory_strategy`), so `row_var @ col_var` is whole on every rank, not a shard (and the trace, which had
+  // shards, no longer describes such plans); in transformers' parameter order (embedding, then q, k, v, o, gate, up,
+  // down, the norms) the embedding's estimate is alive while q_proj's is made
+  using namespace bwplan;
+  const model_spec m = test::llama_8b();
+  const gpu_spec g = b200_like();
+  const double V = static_cast<double>(m.vocab), h = static_cast<double>(m.hidden), q = static_cast<double>(m.q_dim()),
+               F = static_cast<double>(m.intermediate);
+  training_config sharded = fsdp_ranks(8, 1, 2048, true);
+  sharded.optim = optimizer_kind::adafactor;
+  CHECK(compute_memory_terms(m, sharded, g).transient.optimizer.raw() == Approx(4 * std::max(V * h + h * q, 2 * h * F)));
+  CHECK_FALSE(terms::replayable(m, sharded));
+  training_config one = recipe_config(0, 1, 2048);
+  one.optim = optimizer_kind::adafactor;
+  CHECK(compute_memory_terms(m, one, g).transient.optimizer.raw() == Approx(4 * (V * h + h * q)));
+  CHECK(terms::replayable(m, one));
+}
+
+TEST_CASE("bug: with the optimizer step in backward the walk skipped the tied embedding's last moment", "[memory][bugs]") {
+  // a review: a tied head's gradient waits in the AccumulateGrad node's input buffer until the embedding's backward is
+  // done (its hook steps it only then), so that backward holds it, the embedding's own gradient and block 0's input
+  // gradient; the walk skipped the moment under optimizer in backward (torchtune's optimizer_in_bwd)
+  using namespace bwplan;
+  const model_spec m = bundled_model("llama-3.2-1b");
+  REQUIRE(m.tied_embeddings);
+  training_config c = recipe_config(1, 1, 256);  // one GPU, pure bf16
+  c.stack = training_stack::torchtune;
+  c.optimizer_in_backward = true;
+  runtime_overheads walk;
+  walk.replay = runtime_overheads::replay_policy::never;
+  const memory_estimate e = estimate_memory(m, c, b200_like(), walk);
+  const double V = static_cast<double>(m.vocab), h = static_cast<double>(m.hidden);
+  CHECK(e.backward_peak.raw() >= e.after_backward.raw() + 2 * 2 * V * h + 2 * 256 * h - 1);
 }

@@ -489,9 +489,12 @@ struct step_shape {
   ///   parameter: a matrix's `row_mean` (rows) and `col_mean` (cols), its `var_estimate = row_var @ col_var` (its full
   ///   size), a vector's `grad_squared` and `var_estimate = variance.clone()`, the update made in place on the estimate.
   ///   The loop's locals live until the next parameter of their kind rebinds them, so the previous parameter's
-  ///   estimate (held by `update`) is alive while the next one's is made; all go when the step returns. Under FSDP2
-  ///   the shapes are the local shards (rows ÷ ranks, padded; `col_var` whole on the first rank, all-gathered for
-  ///   the product); DTensor's redistribution of the small factors is left out.
+  ///   estimate (held by `update`) is alive while the next one's is made; all go when the step returns. One GPU and
+  ///   DDP only: under FSDP2 the factors are DTensors of a new shape, which DTensor replicates (`new_factory_strategy`),
+  ///   and the loop's in-place ops on the sharded gradient's partial norms depend on the PyTorch version
+  ///   (pytorch/pytorch#164729): terms::replay_blocker keeps those plans on the cheap bound. The parameters follow the
+  ///   harness decoder's order (per block the attention norm first); transformers registers the norms after the MLP,
+  ///   so there the embedding's estimate is alive while q_proj's is made (the walk's term counts that order).
   enum class optimizer_kind { adamw, sgd, adafactor };
   optimizer_kind optimizer = optimizer_kind::adamw;
   /// transformers' modules (training_config::modules transformers): `LlamaRMSNorm.forward` in eager ops over an fp32

@@ -1339,15 +1339,19 @@ struct transient_buffers {
   // Adafactor (torch.optim.Adafactor, torch/optim/_adafactor.py): its default is the single-tensor loop ("Adafactor will
   // default to the slower single tensor for-loop implementation unless this flag is explicitly True"), which builds one
   // parameter's variance estimate `row_var @ col_var` at full size and turns it into the update in place: the largest
-  // trained parameter's w·numel (this GPU's shard of it). The loop's `update` still holds the previous parameter's
-  // estimate while the next one's is made (a Python local, rebound after), so two consecutive linears are alive
-  // together: gate and up, 2·h·F, where that passes the largest parameter (alloc::step_shape::optimizer, which the
-  // replay follows tensor by tensor). Optimizer in backward steps one parameter at a time. (The adapters of LoRA:
-  // r·max(h, F) at most.)
+  // trained parameter's w·numel. The loop's `update` still holds the previous parameter's estimate while the next
+  // one's is made (a Python local, rebound after), so consecutive parameters are alive together: in transformers'
+  // parameter order (embedding, then per block q, k, v, o, gate, up, down and the two norms) the embedding with q_proj,
+  // V·h + h·q, and gate with up, 2·h·F (alloc::step_shape::optimizer follows the harness decoder's order, which puts a
+  // norm between the embedding and q). Under FSDP2 the factors are DTensors of a new shape, which DTensor replicates
+  // (`new_factory_strategy`), so the estimate is whole on every rank, not a shard (a review found the shard). Optimizer
+  // in backward steps one parameter at a time. (The adapters of LoRA: r·max(h, F) at most.)
   if (s.optim == optimizer_kind::adafactor && !s.megatron && !s.off_opt)
     r.optimizer = bytes::base(s.w * (s.adapters ? s.lora_rank * std::max(s.h, s.F)
-                                                : (s.in_bwd ? s.largest_param : std::max(s.largest_param, 2 * s.largest_linear))) /
-                              (s.in_bwd ? 1 : s.n));
+                                     : s.in_bwd ? s.largest_param
+                                                : std::max({s.largest_param, s.head_w + s.h * s.q_width / std::max(1.0, s.tp),
+                                                            2 * s.largest_linear})) /
+                              (s.in_bwd || s.fsdp ? 1 : s.n));
   r.dequantized_weight = bytes::base(s.dequant);
   if (s.off_params) {  // the shard in the master dtype (frozen LoRA base: bf16) + its bf16 cast + the fp32 gradient shard
     const double shard = s.gathered_block / s.n;
@@ -1479,10 +1483,12 @@ inline constexpr std::int64_t max_replayed_layers = 1024;
     return "low-precision GEMMs";
   if (c.ac.mode != ac_mode::none && c.ac.mode != ac_mode::full) return "per-op checkpointing";
   if (c.fp8_all_gather) return "the FP8 all-gather";
-  if (c.adapters()) return "LoRA adapters";  // the trace is a full fine-tune with AdamW on the GPU
-  // (SGD with momentum and Adafactor, the reference trainer's others, are traced: alloc::step_shape::optimizer)
+  if (c.adapters()) return "LoRA adapters";  // the trace is a full fine-tune with its optimizer on the GPU
+  // (SGD with momentum and Adafactor, the reference trainer's others, are traced: alloc::step_shape::optimizer; Adafactor
+  // on one GPU or DDP only: under FSDP2 its factors are replicated DTensors, a review found)
   if (c.optim != optimizer_kind::adamw && c.optim != optimizer_kind::sgd && c.optim != optimizer_kind::adafactor)
     return "8-bit AdamW or Lion";
+  if (c.optim == optimizer_kind::adafactor && c.sharded()) return "Adafactor under FSDP2 (replicated DTensor factors)";
   if (c.offload != 0) return "CPU offload";
   if (c.optimizer_in_backward) return "the optimizer step in backward";
   if (c.fsdp_embedding_units) return "FSDP units of their own for the embedding and head";  // (the trace: in the root)
@@ -1490,7 +1496,7 @@ inline constexpr std::int64_t max_replayed_layers = 1024;
 }
 
 /// Whether the step trace (alloc::replay_step_trace) describes configuration `c` of `m`: the eager decoder of
-/// `measure.py` / the reference trainer (full fine-tune, AdamW) on one GPU, or on each rank of FSDP2 full sharding
+/// `measure.py` / the reference trainer (full fine-tune, AdamW, SGD or Adafactor) on one GPU, or on each rank of FSDP2 full sharding
 /// over the whole data-parallel mesh (with or without reshard after forward: sharding full or grad-op,
 /// alloc::step_shape::reshard_after_forward), or of hybrid sharding (HSDP) over its shard group (no tensor, context or pipeline
 /// parallelism), with or without gradient accumulation. HSDP allocates what FSDP2 over the shard group allocates: the
@@ -1538,7 +1544,9 @@ struct replay_stand_in_config {
 ///   checkpoints, the parameters, gradients and optimizer states; compiling only removes tensors a non-checkpointed
 ///   block saves (stack_saved_delta) and fuses its element-wise intermediates.
 /// - Liger's fused linear cross-entropy (hf) → the trainer's chunked loss: both run the head and loss over token
-///   chunks whose logits live one chunk at a time, beside the whole head input (loss_buffer_bytes).
+///   chunks whose logits live one chunk at a time, beside the whole head input (loss_buffer_bytes). Liger computes the
+///   head's weight gradient and the input gradient in the forward (loss_buffers::head_gradient, which the walk counts),
+///   so the slack it borrows is of a step without that `w·V·h` at the end of the forward.
 /// - 8-bit AdamW, paged 8-bit AdamW, Lion → SGD with momentum: states made once per parameter in the first step, in
 ///   parameter order, and a fused update with no full-size temporaries (bitsandbytes `Optimizer1State` /
 ///   `Optimizer2State` `init_state`, torch/optim/sgd.py); the states' sizes differ and are priced by the shift below
@@ -1623,7 +1631,8 @@ inline void apply_allocator_replay(const allocator_replay& r, memory_estimate& e
     return;
   alloc::allocator_settings st = r.settings;
   const double budget = std::max(0.0, (e.capacity - e.non_pytorch).raw());
-  // a stand-in allocating `more` bytes than this plan (fewer where negative: SGD's momentum in place of 8-bit states)
+  // a stand-in allocating `more` bytes than this plan (fewer where negative: SGD's bf16 momentum in place of 8-bit
+  // states and their fp32 absmax, 2.03 B per parameter)
   // runs against a budget larger by as much: at the same distance from its line as this plan is from the GPU's (its
   // cache released at the same point, its out of memory this plan's)
   const double more = r.stand_in != nullptr ? r.stand_in_allocated - e.peak_allocated.raw() : 0.0;
@@ -1988,12 +1997,14 @@ struct block_backward_moment {
   // `.grad` — it is added into that one and dropped (torch/csrc/autograd/input_buffer.cpp `accumulate`, AccumulateGrad
   // `accumulateGrad`): one more w·V·h beside every gradient (the replay's `dE`, alloc::replay_step_trace; the walk missed
   // it: Llama-3.2-1B, tied, 1 × 2048 under autocast with full checkpointing peaks there, 0.59 GiB above the walk's
-  // moments). Not under FSDP (the root's moments above), Megatron (its main-gradient buffer), a frozen embedding, the
-  // gradients on the host or stepped in backward
-  if (s.embedding && ((s.tied && s.head) || s.accum) && !s.fsdp && !s.megatron && !s.adapters && !s.off_opt && !s.in_bwd) {
+  // moments). Not under FSDP (the root's moments above), Megatron (its main-gradient buffer), a frozen embedding or the
+  // gradients on the host. Stepped in backward (no `.grad` kept across micro-batches), the tied head's gradient still
+  // waits in the input buffer until the embedding's backward is done and its hook steps it: both beside the moment's
+  // other gradients, none (a review found the moment skipped there)
+  if (s.embedding && ((s.tied && s.head) || (s.accum && !s.in_bwd)) && !s.fsdp && !s.megatron && !s.adapters && !s.off_opt) {
     memory_breakdown ee = after_bwd;
     ee.activations = t.activations.in_flight;  // pipeline: an earlier micro-batch's backward, the others in flight
-    ee.transient = bytes::base(s.w * s.emb_w + (s.amp ? 4 : 2) * s.T * s.h);
+    ee.transient = bytes::base((s.in_bwd ? 2 : 1) * s.w * s.emb_w + (s.amp ? 4 : 2) * s.T * s.h);
     bwd_peak = std::max(bwd_peak, consider(ee, step_phase::backward));
   }
   // ---- optimizer
