@@ -1065,3 +1065,28 @@ TEST_CASE("bug: --modules moved a LayerNorm model's estimate, whose norms are AT
   CHECK(bwplan::test::estimate_json(lt)["memory"]["peak_allocated_bytes"].get<double>() >
         bwplan::test::estimate_json(lf)["memory"]["peak_allocated_bytes"].get<double>() * 1.02);
 }
+
+TEST_CASE("bug: a falcon config with ALiBi was read as RoPE, so --modules transformers priced fp32 rotary tables it has none of", "[stacks][bugs]") {
+  // a review: model_spec had no ALiBi flag (positions 0 stands for RoPE and ALiBi alike) and the falcon reader ignored
+  // `"alibi": true` (falcon-rw configs): the fp32-rotary term of --modules transformers applied to it
+  std::string text;
+  {
+    std::ifstream in(std::string(BWPLAN_SOURCE_DIR) + "/configs/models/falcon-7b.json");
+    text.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  const auto at = text.find("\"alibi\": false");
+  REQUIRE(at != std::string::npos);
+  text.replace(at, std::string("\"alibi\": false").size(), "\"alibi\": true");
+  const auto path = (std::filesystem::temp_directory_path() / "bwplan_test_falcon_alibi.json").string();
+  std::ofstream(path) << text;
+  const model_spec m = io::load_model(path);
+  CHECK(m.alibi);
+  CHECK_FALSE(io::load_model(std::string(BWPLAN_SOURCE_DIR) + "/configs/models/falcon-7b.json").alibi);
+  const std::vector<std::string> base{path, "--gpu", "h200", "--mbs", "1", "--seq", "1024", "--sharding", "none"};
+  auto ff = base, ft = base;
+  ff.insert(ff.end(), {"--modules", "fused"});
+  ft.insert(ft.end(), {"--modules", "transformers"});
+  const auto a = bwplan::test::estimate_json(ff), b = bwplan::test::estimate_json(ft);
+  CHECK(b["throughput"]["tokens_per_s_per_gpu"].get<double>() == Approx(a["throughput"]["tokens_per_s_per_gpu"].get<double>()));
+  CHECK_THAT(a["memory"]["modules_note"].get<std::string>(), Catch::Contains("ALiBi, no RoPE"));
+}

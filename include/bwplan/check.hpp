@@ -474,8 +474,9 @@ inline std::string_view rule_for(const plan_violation& v) {
   if (c.stack != training_stack::hf) return {};
   // a LayerNorm model's norms are ATen's fused kernel in either setting (nn.LayerNorm); with learned positions there is
   // no RoPE either, so the setting changes nothing (a helper's sweep found gpt2-xl's estimate moving 2.37 GiB with it)
-  if (m.layer_norm && m.positions != 0)
-    return "no effect on this model: its LayerNorm runs ATen's fused kernel in either setting and its positions are learned (no RoPE)";
+  if (m.layer_norm && (m.positions != 0 || m.alibi))
+    return m.alibi ? "no effect on this model: its LayerNorm runs ATen's fused kernel in either setting and it has ALiBi, no RoPE"
+                   : "no effect on this model: its LayerNorm runs ATen's fused kernel in either setting and its positions are learned (no RoPE)";
   training_config alt = c;
   alt.modules = c.modules == module_kernels::fused ? module_kernels::transformers : module_kernels::fused;
   runtime_overheads cheap;

@@ -39,6 +39,7 @@ struct model_spec {
   bool o_bias = false;             ///< the attention output projection has a bias (gpt2; falcon `bias`)
   bool mlp_bias = false;           ///< the MLP linears have biases (gpt2; falcon `bias`)
   std::int64_t positions = 0;      ///< learned position embeddings (gpt2 `n_positions`), 0 for RoPE/ALiBi
+  bool alibi = false;              ///< ALiBi attention biases instead of RoPE (falcon `alibi`: falcon-rw)
   /// Residual branches of one block whose output goes through dropout with p > 0 in training, each saving a bool
   /// mask of h elements per token (gpt2 `resid_pdrop`: 2; starcoder2 `residual_dropout`: 2; falcon `attention_dropout`
   /// and `hidden_dropout` on the attention and MLP branches, one `hidden_dropout` with parallel attention). 0 for

@@ -517,10 +517,10 @@ struct throughput_shape {
   r.compiled_loss = r.compiled && (c.stack == training_stack::torchtitan || c.stack == training_stack::torchtune);
   r.checkpointed_loss = c.loss == loss_impl::chunked && c.stack == training_stack::hf;
   // (RMSNorm only: a LayerNorm is ATen's fused kernel in every stack; RoPE only where the model has it, not learned
-  // positions)
+  // positions or ALiBi)
   r.eager_norm = ((c.modules == module_kernels::transformers && c.stack == training_stack::hf) || c.stack == training_stack::torchtune) &&
                  !r.compiled && !m.layer_norm;
-  r.fp32_rope = c.modules == module_kernels::transformers && c.stack == training_stack::hf && !r.compiled && m.positions == 0;
+  r.fp32_rope = c.modules == module_kernels::transformers && c.stack == training_stack::hf && !r.compiled && m.positions == 0 && !m.alibi;
   r.T = static_cast<double>(c.tokens_per_micro_batch()) / (static_cast<double>(c.tp) * c.cp);
   r.b = static_cast<double>(c.micro_batch);
   r.s = static_cast<double>(c.seq_len);

@@ -246,6 +246,7 @@ inline void read_family(model_spec& m, const nlohmann::json& j, const std::strin
     m.qkv_bias = m.o_bias = m.mlp_bias = bias;
     m.layer_norm = true;
     m.gated_mlp = false;
+    m.alibi = get_bool(j, file, "alibi", false);  // (falcon-rw: no rotary tables)
     // FalconDecoderLayer: dropout_add(attention_output, residual, attention_dropout) before the MLP's norm
     // (sequential blocks), then dropout_add(mlp_output [+ attention_output], residual, hidden_dropout)
     const bool hidden = get_probability(j, file, "hidden_dropout", 0.0) > 0;
