@@ -267,6 +267,12 @@ std::vector<compute_format> formats_for_instances(const recommend_options& o, co
   return out;
 }
 
+/// " (N near the line by the cheap bound)" when the count of fitting plans holds candidates near the fit line that no
+/// replay checked (plan_result::fitting_unreplayed: the count moves with --top), else "".
+std::string unreplayed_note(const plan_result& r) {
+  return r.fitting_unreplayed > 0 ? fmt::format(" ({} near the line by the cheap bound, not replayed)", r.fitting_unreplayed) : std::string();
+}
+
 /// One line on why the winning format won, for this model size.
 std::string format_reason(const model_spec& m, const plan_result& r, const recommend_options& o, const gpu_spec& gpu) {
   if (r.ranked.empty() || r.best_per_format.size() < 1) return {};
@@ -1085,7 +1091,7 @@ runner register_recommend(CLI::App& app, context& ctx) {
       nlohmann::ordered_json j;
       j["model"] = m.name;
       j["hardware"] = {{"gpu", t.gpu.id}, {"instance", t.instance ? t.instance->id : ""}, {"nodes", req.nodes}, {"world_size", world}};
-      j["search"] = {{"evaluated", r.evaluated}, {"fitting", r.fitting}, {"headroom", req.headroom}, {"headroom_source", o->headroom_source},
+      j["search"] = {{"evaluated", r.evaluated}, {"fitting", r.fitting}, {"fitting_unreplayed", r.fitting_unreplayed}, {"headroom", req.headroom}, {"headroom_source", o->headroom_source},
                      {"global_batch_tokens", req.global_batch_tokens}, {"seq_lens", req.seq_lens}, {"seconds", secs}};
       j["plans"] = nlohmann::ordered_json::array();
       const auto refusals = contract_for_rows ? trainer_refusal_ids(*contract_for_rows, m, r.ranked) : std::vector<std::vector<std::string>>{};
@@ -1128,8 +1134,9 @@ runner register_recommend(CLI::App& app, context& ctx) {
         md.insert(footer == std::string::npos ? md.size() : footer, "**Launch:** " + launch + "\n\n");
       ctx.out << md;
     } else {
-      ctx.out << fmt::format("{} on {}: {} configurations evaluated, {} fit with {:.1f}% headroom ({}); global batch {} tokens asked\n",
-                             m.name, where, r.evaluated, r.fitting, 100 * req.headroom, o->headroom_source, req.global_batch_tokens);
+      ctx.out << fmt::format("{} on {}: {} configurations evaluated, {} fit{} with {:.1f}% headroom ({}); global batch {} tokens asked\n",
+                             m.name, where, r.evaluated, r.fitting, unreplayed_note(r), 100 * req.headroom, o->headroom_source,
+                             req.global_batch_tokens);
       if (!r.ranked.empty() && global_batch_tokens(r.ranked.front().config) != req.global_batch_tokens)
         ctx.out << fmt::format("global batch: plan #1 runs {} tokens per step ({} sequences of {}), {:+.1f}% from the {} asked: the "
                                "accumulation rounds up to whole micro-batches\n",

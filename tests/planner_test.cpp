@@ -722,3 +722,24 @@ TEST_CASE("bug: recommend emitted plans past the model's context that check refu
   CHECK(zero.code == 2);
   CHECK_THAT(zero.err, Catch::Contains("--mbs: must be between 1 and 65536, got 0"));
 }
+
+TEST_CASE("recommend: the count of fitting plans says how many near the line no replay checked", "[planner][cli]") {
+  // a helper's sweep: the "N fit" of Llama-3.1-8B on p5 was 2,891 at --top 1301 and 2,890 at --top 1302: near-line
+  // candidates count by the cheap bound until a replay is needed to rank them. The count says how many, in the table
+  // and the JSON (search.fitting_unreplayed), and more rows replay more of them
+  auto search = [](const char* top) {
+    const auto r = run_cli({"recommend", "Qwen3-0.6B", "--gpu", "a10g", "--top", top, "--format", "json"});
+    INFO(r.err);
+    REQUIRE(r.code == 0);
+    return nlohmann::json::parse(r.out)["search"];
+  };
+  const auto few = search("1"), many = search("200");
+  REQUIRE(few.contains("fitting_unreplayed"));
+  REQUIRE(few["fitting_unreplayed"].get<std::int64_t>() > 0);  // (26 at this writing)
+  CHECK(few["fitting_unreplayed"].get<std::int64_t>() > many["fitting_unreplayed"].get<std::int64_t>());
+  CHECK(few["fitting_unreplayed"].get<std::int64_t>() <= few["fitting"].get<std::int64_t>());
+  CHECK(many["fitting_unreplayed"].get<std::int64_t>() >= 0);
+  const auto t = run_cli({"recommend", "Qwen3-0.6B", "--gpu", "a10g", "--top", "1"});
+  CHECK_THAT(t.out, Catch::Contains(std::to_string(few["fitting_unreplayed"].get<std::int64_t>()) +
+                                    " near the line by the cheap bound, not replayed"));
+}
