@@ -267,12 +267,6 @@ std::vector<compute_format> formats_for_instances(const recommend_options& o, co
   return out;
 }
 
-/// " (N near the line by the cheap bound)" when the count of fitting plans holds candidates near the fit line that no
-/// replay checked (plan_result::fitting_unreplayed: the count moves with --top), else "".
-std::string unreplayed_note(const plan_result& r) {
-  return r.fitting_unreplayed > 0 ? fmt::format(" ({} near the line by the cheap bound, not replayed)", r.fitting_unreplayed) : std::string();
-}
-
 /// One line on why the winning format won, for this model size.
 std::string format_reason(const model_spec& m, const plan_result& r, const recommend_options& o, const gpu_spec& gpu) {
   if (r.ranked.empty() || r.best_per_format.size() < 1) return {};

@@ -118,10 +118,16 @@ std::string estimate_markdown(const model_spec& m, const resolved_target& t, con
   return s;
 }
 
+std::string unreplayed_note(const plan_result& r) {
+  return r.fitting_unreplayed > 0 ? fmt::format(" ({} near the line by the cheap bound, not replayed)", r.fitting_unreplayed)
+                                  : std::string();
+}
+
 std::string plans_markdown(const model_spec& m, const std::string& where, const plan_request& req, const plan_result& r,
                            const std::string& explanation, const std::vector<std::optional<error_band>>& bands) {
   std::string s = fmt::format("### {} on {}\n\n", m.name, where);
-  s += fmt::format("{} configurations evaluated, {} fit with {:.1f}% headroom.\n\n", r.evaluated, r.fitting, 100 * req.headroom);
+  s += fmt::format("{} configurations evaluated, {} fit{} with {:.1f}% headroom.\n\n", r.evaluated, r.fitting, unreplayed_note(r),
+                   100 * req.headroom);
   if (r.ranked.empty()) {
     s += "**No configuration fits.**\n";
   } else {

@@ -22,6 +22,11 @@ struct md_column {
 /// Escapes text for a Markdown table cell: `|` becomes `\|` and line breaks become spaces.
 [[nodiscard]] std::string md_escape(const std::string& text);
 
+/// " (N near the line by the cheap bound, not replayed)" when the count of fitting plans holds candidates near the fit
+/// line that no allocator replay checked (plan_result::fitting_unreplayed: the count moves with --top), else "". The
+/// same words in the terminal table, the Markdown and the HTML report.
+[[nodiscard]] std::string unreplayed_note(const plan_result& r);
+
 /// A GitHub-flavoured Markdown table: header row, alignment row (`:--`, `--:`, `:-:`) and one row per
 /// entry of `rows`. Cells are escaped with md_escape and padded so the raw text lines up; rows shorter
 /// than the header are filled with empty cells. Ends with a newline.

@@ -494,9 +494,10 @@ footer { margin-top: 32px; color: #555; font-size: 0.88em; border-top: 1px solid
   // Top plans.
   h += "<h2>Top plans</h2>\n";
   h += fmt::format("<p>{} configurations searched (micro-batch, checkpointing, sharding, loss; gradient accumulation for "
-                   "{} tokens per step) at sequence length {}; {} fit with {:.0f}% headroom. Ranked by tokens/s.</p>\n",
+                   "{} tokens per step) at sequence length {}; {} fit{} with {:.0f}% headroom. Ranked by tokens/s.</p>\n",
                    d.plans.evaluated, group_digits(static_cast<double>(d.request.global_batch_tokens)),
-                   d.request.seq_lens.empty() ? c.seq_len : d.request.seq_lens.front(), d.plans.fitting, 100 * d.request.headroom);
+                   d.request.seq_lens.empty() ? c.seq_len : d.request.seq_lens.front(), d.plans.fitting,
+                   esc(unreplayed_note(d.plans)), 100 * d.request.headroom);
   if (d.plans.ranked.empty()) {
     h += "<p><b>No configuration fits.</b> Try more nodes, a larger GPU or a shorter sequence.</p>\n";
   } else {

@@ -742,4 +742,13 @@ TEST_CASE("recommend: the count of fitting plans says how many near the line no 
   const auto t = run_cli({"recommend", "Qwen3-0.6B", "--gpu", "a10g", "--top", "1"});
   CHECK_THAT(t.out, Catch::Contains(std::to_string(few["fitting_unreplayed"].get<std::int64_t>()) +
                                     " near the line by the cheap bound, not replayed"));
+  // the Markdown table and the HTML report's top plans say it too (they printed only "N fit")
+  const auto md = run_cli({"recommend", "Qwen3-0.6B", "--gpu", "a10g", "--top", "1", "--format", "markdown"});
+  CHECK_THAT(md.out, Catch::Contains(std::to_string(few["fitting"].get<std::int64_t>()) + " fit (" +
+                                     std::to_string(few["fitting_unreplayed"].get<std::int64_t>()) +
+                                     " near the line by the cheap bound, not replayed)"));
+  const auto html = run_cli({"report", "Qwen3-0.6B", "--gpu", "a10g", "--top", "1", "-o", "-"});
+  INFO(html.err);
+  REQUIRE(html.code == 0);
+  CHECK_THAT(html.out, Catch::Contains(" near the line by the cheap bound, not replayed) with "));
 }
