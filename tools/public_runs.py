@@ -192,10 +192,17 @@ def mapping(row):
         args += ["--stack", "megatron", "--sharding", "optimizer", "--master", "fp32"]
         notes.append("--stack megatron, distributed optimizer; Transformer Engine's fused kernels priced as eager")
     elif megatron and "Megatron-FSDP" in stack:
-        # Transformer Engine quantizes in fused one-pass kernels: the torchtitan stack's float8 casts, not the hf
-        # stack's eager torchao Float8Linear (five kernels per cast: docs/precision.md)
-        args += ["--stack", "torchtitan", "--sharding", "full", "--master", "fp32"]
-        notes.append("stack not modelled: Megatron-FSDP as torchtitan's FSDP2 (fused float8 casts)")
+        # Megatron-FSDP runs Megatron-Core's modules and Transformer Engine's kernels (TE's fused casts and its fp8
+        # weight cache across micro-batches) over the distributed optimizer's fp32 main parameters, which it requires
+        # (`--use-distributed-optimizer`, Megatron-LM docs/discussions/megatron-fsdp-user-guide), and gathers into
+        # its ParamAndGradBuffer without copies ("zero copy communication",
+        # megatron/core/distributed/fsdp/src/README.md): the closest modelled stack is Megatron-Core's distributed
+        # optimizer, not torchtitan's FSDP2, whose per-micro-batch cast and copy-in/copy-out kernels
+        # (`foreach_all_gather`, `foreach_reduce`) it does not run. What differs, the parameter all-gather and
+        # gradient reduce-scatter of every micro-batch, hides behind compute on one node's NVLink.
+        args += ["--stack", "megatron", "--sharding", "optimizer", "--master", "fp32"]
+        notes.append("stack not modelled: Megatron-FSDP as Megatron-Core's distributed optimizer (the same Transformer "
+                     "Engine kernels; its per-micro-batch gathers not priced)")
     else:
         args += ["--sharding", "full", "--master", "fp32"]
         if megatron:
