@@ -60,6 +60,10 @@ class Session:
         self.device = torch.device("cuda", self.local_rank)
         self.device_name = torch.cuda.get_device_name(self.device)
         self.capability = torch.cuda.get_device_capability(self.device)
+        # the CUDA context before any process group: the env record's context_used (NCCL's buffers come after,
+        # context_used_after_dist; calibrate reads the two apart)
+        torch.cuda.init()
+        self.context_before_dist = meas.context_bytes(self.device)
         self.meshes: Dict[tuple, Any] = {}
         self.writer = None
         self.env_written = False
@@ -135,7 +139,7 @@ def run_plan(plan: Dict[str, Any], contract: Dict[str, Any], s: Session, probe: 
         if s.writer is None:
             s.writer = meas.RecordWriter(s.opts.output_dir, True)
         if not s.env_written and s.writer.enabled:
-            s.writer.write(meas.env_record(s.device))
+            s.writer.write(meas.env_record(s.device, s.context_before_dist))
             s.env_written = True
         torch.manual_seed(plan["seed"])
 

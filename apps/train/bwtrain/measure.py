@@ -84,11 +84,28 @@ def max_over_ranks(rec: Dict[str, Any], device: torch.device) -> None:
     rec["max_over_ranks"] = dict(zip(keys, (int(x) for x in t.tolist())))
 
 
-def env_record(device: torch.device) -> Dict[str, Any]:
-    """The ground truth's first line (``"kind": "env"``)."""
+def context_bytes(device: torch.device) -> int:
+    """Bytes of the device in use outside PyTorch's caching allocator: the CUDA context, and NCCL's buffers once a
+    process group is up (``total - free - memory_reserved``, as the ground truth's measure.py)."""
     free, total = torch.cuda.mem_get_info(device)
-    return {"kind": "env", "gpu": torch.cuda.get_device_name(device), "torch": torch.__version__, "total": total,
-            "context_used": total - free - torch.cuda.memory_reserved(device), "cuda": torch.version.cuda}
+    return total - free - torch.cuda.memory_reserved(device)
+
+
+def env_record(device: torch.device, context_before_dist: Optional[int] = None) -> Dict[str, Any]:
+    """The ground truth's first line (``"kind": "env"``): ``context_used`` the CUDA context alone, measured before the
+    process group (``context_before_dist``, from the session's start), and ``context_used_after_dist`` with NCCL's
+    buffers when a process group is up, as ``shared/groundtruth/measure.py`` writes them; ``bwplan calibrate`` reads
+    the first as the profile's cuda_context and the difference as its nccl (src/runs.cpp). Without
+    ``context_before_dist`` the context is measured now (no process group may be up yet)."""
+    free, total = torch.cuda.mem_get_info(device)
+    now = total - free - torch.cuda.memory_reserved(device)
+    rec: Dict[str, Any] = {"kind": "env", "gpu": torch.cuda.get_device_name(device), "torch": torch.__version__,
+                           "total": total, "context_used": now if context_before_dist is None else context_before_dist,
+                           "cuda": torch.version.cuda}
+    if dist.is_available() and dist.is_initialized():
+        rec["dist"] = dist.get_backend()
+        rec["context_used_after_dist"] = now
+    return rec
 
 
 class RecordWriter:
