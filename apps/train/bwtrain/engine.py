@@ -187,7 +187,7 @@ def run_plan(plan: Dict[str, Any], contract: Dict[str, Any], s: Session, probe: 
             parallel.apply_compile(hf)
         if fsdp:
             parallel.apply_fsdp(train_module, hf, parallel.fsdp_mesh(mesh, plan["sharding"]), plan["sharding"],
-                                plan.get("offload", "none"))
+                                plan.get("offload", "none"), plan["master_weights"])
 
         # ---- materialise
         gc.collect()

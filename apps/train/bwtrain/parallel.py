@@ -232,15 +232,28 @@ def offload_policy(offload: str) -> Optional[Any]:
     return CPUOffloadPolicy(pin_memory=True)
 
 
-def apply_fsdp(train_module: nn.Module, hf: nn.Module, mesh, sharding: str, offload: str = "none") -> None:
+def mixed_precision_dtypes(master_weights: str) -> Dict[str, Any]:
+    """FSDP2's ``MixedPrecisionPolicy`` arguments for the plan's master weights: fp32 masters compute in bf16 and
+    reduce gradients in fp32 (the ground truth's fsdp2 recipe); bf16 masters are "everything bf16"
+    (docs/training-contract.md), so gradients reduce in bf16 too. FSDP2 keeps a ``reduce_dtype`` that differs from
+    ``param_dtype`` even when the parameters are already bf16 (``FSDPParam.init_dtype_attrs``,
+    torch/distributed/fsdp/_fully_shard/_fsdp_param.py): an fp32 ``reduce_dtype`` there would add an fp32
+    reduce-scatter copy and fp32 traffic that bwplan's bf16 plan does not count."""
+    reduce = torch.float32 if master_weights == "fp32" else torch.bfloat16
+    return {"param_dtype": torch.bfloat16, "reduce_dtype": reduce}
+
+
+def apply_fsdp(train_module: nn.Module, hf: nn.Module, mesh, sharding: str, offload: str = "none",
+               master_weights: str = "fp32") -> None:
     """FSDP2 per decoder block, then the root (embedding, final norm and LM head stay in the
-    root's group), as the ground truth's fsdp2 recipe (shared/groundtruth/measure.py). With
+    root's group), as the ground truth's fsdp2 recipe (shared/groundtruth/measure.py), with
+    :func:`mixed_precision_dtypes` of ``master_weights``. With
     ``offload`` optimizer,params every unit gets ``offload_policy=CPUOffloadPolicy(pin_memory=True)``
     (torchtitan's ``training.enable_cpu_offload`` does the same); the caller then materialises the
     parameters on the CPU (:func:`materialise_device`)."""
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
-    mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+    mp = MixedPrecisionPolicy(**mixed_precision_dtypes(master_weights))
     reshard = sharding != "grad-op"
     kw: Dict[str, Any] = {}
     policy = offload_policy(offload)

@@ -1,5 +1,5 @@
-"""The trainer's env record without a GPU: bwtrain.measure imported over a stand-in torch whose device memory
-changes when the process group comes up, as NCCL's buffers change it."""
+"""Trainer modules that need torch, without torch: bwtrain.measure and bwtrain.parallel imported over a stand-in
+torch (device memory that changes when the process group comes up, as NCCL's buffers change it; dtypes as names)."""
 
 import importlib
 import os
@@ -30,6 +30,9 @@ class FakeDevice:
 def stand_in_torch(dev):
     torch = types.ModuleType("torch")
     torch.__version__ = "0.0-test"
+    torch.float32, torch.bfloat16 = "float32", "bfloat16"
+    torch.nn = types.ModuleType("torch.nn")
+    torch.nn.Module = object
     torch.version = types.SimpleNamespace(cuda="13.0")
     torch.cuda = types.SimpleNamespace(mem_get_info=dev.mem_get_info, memory_reserved=lambda device=None: 0,
                                        get_device_name=lambda device=None: "NVIDIA H200")
@@ -41,15 +44,21 @@ def stand_in_torch(dev):
     return torch, distributed
 
 
-class EnvRecord(unittest.TestCase):
+class StandInTorch(unittest.TestCase):
+    """Imports `module` of bwtrain over the stand-in torch (self.mod) and restores sys.modules after."""
+
+    module = ""
+
     def setUp(self):
         self.dev = FakeDevice()
         torch, distributed = stand_in_torch(self.dev)
-        self.saved = {k: sys.modules.get(k) for k in ("torch", "torch.distributed", "bwtrain.measure")}
+        names = ("torch", "torch.distributed", "torch.nn", "bwtrain." + self.module)
+        self.saved = {k: sys.modules.get(k) for k in names}
         sys.modules["torch"] = torch
         sys.modules["torch.distributed"] = distributed
-        sys.modules.pop("bwtrain.measure", None)
-        self.meas = importlib.import_module("bwtrain.measure")
+        sys.modules["torch.nn"] = torch.nn
+        sys.modules.pop("bwtrain." + self.module, None)
+        self.mod = importlib.import_module("bwtrain." + self.module)
 
     def tearDown(self):
         for k, v in self.saved.items():
@@ -58,22 +67,37 @@ class EnvRecord(unittest.TestCase):
             else:
                 sys.modules[k] = v
 
+
+class EnvRecord(StandInTorch):
+    module = "measure"
+
     def test_context_before_and_after_the_process_group(self):
         # a review found the trainer wrote context_used after init_process_group (NCCL's buffers in it) and no
         # context_used_after_dist: calibrate took the whole as the CUDA context and added its default NCCL on top
-        before = self.meas.context_bytes("cuda:0")
+        before = self.mod.context_bytes("cuda:0")
         self.assertEqual(before, 600 << 20)
         self.dev.dist, self.dev.context = True, 1200 << 20
-        rec = self.meas.env_record("cuda:0", before)
+        rec = self.mod.env_record("cuda:0", before)
         self.assertEqual(rec["kind"], "env")
         self.assertEqual(rec["context_used"], 600 << 20)
         self.assertEqual(rec["context_used_after_dist"], 1200 << 20)
         self.assertEqual(rec["dist"], "nccl")
 
     def test_one_process_without_a_process_group(self):
-        rec = self.meas.env_record("cuda:0")
+        rec = self.mod.env_record("cuda:0")
         self.assertEqual(rec["context_used"], 600 << 20)
         self.assertNotIn("context_used_after_dist", rec)
+
+
+class MixedPrecision(StandInTorch):
+    module = "parallel"
+
+    def test_bf16_masters_reduce_in_bf16(self):
+        # a review found reduce_dtype fp32 for every plan: FSDP2 keeps an fp32 reduce_dtype when the parameters are
+        # already bf16 (it compares it with param_dtype first), so bf16-master plans ran fp32 reduce-scatter copies
+        # and fp32 traffic that bwplan's "everything bf16" plan does not count
+        self.assertEqual(self.mod.mixed_precision_dtypes("bf16"), {"param_dtype": "bfloat16", "reduce_dtype": "bfloat16"})
+        self.assertEqual(self.mod.mixed_precision_dtypes("fp32"), {"param_dtype": "bfloat16", "reduce_dtype": "float32"})
 
 
 if __name__ == "__main__":
