@@ -62,7 +62,7 @@ class Session:
         self.capability = torch.cuda.get_device_capability(self.device)
         # the CUDA context before any process group: the env record's context_used (NCCL's buffers come after,
         # context_used_after_dist; calibrate reads the two apart)
-        torch.cuda.init()
+        torch.zeros(1, device=self.device)  # the context is made (as measure.py does before it reads it)
         self.context_before_dist = meas.context_bytes(self.device)
         self.meshes: Dict[tuple, Any] = {}
         self.writer = None

@@ -103,7 +103,6 @@ def env_record(device: torch.device, context_before_dist: Optional[int] = None) 
                            "total": total, "context_used": now if context_before_dist is None else context_before_dist,
                            "cuda": torch.version.cuda}
     if dist.is_available() and dist.is_initialized():
-        rec["dist"] = dist.get_backend()
         rec["context_used_after_dist"] = now
     return rec
 
