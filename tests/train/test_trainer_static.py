@@ -271,6 +271,12 @@ class RuntimeTest(unittest.TestCase):
         self.assertEqual(lora.target_modules("mlp"), ["gate_proj", "up_proj", "down_proj"])
         self.assertEqual(len(lora.target_modules("all-linear")), 7)
         self.assertNotIn("lm_head", lora.target_modules("all-linear"))
+        # a fused layout matches only some targets: each one must match (Phi-3: qkv_proj, gate_up_proj)
+        phi3 = ["model.layers.0.self_attn.o_proj", "model.layers.0.mlp.down_proj"]
+        self.assertEqual(lora.unmatched_targets(lora.target_modules("all-linear"), phi3),
+                         ["q_proj", "k_proj", "v_proj", "gate_proj", "up_proj"])
+        llama = [f"model.layers.{i}.{n}" for i in range(2) for n in ("self_attn.q_proj", "self_attn.v_proj")]
+        self.assertEqual(lora.unmatched_targets(["q_proj", "v_proj"], llama), [])
         self.assertEqual(lora.target_modules("q,v_proj,q_proj"), ["q_proj", "v_proj"])
         with self.assertRaises(ValueError):
             lora.target_modules("lm_head")
