@@ -87,7 +87,10 @@ TEST_CASE("finetune: NF4 and 8-bit state bytes per parameter", "[finetune]") {
   CHECK(optimizer_state_bytes_per_param(optimizer_kind::adamw, 4) == 8);
   CHECK(optimizer_state_bytes_per_param(optimizer_kind::adamw, 2) == 4);
   CHECK(optimizer_state_bytes_per_param(optimizer_kind::sgd, 4) == 4);
-  CHECK(optimizer_state_bytes_per_param(optimizer_kind::lion, 2) == 2);
+  // bitsandbytes' 32-bit Lion keeps its exp_avg in fp32 whatever the parameter's dtype (Optimizer1State.init_state):
+  // bf16 masters do not halve it (a review found 2 B here: Llama-3.1-70B on 8 × H100 called fitting 16 GiB low)
+  CHECK(optimizer_state_bytes_per_param(optimizer_kind::lion, 2) == 4);
+  CHECK(optimizer_state_bytes_per_param(optimizer_kind::lion, 4) == 4);
   CHECK(optimizer_state_bytes_per_param(optimizer_kind::paged_adamw_8bit, 4) == 2.03125);
 }
 
@@ -152,7 +155,7 @@ TEST_CASE("finetune: model states of LoRA and QLoRA on a 1B model (hand-derived)
     CHECK(states(optimizer_kind::paged_adamw_8bit) == Approx(2 * 4.0 / 256 * P));
     CHECK(terms::model_state_bytes(terms::memory_shape_of(m, c, g)).paged_states.raw() == Approx(2 * P));
     CHECK(states(optimizer_kind::sgd) == Approx(2 * P));
-    CHECK(states(optimizer_kind::lion) == Approx(2 * P));
+    CHECK(states(optimizer_kind::lion) == Approx(4 * P));  // bitsandbytes' 32-bit Lion state is fp32 over bf16 parameters
     // Adafactor: per block (h+q) + 2(h+kv) + (q+h) + 3(h+F) + norms 2h = 48,128; embedding V+h (tied); final norm h
     const double factored = L * 48128 + (128256 + 2048) + 2048;
     CHECK(states(optimizer_kind::adafactor) == Approx(2 * factored));
@@ -194,6 +197,42 @@ TEST_CASE("finetune: saved activations of a frozen base with adapters (hand-deri
     const double in_sum = 3 * h + 2048 + 2 * h + F;
     CHECK(block(d) - block(full) == Approx(T * (-(4 * h + 2 * F) + 3 * in_sum + 7 * 2 * 16)));
   }
+  SECTION("optimizer offload on one GPU: the adapters compute in bf16 on the shared inputs, as under FSDP") {
+    // a review found the fp32 input copies counted here (13.5 GiB on Llama-3.1-8B without checkpointing): the GPU
+    // holds the bf16 working copy of the whole model, adapters included (model_state_bytes_in_allocator)
+    training_config off = lora;
+    off.world_size = 1;
+    off.shard = sharding::none;
+    off.offload = offload_target::optimizer;
+    training_config one_full = full;
+    one_full.world_size = 1;
+    one_full.shard = sharding::none;
+    one_full.master = master_weights::bf16;
+    CHECK(block(off) - block(one_full) == Approx(T * (7 * 2 * 16)));
+  }
+}
+
+TEST_CASE("finetune: PEFT's fp32 adapters run their backward in fp32 beside the block's activation gradients",
+          "[finetune][terms]") {
+  // Linear.forward adds the fp32 adapter output to the bf16 base output and casts the sum back: the backward of an
+  // adapted gate/up holds the fp32 output gradient and its scaled copy, 8·F per token (a review: not counted)
+  const model_spec m = llama_1b();
+  const gpu_spec g = h100();
+  training_config one = lora_config();
+  auto grad_temp = [&](const training_config& c) {
+    return terms::saved_activation_bytes(m, terms::memory_shape_of(m, c, g)).high_precision.grad_temp;
+  };
+  training_config bf16 = one;
+  bf16.master = master_weights::bf16;  // bf16 adapters: their gradients are as wide as the base's
+  CHECK(grad_temp(one) - grad_temp(bf16) == Approx(8 * F));
+  training_config qv = one;
+  qv.lora.targets = lora_target::q | lora_target::v;
+  CHECK(grad_temp(qv) - grad_temp(bf16) == Approx(8 * h));  // q_proj's output: a·d = h on this model
+  training_config full_ft = one;
+  full_ft.finetune = finetune_mode::full;
+  training_config full_bf16 = full_ft;
+  full_bf16.master = master_weights::bf16;
+  CHECK(grad_temp(full_ft) == Approx(grad_temp(full_bf16)));
 }
 
 TEST_CASE("finetune: a frozen base skips the weight-gradient GEMMs, QLoRA adds dequantization", "[finetune][terms]") {

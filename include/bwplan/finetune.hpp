@@ -131,16 +131,18 @@ struct adapter_shape {
 
 /// Bytes of optimizer state per trained parameter for optimizer `o` with parameters stored in `w` bytes (4 fp32
 /// master, 2 bf16): AdamW `2·w` (exp_avg, exp_avg_sq: `torch.optim.AdamW`); AdamW8bit and PagedAdamW8bit
-/// bnb_8bit_pair_bytes whatever `w`; SGD with momentum `w` (one `momentum_buffer`, `torch.optim.SGD`); Lion `w`
-/// (one `exp_avg`: Chen et al. 2023, arXiv:2302.06675; bitsandbytes `optim/lion.py`, 32-bit state with fp32
-/// parameters). Adafactor is factored and has no per-parameter rate: see optimizer_state_bytes.
+/// bnb_8bit_pair_bytes whatever `w`; SGD with momentum `w` (one `momentum_buffer`, `torch.optim.SGD`); Lion 4
+/// whatever `w` (one `exp_avg`: Chen et al. 2023, arXiv:2302.06675; bitsandbytes `optim/lion.py` `Lion` defaults
+/// `optim_bits=32`, and `Optimizer1State.init_state` makes a 32-bit `state1` in fp32 whatever the parameter's dtype,
+/// bitsandbytes `optim/optimizer.py`: bf16 masters do not halve it, as a review found). Adafactor is factored and has
+/// no per-parameter rate: see optimizer_state_bytes.
 [[nodiscard]] constexpr double optimizer_state_bytes_per_param(optimizer_kind o, double w) noexcept {
   switch (o) {
     case optimizer_kind::adamw: return 2 * w;
     case optimizer_kind::adamw_8bit:
     case optimizer_kind::paged_adamw_8bit: return bnb_8bit_pair_bytes;
-    case optimizer_kind::sgd:
-    case optimizer_kind::lion: return w;
+    case optimizer_kind::sgd: return w;
+    case optimizer_kind::lion: return 4;
     case optimizer_kind::adafactor: return 0;
   }
   return 2 * w;

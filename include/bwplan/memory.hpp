@@ -392,7 +392,12 @@ struct memory_shape {
     s.factored = static_cast<double>(L) * s.adapter.factored;
     s.lora_rank = c.lora.rank;
     s.lora_dropout = c.lora.dropout;
-    s.adapter_bytes = (c.master == master_weights::fp32 && !s.fsdp) ? 4 : 2;
+    // PEFT's fp32 adapters (autocast_adapter_dtype) read fp32 copies of their inputs (_cast_input_dtype); under
+    // FSDP2's bf16 compute, and under optimizer offload, whose GPU holds the bf16 working copy of the whole model
+    // (DeepSpeed's bf16 engine casts the module; model_state_bytes_in_allocator), they compute in bf16 on the shared
+    // inputs (a review found the offload case counted 13.5 GiB of fp32 input copies on Llama-3.1-8B without
+    // checkpointing)
+    s.adapter_bytes = (c.master == master_weights::fp32 && !s.fsdp && !s.off_opt) ? 4 : 2;
     // every block linear this GPU stores before sharding: the model's under FSDP (s.P counts them all), this expert-parallel
     // rank's experts without it (s.P is pc's); the full count there made `P − block_lin_all` negative (QLoRA on a MoE
     // model with ep > 1 and no sharding: Mixtral-8x7B at ep 8 had a negative device peak)
@@ -734,6 +739,24 @@ struct activation_inventory {
   return d;
 }
 
+/// Activation-gradient bytes per token that PEFT's fp32 adapters (memory_shape::adapter_bytes 4) add to the block
+/// running backward (activation_inventory::grad_temp), estimated, not traced. `Linear.forward` adds the fp32
+/// `lora_B(lora_A(dropout(x))) * scaling` to the bf16 base output (type promotion: an fp32 sum) and casts the sum
+/// back (`result.to(torch_result_dtype)`; PEFT `src/peft/tuners/lora/layer.py`), so an adapted linear's backward runs
+/// in fp32: the cast's backward makes the fp32 output gradient and the scaling's backward a second one (`4·d_out`
+/// each, both alive into `lora_B`'s backward), then `lora_A`'s fp32 input gradient and its cast back to the input's
+/// dtype (`4·d_in + 2·d_in`). The widest adapted linear sets it: gate/up (`8·F`), else q (`8·a·d`), else the h-wide
+/// outputs; down's `6·F` input side. 0 for bf16 adapters (their gradients are as wide as the base's, already in
+/// grad_temp) and for a full fine-tune.
+[[nodiscard]] constexpr double adapter_grad_temp_delta(const model_spec& m, const memory_shape& s) noexcept {
+  if (!s.adapters || s.adapter_bytes <= 2) return 0;
+  const adapter_shape& a = s.adapter;
+  const double h = s.h, q = static_cast<double>(m.q_dim()), f = detail::mlp_width_per_token(m);
+  const double out = std::max({a.gate_up_input ? f : 0.0, a.qkv_input ? q : 0.0, (a.o || a.down) ? h : 0.0});
+  const double in = std::max({a.down ? f : 0.0, a.o ? a.o_in : 0.0, (a.qkv_input || a.gate_up_input) ? h : 0.0});
+  return std::max(8 * out, 6 * in);
+}
+
 /// Per-token change of what one block, the final norm and LM head input, and the backward's activation gradients
 /// hold under the plan's training stack, tensor parallelism and torch.compile, relative to the hf inventory of
 /// activation_bytes_per_token (docs/stacks.md).
@@ -884,6 +907,9 @@ struct saved_activations {
   const double lora = adapter_saved_delta(m, s);  // 0 for a full fine-tune
   r.high_precision.block_saved += lora;
   r.low_precision.block_saved += lora;
+  const double lora_grads = adapter_grad_temp_delta(m, s);  // 0 for a full fine-tune and bf16 adapters
+  r.high_precision.grad_temp += lora_grads;
+  r.low_precision.grad_temp += lora_grads;
   const stack_activation_delta dh = stack_saved_delta(m, s, false), dl = stack_saved_delta(m, s, true);  // 0 for hf, tp 1, eager
   r.high_precision.block_saved += dh.block;
   r.low_precision.block_saved += dl.block;
