@@ -210,7 +210,7 @@ void add_sagemaker_options(CLI::App* g, const std::shared_ptr<sagemaker::job_set
   g->add_option("--env", s->env, "KEY=VALUE container environment variable, repeatable (e.g. HF_TOKEN for gated models)");
   g->add_option("--hyperparameter", s->hyperparameters,
                 "KEY=VALUE trainer setting outside the plan, repeatable: learning_rate, warmup_steps, seed, data, model_init, "
-                "checkpoint_dir, checkpoint_every, measure, measure_warmup, measure_steps, compile (docs/training-contract.md)");
+                "checkpoint_dir, checkpoint_every, measure, measure_warmup, measure_steps (docs/training-contract.md)");
   g->add_option("--subnet", s->subnets, "VPC subnet id, repeatable (VpcConfig)");
   g->add_option("--security-group", s->security_groups, "VPC security group id, repeatable (VpcConfig)");
   g->add_option("--retries", s->retries, "MaximumRetryAttempts (RetryStrategy, 1-30; 0 = none)");
@@ -371,6 +371,14 @@ runner register_sagemaker(CLI::App& app, context& ctx) {
     if (const auto v = sagemaker::launch_violations({rp.p, rp.model, rp.target.gpu, *rp.target.instance, te, contract}); !v.empty())
       throw_plan_violation(ctx, *o, v.front());
     if (o->probe) {
+      // the probe's window is its own (probe_job::steps: the trainer's probe plans run 2 warm-up + 3 measured steps);
+      // the request carried measure_warmup 5 / measure_steps 10 beside max_steps 5 and the trainer ran 5 (a review)
+      for (const std::string& kv : o->job.hyperparameters) {
+        const std::string key = kv.substr(0, kv.find('='));
+        if (key == "max_steps" || key == "measure" || key == "measure_warmup" || key == "measure_steps")
+          throw invalid_request(fmt::format("--hyperparameter {}: a probe runs each plan for its own {} steps (2 warm-up, 3 measured); "
+                                            "leave the measurement window to it, or drop --probe", key, probe_job{}.steps));
+      }
       const probe_job pj = probe_plans(rp.p, rp.model, rp.target, k);
       if (pj.plans.empty()) throw invalid_request("--probe: no variant of the plan fits on one " + rp.target.instance->id);
       sagemaker::job_settings js = o->job;

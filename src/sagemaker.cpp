@@ -2,6 +2,7 @@
 // SageMaker AI payloads from a plan. Every mapping is listed in docs/sagemaker.md.
 #include "sagemaker.hpp"
 
+#include <bwplan/io/plan.hpp>
 #include <bwplan/plan.hpp>
 #include <bwplan/quantity.hpp>
 
@@ -303,7 +304,9 @@ job_request build_request(const plan_view& plan, const job_settings& s, std::chr
   if (auto v = launch_violations(plan); !v.empty()) throw plan_error(v.front());
   if (!trainer_family(plan.model.family))
     r.warnings.push_back(fmt::format("model family '{}' ({}) is not one the reference trainer was written for (Llama, Mistral, Qwen2, "
-                                     "Qwen3, Gemma): it refuses models without the q/k/v/o and gate/up/down decoder layout at start (T-model)",
+                                     "Qwen3, Gemma): it refuses at start a model without model.layers, embed_tokens, norm and lm_head (T-model), "
+                                     "and without the q/k/v/o and gate/up/down projections a LoRA plan (T-lora-targets) or a "
+                                     "tensor-parallel one (T-tp-heads)",
                                      plan.model.family, plan.model.name));
 
   // ---- instances: torchrun in the container starts one process per GPU of every instance
@@ -390,7 +393,16 @@ job_request build_request(const plan_view& plan, const job_settings& s, std::chr
   r.estimated_s = static_cast<double>(r.steps) * plan.throughput.step.raw();
   std::int64_t runtime = 0;
   if (!s.max_runtime.empty()) {
-    runtime = parse_duration(s.max_runtime, "--max-runtime");
+    // whole seconds, at least 1 (a review: 0.0001s became MaxRuntimeInSeconds 1 without a word)
+    const double d = bwplan::parse_duration(s.max_runtime, "--max-runtime", 1.0);  // (a bare number is seconds here)
+    if (!(d >= 1) || d != std::floor(d))
+      throw invalid_request(fmt::format("--max-runtime {}: MaxRuntimeInSeconds is a whole number of seconds, at least 1; got {:g} s",
+                                        s.max_runtime, d));
+    runtime = static_cast<std::int64_t>(d);  // (at most 10 years: parse_duration; past 28 days the request check names it)
+    if (static_cast<double>(runtime) < r.estimated_s)
+      r.warnings.push_back(fmt::format("--max-runtime {}: below the estimated {:.0f} s of {} steps; SageMaker stops the job before "
+                                       "it ends (the trainer's checkpoints let a new job resume)",
+                                       s.max_runtime, r.estimated_s, r.steps));
   } else {
     const double need = r.estimated_s * s.runtime_margin + startup_allowance_s;
     // compared as a double first: a huge estimate must not reach the integer conversion
@@ -418,6 +430,30 @@ job_request build_request(const plan_view& plan, const job_settings& s, std::chr
 
   // ---- the model the trainer loads
   std::string model = s.model_id.empty() ? plan.p.model : s.model_id;
+  if (!s.model_id.empty()) {
+    // --model-id names where the weights come from, not another model: a preset or its Hugging Face id that is not
+    // the plan's model is refused (a review: the 70B's id on an 8B plan went out, and `check` of the job then said
+    // 320 GiB per GPU); an id bwplan cannot map (an s3:// prefix, another org/name) is taken on trust, with a warning
+    auto lower = [](std::string t) {
+      std::transform(t.begin(), t.end(), t.begin(), [](unsigned char ch) { return static_cast<char>(std::tolower(ch)); });
+      return t;
+    };
+    const std::string given = lower(s.model_id), planned = lower(plan.p.model);
+    std::string preset_of_id;  // the bundled preset --model-id names, by its preset id or its hub id
+    for (const auto& [id, hub] : plan.contract.presets)
+      if (given == id || given == lower(hub)) preset_of_id = id;
+    const auto planned_hub = plan.contract.presets.find(planned);
+    const bool same = given == planned || (planned_hub != plan.contract.presets.end() && given == lower(planned_hub->second)) ||
+                      lower(plan.model.name) == preset_of_id;
+    if (!preset_of_id.empty() && !same)
+      throw invalid_request(fmt::format("--model-id {}: is the preset {}, but the plan was estimated for {}; estimate that model "
+                                        "(MODEL {}) or give the plan's own weights",
+                                        s.model_id, preset_of_id, plan.model.name, s.model_id));
+    if (preset_of_id.empty() && !same)
+      r.warnings.push_back(fmt::format("--model-id {}: the trainer loads these weights for a plan estimated for {}; bwplan cannot "
+                                       "check they are that model (their config.json must match it)",
+                                       s.model_id, plan.model.name));
+  }
   bool random_init = false;
   if (s.model_id.empty() && fs::exists(model)) {
     // a local config.json (or a directory holding one): the trainer builds it, with random weights, from the source dir
@@ -523,14 +559,11 @@ job_request build_request(const plan_view& plan, const job_settings& s, std::chr
   for (const auto& kv : s.env) {
     auto [k, v] = key_value(kv, "--env");
     if (k == "PYTORCH_CUDA_ALLOC_CONF") {
-      std::string low = v;
-      std::transform(low.begin(), low.end(), low.begin(), [](unsigned char ch) { return static_cast<char>(std::tolower(ch)); });
-      const bool on = low.find("expandable_segments:true") != std::string::npos;
-      if (on != c.expandable_segments)
-        throw invalid_request(fmt::format("--env PYTORCH_CUDA_ALLOC_CONF={}: the plan was estimated with expandable_segments {}; set "
-                                          "it with --expandable-segments (or the plan's expandable_segments) so that the job runs "
-                                          "the allocator that was estimated",
-                                          v, c.expandable_segments ? "on" : "off"));
+      // (a review: backend:cudaMallocAsync and max_split_size_mb passed; io::alloc_conf_problem)
+      if (const std::string why = io::alloc_conf_problem(v, c.expandable_segments); !why.empty())
+        throw invalid_request(fmt::format("--env PYTORCH_CUDA_ALLOC_CONF={}: {}; --expandable-segments sets the allocator setting "
+                                          "the plan is estimated and run with",
+                                          v, why));
     }
     env[k] = v;
   }

@@ -666,3 +666,51 @@ TEST_CASE("bug: --probe of an every-K plan adds whole-model checkpointing as a v
   for (const auto& p : plans) full = full || p["activation_checkpointing"] == "full";
   CHECK(full);
 }
+
+TEST_CASE("bug: a probe request reads back with check, and its measurement window is the probe's", "[sagemaker][cli]") {
+  // a review: `check probe.job.json` refused the request's `probe` hyperparameter as unknown; --hyperparameter
+  // measure_steps=10 went into a request whose max_steps stayed 5, and the trainer ran 5
+  const fs::path dir = out_dir("probe-readback");
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const auto r = run_cli(with({"sagemaker", "Llama-3.2-1B", "--instance", "ml.p5en.48xlarge", "--probe", "--source-dir",
+                               (dir / "src").string()},
+                              job_flags));
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  REQUIRE(nlohmann::json::parse(r.out)["HyperParameters"].contains("probe"));
+  { std::ofstream(dir / "probe.job.json") << r.out; }
+  const auto c = run_cli({"check", (dir / "probe.job.json").string()});
+  INFO(c.out << c.err);
+  CHECK(c.code == 0);
+  const auto w = run_cli(with({"sagemaker", "Llama-3.2-1B", "--instance", "ml.p5en.48xlarge", "--probe", "--source-dir",
+                               (dir / "src").string(), "--hyperparameter", "measure_steps=10"},
+                              job_flags));
+  CHECK(w.code == 2);
+  CHECK(w.err.find("--hyperparameter measure_steps") != std::string::npos);
+}
+
+TEST_CASE("bug: --model-id naming another bundled model than the plan's is refused", "[sagemaker][cli]") {
+  // a review: the 70B's hub id on an 8B plan went out (exit 0), and `check` of the job said 320 GiB per GPU
+  const auto other = run_cli(with({"sagemaker", "Llama-3.1-8B", "--instance", "ml.p5.48xlarge", "--model-id", "meta-llama/Llama-3.1-70B"},
+                                  job_flags));
+  CHECK(other.code == 2);
+  CHECK(other.err.find("--model-id meta-llama/Llama-3.1-70B") != std::string::npos);
+  CHECK(run_cli(with({"sagemaker", "Llama-3.1-8B", "--instance", "ml.p5.48xlarge", "--model-id", "meta-llama/Llama-3.1-8B"}, job_flags))
+            .code == 0);
+  const auto s3 = run_cli(with({"sagemaker", "Llama-3.1-8B", "--instance", "ml.p5.48xlarge", "--model-id", "s3://bucket/llama-8b/"},
+                               job_flags));
+  CHECK(s3.code == 0);
+  CHECK(s3.err.find("cannot check") != std::string::npos);
+}
+
+TEST_CASE("bug: --max-runtime is whole seconds, and one below the estimate is said", "[sagemaker][cli]") {
+  // a review: 0.0001s became MaxRuntimeInSeconds 1 without a word; 1 s against a 440 s estimate passed silently
+  const auto tiny = run_cli(with({"sagemaker", "Llama-3.2-1B", "--instance", "ml.p5.48xlarge", "--max-runtime", "0.0001s"}, job_flags));
+  CHECK(tiny.code == 2);
+  CHECK(tiny.err.find("whole number of seconds") != std::string::npos);
+  const auto short_run = run_cli(with({"sagemaker", "Llama-3.2-1B", "--instance", "ml.p5.48xlarge", "--max-runtime", "1"}, job_flags));
+  CHECK(short_run.code == 0);
+  CHECK(short_run.err.find("below the estimated") != std::string::npos);
+  CHECK(nlohmann::json::parse(short_run.out)["StoppingCondition"]["MaxRuntimeInSeconds"] == 1);
+}

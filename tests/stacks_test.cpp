@@ -369,6 +369,15 @@ TEST_CASE("stacks: the SageMaker job carries the allocator setting as PYTORCH_CU
   r = run_cli({"sagemaker", "Llama-3.1-8B", "--env", "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"});
   CHECK(r.code == 2);
   CHECK(r.err.find("--expandable-segments") != std::string::npos);
+  // a setting that changes what the allocator reserves, which the plan's peak reserved does not follow, is refused
+  // (a review: backend:cudaMallocAsync and max_split_size_mb passed); garbage_collection_threshold acts only under a
+  // per-process memory fraction the trainer does not set
+  for (const char* conf : {"PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync", "PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:128"}) {
+    r = run_cli({"sagemaker", "Llama-3.1-8B", "--env", conf});
+    CHECK(r.code == 2);
+    CHECK(r.err.find("is not a setting bwplan estimates") != std::string::npos);
+  }
+  CHECK(run_cli({"sagemaker", "Llama-3.1-8B", "--env", "PYTORCH_CUDA_ALLOC_CONF=garbage_collection_threshold:0.8"}).code == 0);
   // the reference trainer runs the hf stack only: other stacks are refused with the reason
   r = run_cli({"sagemaker", "Llama-3.1-8B", "--stack", "torchtitan"});
   CHECK(r.code == 2);
@@ -1089,4 +1098,26 @@ TEST_CASE("bug: a falcon config with ALiBi was read as RoPE, so --modules transf
   const auto a = bwplan::test::estimate_json(ff), b = bwplan::test::estimate_json(ft);
   CHECK(b["throughput"]["tokens_per_s_per_gpu"].get<double>() == Approx(a["throughput"]["tokens_per_s_per_gpu"].get<double>()));
   CHECK_THAT(a["memory"]["modules_note"].get<std::string>(), Catch::Contains("ALiBi, no RoPE"));
+}
+
+TEST_CASE("bug: check reads a job's PYTORCH_CUDA_ALLOC_CONF against its plan", "[stacks][sagemaker]") {
+  // a review: a job whose Environment set expandable_segments against its hyperparameter (the trainer refuses it at
+  // start) or cudaMallocAsync (which the plan's peak reserved does not follow) passed `check`
+  const auto r = run_cli({"sagemaker", "Llama-3.1-8B"});
+  REQUIRE(r.code == 0);
+  auto job = nlohmann::json::parse(r.out);
+  const fs::path f = fs::temp_directory_path() / "bwplan_alloc_conf_job.json";
+  auto check_with = [&](const std::string& conf) {
+    job["Environment"]["PYTORCH_CUDA_ALLOC_CONF"] = conf;
+    std::ofstream(f) << job.dump(2);
+    return run_cli({"check", f.string()});
+  };
+  auto on = check_with("expandable_segments:True");
+  CHECK(on.code == 2);
+  CHECK(on.err.find("/Environment/PYTORCH_CUDA_ALLOC_CONF") != std::string::npos);
+  auto async = check_with("backend:cudaMallocAsync");
+  CHECK(async.code == 2);
+  CHECK(async.err.find("backend is not a setting bwplan estimates") != std::string::npos);
+  CHECK(check_with("expandable_segments:False").code == 0);
+  fs::remove(f);
 }

@@ -81,14 +81,38 @@ def probe_source(value: str):
         raise C.ContractError(f"--probe {v}: not JSON ({e})") from None
 
 
-def read_probe(path: str, contract):
-    """Probe plans: plan-file style dicts; gpus defaults to WORLD_SIZE, data to synthetic,
-    checkpointing off, max_steps to the measured window."""
+def request_settings(a, rest, contract):
+    """What a probe job's request says beside the probe file: the contract's settings outside the plan (kind
+    "contract": seed, data, model_init, measure_warmup, measure_steps, learning_rate, …) and the plan's ``gpu``
+    that its hyperparameters name, decoded as every hyperparameter is. They apply to each probe plan that does not
+    set its own (a review found them ignored: the request said seed 3, measure_steps 10 and the train channel, the
+    probe ran seed 0, 3 steps, synthetic data, and skipped the GPU check). {} without hyperparameters."""
+    if a.hyperparameters:
+        hps = C.read_hyperparameters_file(a.hyperparameters)
+    elif rest:
+        hps = C.argv_pairs(rest)
+    elif os.path.isfile(C.HYPERPARAMETERS_FILE):
+        hps = C.read_hyperparameters_file(C.HYPERPARAMETERS_FILE)
+    else:
+        return {}
+    out = {}
+    for name, f in C.field_by_hyperparameter(contract).items():
+        if name not in hps or f["key"] == "contract_version" or (f.get("kind") != "contract" and f["key"] != "gpu"):
+            continue
+        if not isinstance(hps[name], str) or C.is_null(hps[name]):
+            continue
+        out[f["key"]] = C.check_range(f, C.decode_value(f, hps[name]))
+    return out
+
+
+def read_probe(path: str, contract, settings=None):
+    """Probe plans: plan-file style dicts, over the request's ``settings`` (request_settings); gpus defaults to
+    WORLD_SIZE, data to synthetic, checkpointing off, max_steps to the measured window."""
     raw = probe_source(path)
     items = raw.get("plans", raw) if isinstance(raw, dict) else raw
     plans = []
     for i, d in enumerate(items):
-        d = dict(d)
+        d = {**(settings or {}), **dict(d)}
         d.setdefault("gpus", runtime.world_size())
         d.setdefault("data", "synthetic")
         d.setdefault("model_init", "random")
@@ -111,7 +135,7 @@ def main(argv=None) -> int:
     try:
         contract = C.load_contract(a.contract)
         if a.probe:
-            plans = read_probe(a.probe, contract)
+            plans = read_probe(a.probe, contract, request_settings(a, rest, contract))
         else:
             plans = [read_plan(a, rest, contract)]
         if a.dry_run:

@@ -143,6 +143,17 @@ class TorchFreeTest(unittest.TestCase):
             self.assertEqual(plans[0]["plan"]["checkpoint_dir"], "none")
             self.assertEqual(plans[0]["plan"]["max_steps"], 5)
             self.assertEqual(plans[0]["plan"]["model_init"], "random")
+            # the request's settings beside the probe file apply to every probe plan (a review found them ignored)
+            r = run_trainer(["--dry-run", "--probe", p, "--seed", "3", "--measure_warmup", "1", "--measure_steps", "6",
+                             "--gpu", '"h200"', "--micro_batch_size", "8"])
+            self.assertEqual(r.returncode, 0, r.stderr)
+            plans = [json.loads(x) for x in r.stdout.replace("}\n{", "}\x00{").split("\x00")]
+            for q in plans:
+                self.assertEqual(q["plan"]["seed"], 3)
+                self.assertEqual(q["plan"]["measure_steps"], 6)
+                self.assertEqual(q["plan"]["max_steps"], 7)
+                self.assertEqual(q["plan"]["gpu"], "h200")
+                self.assertEqual(q["plan"]["micro_batch_size"], 4)  # a plan field stays the probe file's
 
 
 SHARED = os.environ.get("BWPLAN_SHARED_DIR") or os.path.join(ROOT, "..", "shared")

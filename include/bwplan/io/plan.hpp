@@ -18,6 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdint>
 #include <filesystem>
@@ -385,6 +386,37 @@ T plan_enum(const nlohmann::json& v, const std::string& file, const std::string&
   return document_kind::plan;
 }
 
+/// What is wrong with a job's `PYTORCH_CUDA_ALLOC_CONF` value `conf` for a plan estimated with `expandable_segments`,
+/// or "" when nothing is: an option other than `expandable_segments` and `garbage_collection_threshold` changes what
+/// the caching allocator reserves, which the plan's peak reserved does not follow (`backend:cudaMallocAsync`,
+/// `max_split_size_mb`, `roundup_power2_divisions`, ...; garbage_collection_threshold acts only under a per-process
+/// memory fraction the reference trainer does not set: allocator.hpp); an `expandable_segments` that differs from the
+/// plan's is refused by the trainer at start (`runtime.allocator_conf`, apps/train/bwtrain/runtime.py).
+/// PyTorch's parser: c10/cuda/CUDAAllocatorConfig.cpp (options `key:value`, comma-separated, case-sensitive keys).
+[[nodiscard]] inline std::string alloc_conf_problem(const std::string& conf, bool expandable_segments) {
+  std::string low = conf;
+  std::transform(low.begin(), low.end(), low.begin(), [](unsigned char ch) { return static_cast<char>(std::tolower(ch)); });
+  std::size_t at = 0;
+  while (at <= low.size()) {
+    const std::size_t comma = low.find(',', at);
+    std::string opt = low.substr(at, comma == std::string::npos ? std::string::npos : comma - at);
+    opt.erase(std::remove_if(opt.begin(), opt.end(), [](unsigned char ch) { return std::isspace(ch) != 0; }), opt.end());
+    const std::string key = opt.substr(0, opt.find(':'));
+    if (!key.empty() && key != "expandable_segments" && key != "garbage_collection_threshold")
+      return key + " is not a setting bwplan estimates (the plan's peak reserved follows PyTorch's native caching allocator "
+                   "with expandable_segments on or off)";
+    if (comma == std::string::npos) break;
+    at = comma + 1;
+  }
+  std::string flat = low;
+  flat.erase(std::remove_if(flat.begin(), flat.end(), [](unsigned char ch) { return std::isspace(ch) != 0; }), flat.end());
+  const bool on = flat.find("expandable_segments:true") != std::string::npos;
+  if (on != expandable_segments)
+    return std::string("the plan was estimated with expandable_segments ") + (expandable_segments ? "on" : "off") +
+           " (the trainer refuses a PYTORCH_CUDA_ALLOC_CONF that sets it the other way)";
+  return {};
+}
+
 /// Reads the plan out of a SageMaker job that follows the training contract `k`: the plan fields from its
 /// hyperparameters (strings as SageMaker stores them, JSON-quoted by SDK v2 or plain, booleans true/True;
 /// typed values in the estimator and ModelTrainer forms), `instance` and `nodes` from
@@ -429,7 +461,10 @@ T plan_enum(const nlohmann::json& v, const std::string& file, const std::string&
     const std::string ptr = hp_ptr + "/" + pointer_escape(name);
     bool ignored = false;
     for (const auto& prefix : k.ignored_prefixes) ignored = ignored || name.rfind(prefix, 0) == 0;
-    if (ignored) continue;
+    // `probe` switches the trainer to its probe mode (`train.py --probe probe.json`, bwplan sagemaker --probe): the
+    // request's other hyperparameters are still the plan (the probe file's first entry) and its settings, read here;
+    // a review found `check probe.job.json` refusing it as unknown
+    if (ignored || name == "probe") continue;
     const contract_field* f = k.by_hyperparameter(name);
     if (f == nullptr) {
       if (const contract_field* known = k.field(name); known != nullptr)
@@ -496,6 +531,15 @@ T plan_enum(const nlohmann::json& v, const std::string& file, const std::string&
   d.keys = keys;
   d.kind = kind;
   d.pointers = map;
+  // the job's allocator setting against the plan's (a review: `check` passed a job whose Environment set
+  // expandable_segments against its hyperparameter, which the trainer refuses at start, and cudaMallocAsync)
+  const std::string env_ptr = kind == document_kind::request ? "/Environment"
+                              : kind == document_kind::estimator ? "/estimator/environment" : "/model_trainer/environment";
+  if (const nlohmann::json* conf = at(env_ptr + "/PYTORCH_CUDA_ALLOC_CONF"); conf != nullptr) {
+    if (!conf->is_string()) throw config_error(file, env_ptr + "/PYTORCH_CUDA_ALLOC_CONF", std::string("expected a string, got ") + conf->type_name());
+    if (const std::string why = alloc_conf_problem(conf->get<std::string>(), d.value.training.expandable_segments); !why.empty())
+      throw config_error(file, env_ptr + "/PYTORCH_CUDA_ALLOC_CONF", why);
+  }
   // what the trainer refuses (its world size is `gpus`)
   plan p = d.value;
   p.training.world_size = p.target.gpus;
