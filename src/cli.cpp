@@ -14,6 +14,7 @@
 #include <cctype>
 #include <cmath>
 #include <cstdlib>
+#include <functional>
 #include <iostream>
 
 #ifndef BWPLAN_SOURCE_CONFIG_DIR
@@ -81,7 +82,17 @@ const calibration_profile* context::profile() const {
   if (calibration_file.empty()) return nullptr;
   if (!profile_cache) {
     spdlog::debug("loading the calibration profile {}", calibration_file);
-    profile_cache = std::make_shared<const calibration_profile>(io::load_profile(calibration_file));
+    calibration_profile prof = io::load_profile(calibration_file);
+    // an entry for a GPU the catalog lacks never applies (a review: "gpu": "abc" passed without a word)
+    const hardware_catalog cat = catalog();
+    for (std::size_t i = 0; i < prof.entries.size(); ++i) {
+      try {
+        (void)cat.gpu(prof.entries[i].gpu);
+      } catch (const invalid_request& e) {
+        throw config_error(io::display_path(calibration_file), "/entries/" + std::to_string(i) + "/gpu", e.what());
+      }
+    }
+    profile_cache = std::make_shared<const calibration_profile>(std::move(prof));
   }
   return profile_cache.get();
 }
@@ -139,7 +150,17 @@ resolved_target resolve_target(const hardware_catalog& cat, const target_options
     r.instance = cat.instance(default_instance);
     r.gpu = cat.gpu(r.instance->gpu);
   }
+  require_power_within_rating(r.gpu);
   return r;
+}
+
+void require_power_within_rating(const gpu_spec& g) {
+  // the rates are rated at rated_power_w and compute_clock_fraction caps the limit's effect at 1: a limit above the
+  // rating would change nothing, silently (a review: --power-limit 5000 on an H100 ran as 700 W)
+  if (g.rated_power_w > 0 && g.power_limit_w > g.rated_power_w)
+    throw invalid_request(fmt::format("--power-limit {:g}: above {}'s rated board power, {:g} W (its FLOP/s are rated there and a "
+                                      "higher limit does not raise them); give at most {:g}",
+                                      g.power_limit_w, g.id, g.rated_power_w, g.rated_power_w));
 }
 
 std::string human(bytes b) { return fmt::format("{:.2f} GiB", b.in(gib)); }
@@ -226,6 +247,14 @@ int run_command(const std::vector<std::string>& args, std::ostream& out, std::os
   add("sweep", register_sweep(app, ctx));
   add("check", register_check(app, ctx));
   add("completion", register_completion(app, ctx));
+  // every option that takes a value refuses an empty one, as docs/cli.md promises ("empty names are errors, not
+  // defaults"): a review found --region '', --precisions '', --tokens '', -o '' and a dozen more taking their default
+  std::function<void(CLI::App*)> refuse_empty = [&](CLI::App* a) {
+    for (CLI::Option* opt : a->get_options())
+      if (opt->get_expected_min() > 0) opt->check(non_empty());
+    for (CLI::App* sub : a->get_subcommands([](CLI::App*) { return true; })) refuse_empty(sub);
+  };
+  refuse_empty(&app);
 
   if (args.empty()) {  // `bwplan` alone: the help, exit 0 (as `git`, `cargo`; docs/cli.md)
     out << app.help();

@@ -155,6 +155,10 @@ void add_plan_options(CLI::App* sub, const std::shared_ptr<plan_options>& o);
 /// The one-line error of a broken plan rule given on the command line: "--mbs: micro-batch size must be …".
 [[nodiscard]] invalid_request flag_error(const plan_violation& v);
 
+/// Throws invalid_request when `g` runs at a power limit above its rated board power (`--power-limit`: the rates
+/// are rated there and gpu_spec::compute_clock_fraction does not raise them above 1). resolve_target calls it.
+void require_power_within_rating(const gpu_spec& g);
+
 /// A plan resolved against the catalog and the model.
 struct resolved_plan {
   plan p;                 ///< the plan as evaluated (world size, sharding default and accumulation resolved)

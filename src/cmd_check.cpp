@@ -404,6 +404,7 @@ runner register_check(CLI::App& app, context& ctx) {
     if (o->output.empty()) {
       ctx.out << report.str();
     } else {
+      refuse_output_over_input(o->output, o->plans, "--output");  // (the report replaced the plan it checked)
       write_output_file(o->output, report.str(), "--output");
     }
     // Unusable input is also reported on stderr, one line per plan, as every other command does (in every format:

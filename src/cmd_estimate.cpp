@@ -118,12 +118,17 @@ runner register_estimate(CLI::App& app, context& ctx) {
     const training_config& c = rp.config;
     if (!o->output.empty() && o->emit.empty()) throw invalid_request("--output needs --emit plan");
     if (o->emit == "plan") {  // the plan file of exactly what would be estimated
-      const std::string text = io::plan_to_json(rp.p).dump(2) + "\n";
+      plan written = rp.p;  // its model config, where a reader of the file looks for it (a review: `-o p/x.json`
+      written.model = model_path_for_plan(rp.p.model, o->output);  // kept "m/l1b.json", relative to the working directory)
+      const std::string text = io::plan_to_json(written).dump(2) + "\n";
       if (o->output.empty()) {
         ctx.out << text;
       } else {
+        refuse_output_over_input(o->output, {o->plan_file, o->model}, "--output");  // (the model config became a plan)
         write_output_file(o->output, text, "--output");
       }
+      // --check still answers whether it fits (a review found exit 0 on a plan that does not fit with --emit plan)
+      if (o->check && !estimate_memory(m, c, t.gpu, ctx.constants(t.gpu.id, c.stack).overheads).fits) return failure;
       return success;
     }
     spdlog::debug("model {}: {} layers, hidden {}, {} parameters", m.name, m.layers, m.hidden, count_parameters(m).total());

@@ -247,6 +247,7 @@ std::vector<compute_format> formats_for_instances(const recommend_options& o, co
   std::vector<std::string> gpus;
   for (const auto& id : instances) {
     const gpu_spec& g = cat.gpu(cat.instance(id).gpu);
+    require_power_within_rating(g);
     gpus.push_back(g.id);
     for (compute_format f : formats_for(o, cat, g, true))
       if (std::find(out.begin(), out.end(), f) == out.end()) out.push_back(f);
@@ -641,10 +642,13 @@ int emit(context& ctx, const recommend_options& o, const model_spec& m, const re
          const plan_candidate& best) {
   spdlog::info("emitting plan 1: {}", describe(best.config));
   if (o.emit == "plan") {
-    const std::string text = io::plan_to_json(plan_of(o, t, nodes, headroom, best)).dump(2) + "\n";
+    plan written = plan_of(o, t, nodes, headroom, best);
+    written.model = model_path_for_plan(written.model, o.output);  // (relative to the file, where readers look)
+    const std::string text = io::plan_to_json(written).dump(2) + "\n";
     if (o.output.empty()) {
       ctx.out << text;
     } else {
+      refuse_output_over_input(o.output, {o.model}, "--output");
       write_output_file(o.output, text, "--output");
       spdlog::info("wrote {}", o.output);
     }
@@ -1018,6 +1022,16 @@ runner register_recommend(CLI::App& app, context& ctx) {
     }
     const auto t0 = std::chrono::steady_clock::now();
     const int world = req.nodes * (t.instance ? t.instance->gpus_per_node : 1);
+    // every candidate needs more micro-batches per step than a plan takes (the planner skips them; a review found
+    // --global-batch-tokens 1T on one H100 emitting grad_accum 61,035,157, which `check` of the file refused)
+    if (const double most = static_cast<double>(plan_limits::max_grad_accum) * static_cast<double>(req.max_micro_batch) *
+                            static_cast<double>(*std::max_element(req.seq_lens.begin(), req.seq_lens.end())) * world;
+        static_cast<double>(req.global_batch_tokens) > most)
+      throw invalid_request(fmt::format("--global-batch-tokens {}: above the {:.0f} tokens of {} micro-batches (the most a plan takes) "
+                                        "of the largest micro-batch searched, {} x {} tokens on each of {} GPUs; use more GPUs or a "
+                                        "smaller global batch",
+                                        o->global_batch_tokens, most, plan_limits::max_grad_accum, req.max_micro_batch,
+                                        *std::max_element(req.seq_lens.begin(), req.seq_lens.end()), world));
     progress_bar bar(ctx.err, "searching", plan_search_size(req, world, detail::ep_candidates(m, world).size(), m.layers), is_terminal(ctx.err));
     req.progress = [&bar](std::int64_t done, std::int64_t) { bar.update(done); };
     // at least two kept, so that "why" can compare the winner with the runner-up even with --top 1

@@ -15,6 +15,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <set>
 
@@ -86,6 +87,26 @@ std::vector<std::string> option_choices(const CLI::Option& opt) {
   if (open != std::string::npos && close != std::string::npos && type.find("->") == std::string::npos)
     split(type.substr(open + 1, close - open - 1), ",");
   return out;
+}
+
+std::string model_path_for_plan(const std::string& model, const std::string& output) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (output.empty() || output == "-" || model.empty() || fs::path(model).is_absolute() || !fs::is_regular_file(model, ec))
+    return model;
+  const fs::path dir = fs::absolute(output, ec).parent_path();
+  const fs::path rel = fs::absolute(model, ec).lexically_relative(dir);
+  return rel.empty() ? fs::absolute(model, ec).lexically_normal().string() : rel.generic_string();
+}
+
+void refuse_output_over_input(const std::string& output, const std::vector<std::string>& inputs, const std::string& flag) {
+  if (output.empty() || output == "-") return;
+  for (const std::string& in : inputs) {
+    std::error_code ec;  // (false with an error when either is not a file)
+    if (!in.empty() && std::filesystem::equivalent(in, output, ec))
+      throw invalid_request(fmt::format("{} {}: is the input {} (the output would replace it)", flag, io::display_path(output),
+                                        io::display_path(in)));
+  }
 }
 
 void write_output_file(const std::string& path, const std::string& text, const std::string& flag) {

@@ -65,6 +65,16 @@ CLI::Option* choice(CLI::Option* opt, const std::vector<std::pair<std::string, T
 /// cannot be opened or any byte cannot be written (a full disk, /dev/full).
 void write_output_file(const std::string& path, const std::string& text, const std::string& flag);
 
+/// Throws invalid_request naming `flag` when `output` is the same file as one of `inputs` (a plan, a model
+/// config, measurements the command reads): writing it would replace the input with the output. Inputs that are
+/// not files (a preset name, "") are skipped.
+/// The plan file's `model` for a plan written to `output`: a model config file given as a path relative to the
+/// working directory is rewritten relative to `output`'s folder, where plan readers look for it (resolve_plan,
+/// check); a preset name, an absolute path, or a plan written to stdout ("" or "-") keep `model` as given.
+[[nodiscard]] std::string model_path_for_plan(const std::string& model, const std::string& output);
+
+void refuse_output_over_input(const std::string& output, const std::vector<std::string>& inputs, const std::string& flag);
+
 /// "" when every argument is valid UTF-8; otherwise one line naming the flag whose value is not (or the
 /// argument's position).
 [[nodiscard]] std::string invalid_utf8_argument(const std::vector<std::string>& args);

@@ -115,8 +115,13 @@ void fill_from_record(const context& ctx, const hardware_catalog& cat, const run
   const plan_document d = io::plan_from_json(pj, where + " /plan");
   m.config = d.value.training;
   if (!d.has("sharding")) m.config.shard = sharding::full;
-  const int gpus = pl->contains("gpus") && (*pl)["gpus"].is_number_integer() ? (*pl)["gpus"].get<int>() : 1;
-  m.config.world_size = std::max(1, gpus);
+  int gpus = 1;
+  if (auto g = pl->find("gpus"); g != pl->end() && !g->is_null()) {  // (a count below 1 was taken as 1, silently)
+    if (!g->is_number_integer() || g->get<std::int64_t>() < 1 || g->get<std::int64_t>() > 1'048'576)
+      throw config_error(where, "/plan/gpus", "expected a GPU count between 1 and 1048576, got " + run_line::dump(*g));
+    gpus = static_cast<int>(g->get<std::int64_t>());
+  }
+  m.config.world_size = gpus;
   m.config.gpus_per_node = std::min(m.config.world_size, 8);
   // the instances the plan ran on: its nodes and their network (a 2-node record was priced as 16 GPUs on one NVLink
   // node, and an unknown instance was read without a word)
@@ -134,7 +139,14 @@ void fill_from_record(const context& ctx, const hardware_catalog& cat, const run
     m.config.gpus_per_node = per_node;
     m.gpu = m.instance->gpu;
   }
-  if (auto it = r.find("grad_accum"); it != r.end() && it->is_number_integer()) m.config.grad_accum = std::max<std::int64_t>(1, it->get<std::int64_t>());
+  // the micro-batches the run took per step (a review: 0 or −5 was taken as 1, 2.5 or "4" ignored, silently)
+  if (auto it = r.find("grad_accum"); it != r.end() && !it->is_null()) {
+    if (!it->is_number_integer() || it->get<std::int64_t>() < 1 || it->get<std::int64_t>() > 1'048'576)
+      throw config_error(where, "/grad_accum", "expected an integer between 1 and 1048576, got " + run_line::dump(*it));
+    m.config.grad_accum = it->get<std::int64_t>();
+  }
+  if (auto it = r.find("gpu"); it != r.end() && !it->is_null() && !it->is_string())
+    throw config_error(where, "/gpu", std::string("expected the device name (a string), got ") + it->type_name());
   if (auto it = r.find("gpu"); it != r.end() && it->is_string()) {  // the device the record ran on
     const std::string id = gpu_id_from_device(cat, it->get<std::string>());
     if (!id.empty()) m.gpu = id;
@@ -153,6 +165,53 @@ void fill_from_record(const context& ctx, const hardware_catalog& cat, const run
   }
   m.label = fmt::format("{} {} mbs={} seq={} ac={} gpus={}", model, rl.text_or("recipe", "?"), m.config.micro_batch, m.config.seq_len,
                         to_string(m.config.ac), m.config.world_size);
+}
+
+void read_env_line(const hardware_catalog& cat, const run_line& rl, std::string& gpu, double& context_used, double& context_dist) {
+  if (const std::string name = rl.text_or("gpu", ""); !name.empty()) {
+    gpu = gpu_id_from_device(cat, name);
+    if (gpu.empty()) throw config_error(rl.where, "/gpu", "no GPU of the catalog matches '" + name.substr(0, 60) + "' (bwplan hardware lists them)");
+  }
+  // the CUDA context (and NCCL's buffers after it), bytes: what a profile may carry (cuda_context, nccl: 0-8 GiB)
+  for (auto [key, dst] : {std::pair{"context_used", &context_used}, std::pair{"context_used_after_dist", &context_dist}}) {
+    auto it = rl.r.find(key);
+    if (it == rl.r.end() || it->is_null()) continue;
+    if (!it->is_number() || !(it->get<double>() >= 0) || !(it->get<double>() <= 8.0 * 1024 * 1024 * 1024))
+      throw config_error(rl.where, std::string("/") + key, "expected bytes between 0 and 8589934592 (8 GiB), got " + run_line::dump(*it));
+    *dst = it->get<double>();
+  }
+}
+
+std::string ground_truth_gpu(const hardware_catalog& cat, const run_line& rl, const std::string& fallback) {
+  // a row may name its own device (a review: "gpu": "bogus-gpu" on every row was evaluated on the env line's H200)
+  auto g = rl.r.find("gpu");
+  if (g == rl.r.end() || g->is_null()) return fallback;
+  if (!g->is_string()) throw config_error(rl.where, "/gpu", std::string("expected the device name (a string), got ") + g->type_name());
+  const std::string id = gpu_id_from_device(cat, g->get<std::string>());
+  if (id.empty())
+    throw config_error(rl.where, "/gpu", "no GPU of the catalog matches '" + g->get<std::string>().substr(0, 60) + "' (bwplan hardware lists them)");
+  return id;
+}
+
+void check_measured_rate(const std::string& where, double tokens_per_s, const throughput_estimate& te) {
+  // (a review: 20 x the measured rate, about 500 % MFU, was fitted without a word)
+  if (te.tokens_per_s > 0 && te.mfu_format > 0) {
+    const double mfu = te.mfu_format * tokens_per_s / te.tokens_per_s;
+    if (mfu > 1)
+      throw config_error(where, "/tokens_per_s", fmt::format("{:.6g} tokens/s runs the model's FLOPs at {:.0f}% of the GPUs' dense "
+                                                            "peak in the plan's format: not a measurement", tokens_per_s, 100 * mfu));
+  }
+}
+
+void check_measured_peaks(const std::string& where, double peak_allocated, double peak_reserved, const gpu_spec& gpu) {
+  // what no run can measure (a review: 931,322 GiB "fits" on a 140 GiB H200; reserved below allocated)
+  if (peak_reserved < peak_allocated)
+    throw config_error(where, "/peak_reserved", fmt::format("{:.0f} bytes is below peak_allocated, {:.0f}: the caching allocator "
+                                                           "reserves every byte it allocates", peak_reserved, peak_allocated));
+  const double total = gpu.hbm_total.raw();
+  if (total > 0 && peak_reserved > total)
+    throw config_error(where, "/peak_reserved", fmt::format("{:.0f} bytes is above the {:.0f} bytes of one {} (the catalog's HBM)",
+                                                           peak_reserved, total, gpu.id));
 }
 
 run_file read_runs(const context& ctx, const hardware_catalog& cat, const std::string& path, const std::string& models_dir) {
@@ -176,19 +235,7 @@ run_file read_runs(const context& ctx, const hardware_catalog& cat, const std::s
     const run_line rl{r, where};
     if (rl.text_or("kind", "") == "env") {
       ++f.env_lines;
-      const std::string name = rl.text_or("gpu", "");
-      if (!name.empty()) {
-        gpu = gpu_id_from_device(cat, name);
-        if (gpu.empty()) throw config_error(where, "/gpu", "no GPU of the catalog matches '" + name.substr(0, 60) + "' (bwplan hardware lists them)");
-      }
-      // the CUDA context (and NCCL's buffers after it), bytes: what a profile may carry (cuda_context, nccl: 0-8 GiB)
-      for (auto [key, dst] : {std::pair{"context_used", &context_used}, std::pair{"context_used_after_dist", &context_dist}}) {
-        auto it = r.find(key);
-        if (it == r.end() || it->is_null()) continue;
-        if (!it->is_number() || !(it->get<double>() >= 0) || !(it->get<double>() <= 8.0 * 1024 * 1024 * 1024))
-          throw config_error(where, std::string("/") + key, "expected bytes between 0 and 8589934592 (8 GiB), got " + run_line::dump(*it));
-        *dst = it->get<double>();
-      }
+      read_env_line(cat, rl, gpu, context_used, context_dist);
       if (auto it = r.find("torch"); it != r.end() && it->is_string()) f.software = "torch " + it->get<std::string>();
       continue;
     }
@@ -197,10 +244,13 @@ run_file read_runs(const context& ctx, const hardware_catalog& cat, const std::s
     m.gpu = gpu;
     m.ok = rl.boolean_or("ok", false);
     auto pl = r.find("plan");
+    if (pl != r.end() && !pl->is_object() && !pl->is_null())  // (an array was read as a ground-truth row)
+      throw config_error(where, "/plan", std::string("expected the plan the run ran (an object), got ") + pl->type_name());
     if (pl != r.end() && pl->is_object()) {  // a trainer record: the plan it ran
       fill_from_record(ctx, cat, rl, models.string(), m);
     } else {
       m.config = ground_truth_config(rl);
+      m.gpu = ground_truth_gpu(cat, rl, gpu);
       const std::string model = rl.text("model");
       m.model = io::load_model(models / (model + ".json"), model);
       m.variant = rl.text_or("impl", "");
@@ -212,9 +262,16 @@ run_file read_runs(const context& ctx, const hardware_catalog& cat, const std::s
       m.tokens_per_s = rl.number("tokens_per_s");
       m.peak_allocated = rl.number("peak_allocated");
       m.peak_reserved = rl.number("peak_reserved");
+      check_measured_peaks(where, m.peak_allocated, m.peak_reserved, cat.gpu(m.gpu));
     }
     // the rules every plan obeys, named by the line and member of the record (not by a flag the user never gave)
     check_run_config(m.model, m.config, where, pl != r.end() && pl->is_object() ? "/plan" : "");
+    if (m.ok) {
+      const gpu_spec& g = cat.gpu(m.gpu);
+      check_measured_rate(where, m.tokens_per_s,
+                          estimate_throughput(m.model, m.config, g, m.instance ? &*m.instance : nullptr,
+                                              ctx.constants(g.id, m.config.stack).throughput));
+    }
     const bool dist = m.config.world_size > 1 || m.config.sharded();
     m.non_pytorch = dist && context_dist > 0 ? context_dist : context_used;
     m.cuda_context = context_used;

@@ -30,6 +30,25 @@ struct run_line {
   static std::string dump(const nlohmann::json& v);
 };
 
+/// What an env line (`"kind": "env"`) says, read by calibrate and validate alike: the catalog GPU its device name
+/// contains (`gpu`, unchanged when it names none), and the bytes outside the caching allocator before and after the
+/// process group (`context_used`, `context_used_after_dist`: 0 – 8 GiB; unchanged when absent). Throws config_error
+/// naming the line and member (an unknown device, a context that is not bytes).
+void read_env_line(const hardware_catalog& cat, const run_line& rl, std::string& gpu, double& context_used, double& context_dist);
+
+/// The catalog GPU of a ground-truth row: its own `gpu` (a device name or catalog id) when it has one, else
+/// `fallback` (the env line's). Throws config_error naming the line and member for a device the catalog lacks.
+[[nodiscard]] std::string ground_truth_gpu(const hardware_catalog& cat, const run_line& rl, const std::string& fallback);
+
+/// Throws config_error naming `where` and `/peak_reserved` for measured peaks no run produces: reserved below
+/// allocated (the caching allocator reserves every byte it allocates), or reserved above the GPU's HBM.
+void check_measured_peaks(const std::string& where, double peak_allocated, double peak_reserved, const gpu_spec& gpu);
+
+/// Throws config_error naming `where` and `/tokens_per_s` when a measured rate `tokens_per_s` (whole job) would run
+/// the model's FLOPs above the dense peak of the plan's GEMM format: `te` (the estimate of the same configuration)
+/// gives the FLOPs per token, `te.mfu_format × tokens_per_s / te.tokens_per_s` the measured MFU.
+void check_measured_rate(const std::string& where, double tokens_per_s, const throughput_estimate& te);
+
 /// The configuration of a ground-truth row (recipe amp | fsdp2 | bf16, ac none | full | half, optim): one GPU.
 /// Throws config_error naming the line and field.
 [[nodiscard]] training_config ground_truth_config(const run_line& rl);

@@ -768,3 +768,188 @@ TEST_CASE("bug: the Megatron stack defaults to its own data parallelism, and a b
   const auto i = test::estimate_json({"Llama-3.1-8B", "--instance", "ml.p5.48xlarge", "--tokens", "1B"});
   CHECK(i["training"].contains("instance_hours"));
 }
+
+// ---- a helper's bad-input sweep (2026-12-07): each case exited 0 with a wrong, clamped or overflowed result
+
+namespace {
+std::string slurp(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+}  // namespace
+
+TEST_CASE("bug: a global batch past the plan limits is refused, not overflowed into a negative token count", "[hardening][cli]") {
+  // 1,048,576 GPUs x mbs 65,536 x accum 1,048,576 x 128 tokens: "global batch 72057594037927936 sequences
+  // (-9223372036854775808 tokens)", exit 0 (every flag within its own range)
+  check_usage_error(run_cli({"estimate", "Llama-3.2-1B", "--gpu", "h100", "--gpus", "1048576", "--mbs", "65536", "--seq", "128",
+                             "--grad-accum", "1048576"}),
+                    "global batch");
+  const std::string plan = temp_path("huge_batch.json").string();
+  std::ofstream(plan) << R"({"model": "Llama-3.2-1B", "gpu": "h100", "gpus": 1048576, "micro_batch_size": 65536, "seq_len": 128,
+    "grad_accum": 1048576})";
+  const auto c = run_cli({"check", plan, "--format", "json"});
+  CHECK(c.code == 1);  // a rule the plan breaks: a check finding (BWP010), as for every rule
+  CHECK_THAT(c.out, Catch::Contains("the global batch of 65536 x 1048576 x 1048576"));
+  CHECK_THAT(c.out + c.err, !Catch::Contains("-9223372036854775808") && !Catch::Contains("\"global_batch_tokens\": -"));
+  fs::remove(plan);
+}
+
+TEST_CASE("bug: recommend never proposes an accumulation its own plan reader refuses", "[hardening][planner]") {
+  // --global-batch-tokens 1T on one H100: grad_accum 61,035,157 emitted, and `check` of the emitted file exit 2.
+  // Now only micro-batches of 233 or more could reach 1T within 1,048,576 micro-batches, and none fits
+  const auto r = run_cli({"recommend", "Llama-3.2-1B", "--gpu", "h100", "--global-batch-tokens", "1T", "--emit", "plan"});
+  CHECK(r.code == 1);
+  CHECK_THAT(r.out, !Catch::Contains("\"grad_accum\""));
+  // past what the largest micro-batch searched reaches at all: the flag is named (exit 2)
+  check_usage_error(run_cli({"recommend", "Llama-3.2-1B", "--gpu", "h100", "--global-batch-tokens", "2T"}), "--global-batch-tokens 2T");
+  const auto ok = run_cli({"recommend", "Llama-3.2-1B", "--instance", "ml.p5.48xlarge", "--global-batch-tokens", "16B", "--emit", "plan"});
+  INFO(ok.err);
+  REQUIRE(ok.code == 0);
+  CHECK(nlohmann::json::parse(ok.out)["grad_accum"].get<std::int64_t>() <= 1'048'576);
+  // check's "best plan found" hint stays within the ranges too (it suggested grad_accum 134217728)
+  const std::string plan = temp_path("big_accum.json").string();
+  std::ofstream(plan) << R"({"model": "Llama-3.1-8B", "gpu": "h100", "gpus": 8, "micro_batch_size": 64, "seq_len": 4096,
+    "grad_accum": 1048576})";
+  const auto c = run_cli({"check", plan});
+  CHECK_THAT(c.out, !Catch::Contains("grad_accum 134217728"));
+  fs::remove(plan);
+}
+
+TEST_CASE("bug: -o over an input file is refused by check, estimate --emit plan and recommend --emit plan", "[hardening][cli]") {
+  const fs::path plan = temp_path("self_plan.json"), model = temp_path("self_model.json");
+  std::ofstream(plan) << R"({"model": "Llama-3.2-1B", "gpu": "h100", "gpus": 1})";
+  std::ofstream(model) << llama_like;
+  check_usage_error(run_cli({"check", plan.string(), "-o", plan.string()}), "is the input");
+  CHECK(slurp(plan).find("Llama-3.2-1B") != std::string::npos);  // the plan is still there
+  check_usage_error(run_cli({"estimate", model.string(), "--gpu", "h100", "--emit", "plan", "-o", model.string()}), "is the input");
+  check_usage_error(run_cli({"recommend", model.string(), "--gpu", "h100", "--emit", "plan", "-o", model.string()}), "is the input");
+  CHECK(slurp(model).find("\"model_type\"") != std::string::npos);
+  fs::remove(plan);
+  fs::remove(model);
+}
+
+TEST_CASE("bug: estimate --check exits 1 on a plan that does not fit with --emit plan too", "[hardening][cli]") {
+  const auto r = run_cli({"estimate", "Llama-3.1-70B", "--gpu", "h100", "--check", "--emit", "plan"});
+  CHECK(r.code == 1);
+  CHECK_THAT(r.out, Catch::Contains("\"model\""));  // the plan is still written
+}
+
+TEST_CASE("bug: an emitted plan names its model config relative to the plan file", "[hardening][plan]") {
+  // `estimate m/l1b.json --emit plan -o p/x.json` wrote "model": "m/l1b.json" (relative to the working directory),
+  // which `check p/x.json` looks up beside the plan
+  const fs::path dir = temp_path("relmodel");
+  fs::remove_all(dir);
+  fs::create_directories(dir / "m");
+  fs::create_directories(dir / "p");
+  std::ofstream(dir / "m" / "l1b.json") << llama_like;
+  const fs::path cwd = fs::current_path();
+  fs::current_path(dir);
+  const auto r = run_cli({"estimate", "m/l1b.json", "--gpu", "h100", "--emit", "plan", "-o", "p/x.json"});
+  fs::current_path(cwd);
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  CHECK(nlohmann::json::parse(slurp(dir / "p" / "x.json"))["model"] == "../m/l1b.json");
+  CHECK(run_cli({"check", (dir / "p" / "x.json").string()}).code == 0);  // from any working directory
+  fs::remove_all(dir);
+}
+
+TEST_CASE("bug: --power-limit above the GPU's rated power is refused, not clamped", "[hardening][hardware]") {
+  check_usage_error(run_cli({"--power-limit", "5000", "estimate", "Llama-3.1-8B", "--gpu", "h100"}), "rated board power");
+  CHECK(run_cli({"--power-limit", "350", "estimate", "Llama-3.1-8B", "--gpu", "h100"}).code == 0);
+  CHECK(run_cli({"--power-limit", "700", "estimate", "Llama-3.1-8B", "--gpu", "h100"}).code == 0);
+}
+
+TEST_CASE("bug: an empty value is an error for every option, not its default", "[hardening][cli]") {
+  check_usage_error(run_cli({"recommend", "Llama-3.2-1B", "--gpu", "h100", "--precisions", ""}), "--precisions");
+  check_usage_error(run_cli({"estimate", "Llama-3.2-1B", "--gpu", "h100", "--tokens", ""}), "--tokens");
+  check_usage_error(run_cli({"estimate", "Llama-3.2-1B", "--gpu", "h100", "--emit", "plan", "-o", ""}), "-o");
+  check_usage_error(run_cli({"sagemaker", "Llama-3.2-1B", "--instance", "ml.p5.48xlarge", "--region", ""}), "--region");
+  check_usage_error(run_cli({"sagemaker", "Llama-3.2-1B", "--instance", "ml.p5.48xlarge", "--entry-point", ""}), "--entry-point");
+}
+
+TEST_CASE("bug: measurement records that no run can produce are refused, not clamped", "[hardening][calibration]") {
+  const std::string src = std::string(BWPLAN_SOURCE_DIR) + "/tests/data/probe-records.jsonl";
+  const std::string text = slurp(src);
+  auto lines_of = [](const std::string& t) {
+    std::vector<std::string> out;
+    std::size_t a = 0;
+    while (a < t.size()) {
+      const std::size_t b = t.find('\n', a);
+      out.push_back(t.substr(a, b == std::string::npos ? std::string::npos : b - a));
+      if (b == std::string::npos) break;
+      a = b + 1;
+    }
+    return out;
+  };
+  const std::vector<std::string> ls = lines_of(text);
+  REQUIRE(ls.size() > 2);
+  auto with = [&](const std::function<void(nlohmann::json&)>& edit) {
+    nlohmann::json row = nlohmann::json::parse(ls[1]);
+    edit(row);
+    const fs::path f = temp_path("records.jsonl");
+    std::ofstream(f) << ls[0] << "\n" << row.dump() << "\n";
+    auto r = run_cli({"validate", f.string()});
+    fs::remove(f);
+    return r;
+  };
+  check_usage_error(with([](nlohmann::json& r) { r["grad_accum"] = 0; }), "/grad_accum");
+  check_usage_error(with([](nlohmann::json& r) { r["grad_accum"] = 2.5; }), "/grad_accum");
+  check_usage_error(with([](nlohmann::json& r) { r["gpu"] = 5; }), "/gpu");
+  check_usage_error(with([](nlohmann::json& r) { r["plan"] = nlohmann::json::array(); }), "/plan");
+  check_usage_error(with([](nlohmann::json& r) { r["peak_reserved"] = 1e15; r["peak_allocated"] = 1e15; }), "/peak_reserved");
+  check_usage_error(with([](nlohmann::json& r) { r["peak_reserved"] = 1000; r["peak_allocated"] = 2000; }), "/peak_reserved");
+  check_usage_error(with([](nlohmann::json& r) { r["tokens_per_s"] = r["tokens_per_s"].get<double>() * 20; }), "/tokens_per_s");
+  // calibrate reads them as validate does
+  {
+    nlohmann::json row = nlohmann::json::parse(ls[1]);
+    row["tokens_per_s"] = row["tokens_per_s"].get<double>() * 20;
+    const fs::path f = temp_path("records-cal.jsonl");
+    std::ofstream(f) << ls[0] << "\n" << row.dump() << "\n";
+    check_usage_error(run_cli({"calibrate", f.string(), "-o", temp_path("cal-out.json").string()}), "/tokens_per_s");
+    fs::remove(f);
+  }
+  // a ground-truth row's own device (it was ignored: evaluated on the env line's GPU)
+  const std::string models = (fs::path(BWPLAN_SOURCE_DIR) / "configs" / "models").string();
+  const fs::path gt = temp_path("gt-gpu.jsonl");
+  std::ofstream(gt) << R"({"model": "llama-3.2-1b", "recipe": "amp", "mbs": 1, "seq": 2048, "ac": "none", "gpu": "bogus-gpu", "ok": true, )"
+                    << R"("tokens_per_s": 35000, "peak_allocated": 24000000000, "peak_reserved": 25000000000})" << "\n";
+  check_usage_error(run_cli({"validate", gt.string(), "--models", models}), "/gpu: no GPU of the catalog matches 'bogus-gpu'");
+  fs::remove(gt);
+}
+
+TEST_CASE("bug: a model config's mlp_only_layers and text_config, and a catalog's aliases and version, are checked", "[hardening][model]") {
+  // a review: [-1, 1000] was ignored, a string text_config read as a missing hidden_size, an alias to a missing GPU
+  // loaded (failing later without the file's name), {"h100": "b200"} made --gpu h100 a B200, schema_version 2 passed
+  const fs::path moe = temp_path("qwen3moe.json");
+  std::ofstream(moe) << R"({"model_type": "qwen3_moe", "hidden_size": 2048, "num_hidden_layers": 4, "num_attention_heads": 32,
+    "num_key_value_heads": 4, "head_dim": 128, "intermediate_size": 6144, "moe_intermediate_size": 768, "num_experts": 8,
+    "num_experts_per_tok": 2, "vocab_size": 151936, "mlp_only_layers": [-1, 1000]})";
+  check_usage_error(run_cli({"estimate", moe.string(), "--gpu", "h100"}), "/mlp_only_layers/0: layer -1 is not one of the model's 4");
+  const fs::path gemma = temp_path("gemma3.json");
+  std::ofstream(gemma) << R"({"model_type": "gemma3", "text_config": "x"})";
+  check_usage_error(run_cli({"estimate", gemma.string(), "--gpu", "h100"}), "/text_config: expected an object");
+  const fs::path hw = temp_path("aliases.json");
+  std::ofstream(hw) << R"({"aliases": {"x1": "nonexistent"}})";
+  check_usage_error(run_cli({"--hardware", hw.string(), "estimate", "Llama-3.2-1B", "--gpu", "h100"}), "/aliases/x1");
+  std::ofstream(hw) << R"({"aliases": {"h100": "b200"}})";
+  check_usage_error(run_cli({"--hardware", hw.string(), "estimate", "Llama-3.2-1B", "--gpu", "h100"}), "is a GPU's own id");
+  std::ofstream(hw) << R"({"schema_version": 2, "aliases": {"my-b200": "b200"}})";
+  check_usage_error(run_cli({"--hardware", hw.string(), "estimate", "Llama-3.2-1B", "--gpu", "my-b200"}), "/schema_version");
+  std::ofstream(hw) << R"({"schema_version": 1, "aliases": {"my-b200": "b200"}})";
+  CHECK(run_cli({"--hardware", hw.string(), "estimate", "Llama-3.2-1B", "--gpu", "my-b200"}).code == 0);
+  for (const auto& f : {moe, gemma, hw}) fs::remove(f);
+}
+
+TEST_CASE("bug: a calibration profile entry for a GPU the catalog lacks is refused", "[hardening][calibration]") {
+  const std::string runs = std::string(BWPLAN_SOURCE_DIR) + "/tests/data/probe-records.jsonl";
+  const fs::path prof = temp_path("profile.json");
+  const auto made = run_cli({"calibrate", runs, "-o", prof.string()});
+  INFO(made.err);
+  REQUIRE(made.code == 0);
+  auto j = nlohmann::json::parse(slurp(prof));
+  REQUIRE(!j["entries"].empty());
+  j["entries"][0]["gpu"] = "abc";
+  std::ofstream(prof) << j.dump(2);
+  check_usage_error(run_cli({"--calibration", prof.string(), "estimate", "Llama-3.2-1B", "--gpu", "h200"}), "/entries/0/gpu");
+  fs::remove(prof);
+}

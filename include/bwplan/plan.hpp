@@ -219,6 +219,15 @@ struct plan {
   range("seq_len", c.seq_len, L::max_seq_len);
   range("grad_accum", c.grad_accum, L::max_grad_accum);
   range("activation_checkpointing", c.ac.every, L::max_ac_every);
+  // the global batch in sequences, mbs · accum · data-parallel degree, within max_global_batch: with seq_len ≤
+  // max_seq_len its tokens stay below 2^63 (a review: 1,048,576 GPUs × mbs 65,536 × accum 1,048,576 printed
+  // "-9223372036854775808 tokens")
+  if (const double seqs = static_cast<double>(c.micro_batch) * static_cast<double>(c.grad_accum) * static_cast<double>(std::max(1, c.dp()));
+      seqs > static_cast<double>(L::max_global_batch))
+    out.push_back({"grad_accum", "/grad_accum",
+                   "the global batch of " + std::to_string(c.micro_batch) + " x " + std::to_string(c.grad_accum) + " x " +
+                       std::to_string(c.dp()) + " (micro-batch x accumulation x data-parallel) sequences is above " +
+                       std::to_string(L::max_global_batch) + ", the most a plan takes"});
   for (auto [f, v] : {std::pair{"tp", c.tp}, std::pair{"cp", c.cp}, std::pair{"ep", c.ep}, std::pair{"pp", c.pp}, std::pair{"vpp", c.vpp}})
     range(f, v, L::max_degree);
   if (!out.empty()) return out;

@@ -374,6 +374,9 @@ struct plan_result {
             const std::int64_t step_tokens = tokens / (tp * pp);  // data-parallel degree world / (tp · pp)
             c.grad_accum = std::max<std::int64_t>(1, (req.global_batch_tokens + step_tokens - 1) / step_tokens);
             if (vpp > 1) c.grad_accum = (c.grad_accum + pp - 1) / pp * pp;  // interleaved: groups of pp micro-batches
+            // an accumulation past the plan limits is not a plan (its file would be refused: a review found
+            // --global-batch-tokens 1T emitting grad_accum 61,035,157, and check's hint 134,217,728)
+            if (c.grad_accum > plan_limits::max_grad_accum) continue;
             // optimizer in backward: no accumulation, one GPU unsharded, full fine-tune, no offload (violations)
             if (c.optimizer_in_backward &&
                 (c.grad_accum > 1 || c.world_size > 1 || c.shard != sharding::none || c.adapters() || c.offload != 0))

@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdint>
 #include <filesystem>
@@ -348,6 +349,11 @@ inline void read_family(model_spec& m, const nlohmann::json& j, const std::strin
         for (std::size_t i = 0; i < it->size(); ++i) {
           const auto& x = (*it)[i];
           if (!x.is_number_integer()) throw config_error(file, "/mlp_only_layers/" + std::to_string(i), "expected an integer");
+          // a layer the model does not have was ignored (a review: [-1, 1000] read as no dense layer)
+          if (x.get<std::int64_t>() < 0 || x.get<std::int64_t>() >= m.layers)
+            throw config_error(file, "/mlp_only_layers/" + std::to_string(i),
+                               "layer " + std::to_string(x.get<std::int64_t>()) + " is not one of the model's " + std::to_string(m.layers) +
+                                   " (0 to " + std::to_string(m.layers - 1) + ")");
           dense.push_back(x.get<std::int64_t>());
         }
       }
@@ -391,6 +397,8 @@ inline void read_family(model_spec& m, const nlohmann::json& j, const std::strin
   const nlohmann::json* keys = &j;  // the object holding the language model's keys (never a copy)
   std::string prefix;                // its JSON pointer, for messages
   if (m.family == "gemma3") {
+    if (auto tc = j.find("text_config"); tc != j.end() && !tc->is_object() && !tc->is_null())  // (it read as a missing hidden_size)
+      throw config_error(file, "/text_config", std::string("expected an object (the language model's keys), got ") + tc->type_name());
     if (auto tc = j.find("text_config"); tc != j.end() && tc->is_object()) {
       // multimodal Gemma 3: the language model's keys are under text_config (model_type gemma3_text). It is
       // read once, in place; a text_config inside it is refused rather than followed level by level.
@@ -547,6 +555,8 @@ inline void merge_catalog(hardware_catalog& cat, const nlohmann::json& j, const 
                          "unknown member (a hardware catalog holds gpus, instances, aliases, schema_version and conventions)");
   if (!j.contains("gpus") && !j.contains("instances") && !j.contains("aliases"))
     throw config_error(file, "", "holds no gpus, instances or aliases: not a hardware catalog");
+  if (auto v = j.find("schema_version"); v != j.end() && !(v->is_number_integer() && v->get<std::int64_t>() == 1))
+    throw config_error(file, "/schema_version", "expected 1 (the catalog format this bwplan reads), got " + v->dump());
   if (auto g = j.find("gpus"); g != j.end()) {
     if (!g->is_array()) throw config_error(file, "/gpus", "expected an array");
     for (std::size_t i = 0; i < g->size(); ++i) {
@@ -612,6 +622,20 @@ inline void merge_catalog(hardware_catalog& cat, const nlohmann::json& j, const 
       if (it.key().find_first_not_of(" \t\r\n") == std::string::npos) throw config_error(file, ptr, "alias name must not be empty");
       if (!it->is_string()) throw config_error(file, ptr, "expected a string");
       if (it->get<std::string>().find_first_not_of(" \t\r\n") == std::string::npos) throw config_error(file, ptr, "must not be empty");
+      // an alias names a GPU the catalog has, and no GPU's own id (a review: an alias to a missing GPU loaded and failed
+      // later without the file's name; {"h100": "b200"} made --gpu h100 mean a B200, silently)
+      try {
+        (void)cat.gpu(it->get<std::string>());
+      } catch (const invalid_request&) {
+        throw config_error(file, ptr, "'" + it->get<std::string>() + "' is no GPU of the catalog (an alias names one)");
+      }
+      auto low = [](std::string t) {
+        std::transform(t.begin(), t.end(), t.begin(), [](unsigned char ch) { return static_cast<char>(std::tolower(ch)); });
+        return t;
+      };
+      for (const auto& g : cat.gpus())
+        if (low(g.id) == low(it.key()))
+          throw config_error(file, ptr, "'" + it.key() + "' is a GPU's own id: an alias of that name would hide it");
       cat.alias(it.key(), it->get<std::string>());
     }
   }
