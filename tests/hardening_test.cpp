@@ -953,3 +953,11 @@ TEST_CASE("bug: a calibration profile entry for a GPU the catalog lacks is refus
   check_usage_error(run_cli({"--calibration", prof.string(), "estimate", "Llama-3.2-1B", "--gpu", "h200"}), "/entries/0/gpu");
   fs::remove(prof);
 }
+
+TEST_CASE("bug: Megatron's sequence parallel needs a sequence length divisible by tp", "[hardening][stacks]") {
+  // a review: --seq 4095 at tp 2 passed; Megatron's _split_along_first_dim asserts the split is even
+  const auto r = run_cli({"estimate", "Llama-3.1-8B", "--gpu", "h100", "--gpus", "8", "--stack", "megatron", "--tp", "2", "--seq", "4095"});
+  CHECK(r.code == 2);
+  CHECK_THAT(r.err, Catch::Contains("not a multiple of tp = 2"));
+  CHECK(run_cli({"estimate", "Llama-3.1-8B", "--gpu", "h100", "--gpus", "8", "--stack", "megatron", "--tp", "2", "--seq", "4096"}).code == 0);
+}
