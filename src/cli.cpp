@@ -83,13 +83,15 @@ const calibration_profile* context::profile() const {
   if (!profile_cache) {
     spdlog::debug("loading the calibration profile {}", calibration_file);
     calibration_profile prof = io::load_profile(calibration_file);
-    // an entry for a GPU the catalog lacks never applies (a review: "gpu": "abc" passed without a word)
+    // an entry for a GPU the catalog lacks never applies: said, not refused (a review: "gpu": "abc" passed without a
+    // word; a GPU of a --hardware file the command was not given is a valid entry of the same profile)
     const hardware_catalog cat = catalog();
     for (std::size_t i = 0; i < prof.entries.size(); ++i) {
       try {
         (void)cat.gpu(prof.entries[i].gpu);
-      } catch (const invalid_request& e) {
-        throw config_error(io::display_path(calibration_file), "/entries/" + std::to_string(i) + "/gpu", e.what());
+      } catch (const invalid_request&) {
+        spdlog::warn("{}: /entries/{}/gpu: '{}' is no GPU of the catalog (a --hardware file not given?): the entry does not apply",
+                     io::display_path(calibration_file), i, prof.entries[i].gpu);
       }
     }
     profile_cache = std::make_shared<const calibration_profile>(std::move(prof));

@@ -401,7 +401,7 @@ runner register_check(CLI::App& app, context& ctx) {
     else if (o->format == "junit") write_junit(report, all);
     else if (o->format == "sarif") write_sarif(report, all);
     else write_text(report, all);
-    if (o->output.empty()) {
+    if (o->output.empty() || o->output == "-") {  // ("-": stdout, as report takes it)
       ctx.out << report.str();
     } else {
       refuse_output_over_input(o->output, o->plans, "--output");  // (the report replaced the plan it checked)

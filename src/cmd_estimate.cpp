@@ -121,10 +121,11 @@ runner register_estimate(CLI::App& app, context& ctx) {
       plan written = rp.p;  // its model config, where a reader of the file looks for it (a review: `-o p/x.json`
       written.model = model_path_for_plan(rp.p.model, o->output);  // kept "m/l1b.json", relative to the working directory)
       const std::string text = io::plan_to_json(written).dump(2) + "\n";
-      if (o->output.empty()) {
+      if (o->output.empty() || o->output == "-") {  // ("-": stdout, as report takes it; it wrote a file named "-")
         ctx.out << text;
       } else {
-        refuse_output_over_input(o->output, {o->plan_file, o->model}, "--output");  // (the model config became a plan)
+        // (the model config became a plan; also the one a --plan file names: a review)
+        refuse_output_over_input(o->output, {o->plan_file, o->model, rp.p.model}, "--output");
         write_output_file(o->output, text, "--output");
       }
       // --check still answers whether it fits (a review found exit 0 on a plan that does not fit with --emit plan)

@@ -638,6 +638,15 @@ std::string why(const plan_candidate& a, const plan_candidate& b) {
 namespace {
 
 /// `--emit`: the plan file or the SageMaker payload of candidate `best` on `t` with `nodes` instances.
+/// " (N more needed over M micro-batches per step ...)" when the search skipped candidates whose accumulation would
+/// pass plan_limits::max_grad_accum (plan_result::skipped_accumulation), else "": why none fits may be the global batch
+/// (a review: "try more nodes" was the only advice).
+std::string skipped_accumulation_note(const plan_result& r, const plan_request& req) {
+  if (r.skipped_accumulation <= 0) return {};
+  return fmt::format(" ({} more needed over {} micro-batches per step for {} tokens: a smaller --global-batch-tokens lets them run)",
+                     r.skipped_accumulation, plan_limits::max_grad_accum, req.global_batch_tokens);
+}
+
 int emit(context& ctx, const recommend_options& o, const model_spec& m, const resolved_target& t, int nodes, double headroom,
          const plan_candidate& best) {
   spdlog::info("emitting plan 1: {}", describe(best.config));
@@ -645,7 +654,7 @@ int emit(context& ctx, const recommend_options& o, const model_spec& m, const re
     plan written = plan_of(o, t, nodes, headroom, best);
     written.model = model_path_for_plan(written.model, o.output);  // (relative to the file, where readers look)
     const std::string text = io::plan_to_json(written).dump(2) + "\n";
-    if (o.output.empty()) {
+    if (o.output.empty() || o.output == "-") {  // ("-": stdout, as report takes it)
       ctx.out << text;
     } else {
       refuse_output_over_input(o.output, {o.model}, "--output");
@@ -753,9 +762,10 @@ runner register_recommend(CLI::App& app, context& ctx) {
                   "CPU offload of every plan: none, a list of optimizer, params, activations, or auto (search the sets; "
                   "docs/finetune.md#cpu-offload)")
       ->option_text("none|auto|LIST")->capture_default_str();
-  add_sagemaker_options(sub->add_option_group("SageMaker (with --emit)"), std::shared_ptr<sagemaker::job_settings>(o, &o->job));
+  CLI::Option_group* sagemaker_group = sub->add_option_group("SageMaker (with --emit)");
+  add_sagemaker_options(sagemaker_group, std::shared_ptr<sagemaker::job_settings>(o, &o->job));
 
-  return [o, sub, &ctx]() -> int {
+  return [o, sub, sagemaker_group, &ctx]() -> int {
     const hardware_catalog cat = ctx.catalog();
     const model_spec m = ctx.model(o->model);
     if (o->nodes != "auto") {
@@ -780,6 +790,13 @@ runner register_recommend(CLI::App& app, context& ctx) {
     // --emit sagemaker/estimator/modeltrainer launches the reference trainer: the search keeps only the plans it
     // runs (the training contract's refusals, io::trainer_refusals); everything else searches what --parallel asks for.
     const bool launcher = !o->emit.empty() && o->emit != "plan";
+    // the SageMaker options shape the job --emit writes: without one they would change nothing, silently (a review:
+    // `recommend ... --role-arn x` without --emit)
+    if (!launcher)
+      for (const CLI::Option* opt : sagemaker_group->get_options())
+        if (opt->count() > 0)
+          throw invalid_request(fmt::format("{}: a SageMaker job setting, for --emit sagemaker, estimator or modeltrainer{}",
+                                            opt->get_name(), o->emit.empty() ? "" : " (not --emit " + o->emit + ")"));
     const std::vector<compute_format> formats = formats_for_instances(*o, cat, o->instances, t.gpu);
     plan_request req = o->parallel == "all" ? full_search(t.gpu, o->target.nodes, formats, t.instance ? t.instance->nvlink_domain_gpus : 0)
                                             : plan_request{};
@@ -1081,8 +1098,8 @@ runner register_recommend(CLI::App& app, context& ctx) {
     const std::string launch = contract_for_rows ? launch_line(*contract_for_rows, m, r.ranked) : std::string();
     if (!o->emit.empty()) {
       if (r.ranked.empty()) {
-        ctx.err << fmt::format("bwplan: no configuration of {} fits on {} with {:.0f}% headroom; nothing emitted\n", m.name,
-                               where, 100 * req.headroom);
+        ctx.err << fmt::format("bwplan: no configuration of {} fits on {} with {:.0f}% headroom{}; nothing emitted\n", m.name,
+                               where, 100 * req.headroom, skipped_accumulation_note(r, req));
         return failure;
       }
       return emit(ctx, *o, m, t, req.nodes, req.headroom, r.ranked.front());
@@ -1219,6 +1236,9 @@ runner register_recommend(CLI::App& app, context& ctx) {
         // 4M-token global batch, which needs gradient accumulation at every micro-batch).
         const std::int64_t largest_step = req.max_micro_batch * req.seq_lens.back();
         std::string why = "the settings given rule out every candidate of the search";
+        if (r.skipped_accumulation > 0)
+          why = fmt::format("every candidate needs more than {} micro-batches per step for {} tokens; use a smaller "
+                            "--global-batch-tokens or more GPUs", plan_limits::max_grad_accum, req.global_batch_tokens);
         if (req.optimizer_in_backward && world > 1)
           why = fmt::format("--optimizer-in-backward is torchtune's single-device optimizer_in_bwd: one GPU, unsharded (--gpu {} "
                             "without --instance), not {} GPUs", t.gpu.id, world);
@@ -1233,8 +1253,11 @@ runner register_recommend(CLI::App& app, context& ctx) {
         return failure;
       }
       if (saver && o->format != "json") ctx.out << "\nno full fine-tune fits; " << saver_line(*saver) << "\n";
-      ctx.err << fmt::format("bwplan: no configuration of {} fits on {} with {:.0f}% headroom; {}\n", m.name, where, 100 * req.headroom,
-                             saver ? "see the memory saver above, or try more nodes" : "try more nodes or a larger GPU");
+      // candidates the global batch ruled out (a review: "try more nodes" was the advice when every micro-batch
+      // that fits needed more accumulation than a plan takes)
+      const std::string skipped = skipped_accumulation_note(r, req);
+      ctx.err << fmt::format("bwplan: no configuration of {} fits on {} with {:.0f}% headroom{}; {}\n", m.name, where, 100 * req.headroom,
+                             skipped, saver ? "see the memory saver above, or try more nodes" : "try more nodes or a larger GPU");
       return failure;
     }
     return success;

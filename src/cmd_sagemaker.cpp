@@ -373,6 +373,9 @@ runner register_sagemaker(CLI::App& app, context& ctx) {
     if (o->probe) {
       // the probe's window is its own (probe_job::steps: the trainer's probe plans run 2 warm-up + 3 measured steps);
       // the request carried measure_warmup 5 / measure_steps 10 beside max_steps 5 and the trainer ran 5 (a review)
+      if (o->job.max_steps > 0 || o->job.train_tokens > 0)  // (the request's max_steps ran every probe plan that long)
+        throw invalid_request(fmt::format("{}: a probe runs each plan for its own {} steps (2 warm-up, 3 measured); drop it, or drop --probe",
+                                          o->job.max_steps > 0 ? "--max-steps" : "--train-tokens", probe_job{}.steps));
       for (const std::string& kv : o->job.hyperparameters) {
         const std::string key = kv.substr(0, kv.find('='));
         if (key == "max_steps" || key == "measure" || key == "measure_warmup" || key == "measure_steps")

@@ -81,6 +81,7 @@ runner register_validate(CLI::App& app, context& ctx) {
       const model_spec m = record ? rec.model : io::load_model(models / (model_name + ".json"), model_name);
       check_run_config(m, c, where, record ? "/plan" : "");  // a rule the row breaks: its line and member, not a flag
       const gpu_spec& gpu = cat.gpu(rec.gpu);
+      require_power_within_rating(gpu);  // (--power-limit above it was capped silently here: a review)
       const calibration_constants k = ctx.constants(gpu.id, c.stack);  // --calibration
       const memory_estimate me = estimate_memory(m, c, gpu, k.overheads);
       const throughput_estimate te = estimate_throughput(m, c, gpu, record && rec.instance ? &*rec.instance : nullptr, k.throughput);

@@ -92,8 +92,8 @@ std::vector<std::string> option_choices(const CLI::Option& opt) {
 std::string model_path_for_plan(const std::string& model, const std::string& output) {
   namespace fs = std::filesystem;
   std::error_code ec;
-  if (output.empty() || output == "-" || model.empty() || fs::path(model).is_absolute() || !fs::is_regular_file(model, ec))
-    return model;
+  // (a config.json, or a directory holding one: a review found directory models kept relative to the working directory)
+  if (output.empty() || output == "-" || model.empty() || fs::path(model).is_absolute() || !fs::exists(model, ec)) return model;
   const fs::path dir = fs::absolute(output, ec).parent_path();
   const fs::path rel = fs::absolute(model, ec).lexically_relative(dir);
   return rel.empty() ? fs::absolute(model, ec).lexically_normal().string() : rel.generic_string();

@@ -266,6 +266,7 @@ run_file read_runs(const context& ctx, const hardware_catalog& cat, const std::s
     }
     // the rules every plan obeys, named by the line and member of the record (not by a flag the user never gave)
     check_run_config(m.model, m.config, where, pl != r.end() && pl->is_object() ? "/plan" : "");
+    require_power_within_rating(cat.gpu(m.gpu));  // (--power-limit above it was capped silently in calibrate: a review)
     if (m.ok) {
       const gpu_spec& g = cat.gpu(m.gpu);
       check_measured_rate(where, m.tokens_per_s,

@@ -395,10 +395,11 @@ job_request build_request(const plan_view& plan, const job_settings& s, std::chr
   if (!s.max_runtime.empty()) {
     // whole seconds, at least 1 (a review: 0.0001s became MaxRuntimeInSeconds 1 without a word)
     const double d = bwplan::parse_duration(s.max_runtime, "--max-runtime", 1.0);  // (a bare number is seconds here)
-    if (!(d >= 1) || d != std::floor(d))
+    // (1.1h is 3960.0000000000005 s in binary: whole to a microsecond counts as whole)
+    if (!(d >= 1 - 1e-6) || std::abs(d - std::round(d)) > 1e-6)
       throw invalid_request(fmt::format("--max-runtime {}: MaxRuntimeInSeconds is a whole number of seconds, at least 1; got {:g} s",
                                         s.max_runtime, d));
-    runtime = static_cast<std::int64_t>(d);  // (at most 10 years: parse_duration; past 28 days the request check names it)
+    runtime = std::llround(d);  // (at most 10 years: parse_duration; past 28 days the request check names it)
     if (static_cast<double>(runtime) < r.estimated_s)
       r.warnings.push_back(fmt::format("--max-runtime {}: below the estimated {:.0f} s of {} steps; SageMaker stops the job before "
                                        "it ends (the trainer's checkpoints let a new job resume)",
@@ -443,13 +444,15 @@ job_request build_request(const plan_view& plan, const job_settings& s, std::chr
     for (const auto& [id, hub] : plan.contract.presets)
       if (given == id || given == lower(hub)) preset_of_id = id;
     const auto planned_hub = plan.contract.presets.find(planned);
+    bool planned_is_preset = planned_hub != plan.contract.presets.end();  // (else a local config: compared by the warning)
+    for (const auto& [id, hub] : plan.contract.presets) planned_is_preset = planned_is_preset || planned == lower(hub);
     const bool same = given == planned || (planned_hub != plan.contract.presets.end() && given == lower(planned_hub->second)) ||
                       lower(plan.model.name) == preset_of_id;
-    if (!preset_of_id.empty() && !same)
+    if (!preset_of_id.empty() && !same && planned_is_preset)
       throw invalid_request(fmt::format("--model-id {}: is the preset {}, but the plan was estimated for {}; estimate that model "
                                         "(MODEL {}) or give the plan's own weights",
                                         s.model_id, preset_of_id, plan.model.name, s.model_id));
-    if (preset_of_id.empty() && !same)
+    if (!same && (preset_of_id.empty() || !planned_is_preset))  // (a local copy of a preset's config with its weights: fine)
       r.warnings.push_back(fmt::format("--model-id {}: the trainer loads these weights for a plan estimated for {}; bwplan cannot "
                                        "check they are that model (their config.json must match it)",
                                        s.model_id, plan.model.name));
@@ -558,12 +561,12 @@ job_request build_request(const plan_view& plan, const job_settings& s, std::chr
   if (c.expandable_segments) env["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True";
   for (const auto& kv : s.env) {
     auto [k, v] = key_value(kv, "--env");
-    if (k == "PYTORCH_CUDA_ALLOC_CONF") {
+    if (k == "PYTORCH_CUDA_ALLOC_CONF" || k == "PYTORCH_ALLOC_CONF") {  // (torch 2.9+ reads the second first: a review)
       // (a review: backend:cudaMallocAsync and max_split_size_mb passed; io::alloc_conf_problem)
       if (const std::string why = io::alloc_conf_problem(v, c.expandable_segments); !why.empty())
-        throw invalid_request(fmt::format("--env PYTORCH_CUDA_ALLOC_CONF={}: {}; --expandable-segments sets the allocator setting "
-                                          "the plan is estimated and run with",
-                                          v, why));
+        throw invalid_request(fmt::format("--env {}={}: {}; --expandable-segments sets the allocator setting the plan is estimated "
+                                          "and run with",
+                                          k, v, why));
     }
     env[k] = v;
   }

@@ -800,6 +800,7 @@ TEST_CASE("bug: recommend never proposes an accumulation its own plan reader ref
   const auto r = run_cli({"recommend", "Llama-3.2-1B", "--gpu", "h100", "--global-batch-tokens", "1T", "--emit", "plan"});
   CHECK(r.code == 1);
   CHECK_THAT(r.out, !Catch::Contains("\"grad_accum\""));
+  CHECK_THAT(r.err, Catch::Contains("more needed over 1048576 micro-batches per step"));  // (it said only "try more nodes")
   // past what the largest micro-batch searched reaches at all: the flag is named (exit 2)
   check_usage_error(run_cli({"recommend", "Llama-3.2-1B", "--gpu", "h100", "--global-batch-tokens", "2T"}), "--global-batch-tokens 2T");
   const auto ok = run_cli({"recommend", "Llama-3.2-1B", "--instance", "ml.p5.48xlarge", "--global-batch-tokens", "16B", "--emit", "plan"});
@@ -850,6 +851,24 @@ TEST_CASE("bug: an emitted plan names its model config relative to the plan file
   REQUIRE(r.code == 0);
   CHECK(nlohmann::json::parse(slurp(dir / "p" / "x.json"))["model"] == "../m/l1b.json");
   CHECK(run_cli({"check", (dir / "p" / "x.json").string()}).code == 0);  // from any working directory
+  // a directory holding config.json, too (a review: it stayed relative to the working directory)
+  fs::create_directories(dir / "mdl");
+  std::ofstream(dir / "mdl" / "config.json") << llama_like;
+  fs::current_path(dir);
+  const auto d = run_cli({"estimate", "mdl", "--gpu", "h100", "--emit", "plan", "-o", "p/y.json"});
+  // and -o over the model config a --plan file names (a review: it became a plan)
+  const auto over = run_cli({"estimate", "--plan", "p/x.json", "--emit", "plan", "-o", "m/l1b.json"});
+  // "-" is stdout (it wrote a file named "-")
+  const auto dash = run_cli({"estimate", "m/l1b.json", "--gpu", "h100", "--emit", "plan", "-o", "-"});
+  fs::current_path(cwd);
+  REQUIRE(d.code == 0);
+  CHECK(nlohmann::json::parse(slurp(dir / "p" / "y.json"))["model"] == "../mdl");
+  CHECK(run_cli({"check", (dir / "p" / "y.json").string()}).code == 0);
+  check_usage_error(over, "is the input");
+  CHECK(slurp(dir / "m" / "l1b.json").find("\"model_type\"") != std::string::npos);
+  CHECK(dash.code == 0);
+  CHECK_THAT(dash.out, Catch::Contains("\"model\""));
+  CHECK_FALSE(fs::exists(dir / "-"));
   fs::remove_all(dir);
 }
 
@@ -933,6 +952,15 @@ TEST_CASE("bug: a model config's mlp_only_layers and text_config, and a catalog'
   check_usage_error(run_cli({"--hardware", hw.string(), "estimate", "Llama-3.2-1B", "--gpu", "h100"}), "/aliases/x1");
   std::ofstream(hw) << R"({"aliases": {"h100": "b200"}})";
   check_usage_error(run_cli({"--hardware", hw.string(), "estimate", "Llama-3.2-1B", "--gpu", "h100"}), "is a GPU's own id");
+  // a GPU whose id is an alias: the alias kept winning (a review: --gpu h100-sxm stayed the bundled h100)
+  std::ofstream(hw) << R"({"gpus": [{"id": "h100-sxm", "architecture": "hopper", "hbm_total_mib": 81559, "hbm_bandwidth_tb_per_s": 3.35,
+    "interconnect": "nvlink", "nvlink_gb_per_s_per_direction": 450, "power_limit_w": 700, "dense_tflop_per_s": {"bf16": 989}}]})";
+  check_usage_error(run_cli({"--hardware", hw.string(), "estimate", "Llama-3.2-1B", "--gpu", "h100-sxm"}), "is an alias of h100");
+  // a default power limit above the rated power (it was reported as a --power-limit nobody gave)
+  std::ofstream(hw) << R"({"gpus": [{"id": "my-h100", "architecture": "hopper", "hbm_total_mib": 81559, "hbm_bandwidth_tb_per_s": 3.35,
+    "interconnect": "nvlink", "nvlink_gb_per_s_per_direction": 450, "power_limit_w": 800, "rated_power_w": 700,
+    "dense_tflop_per_s": {"bf16": 989}}]})";
+  check_usage_error(run_cli({"--hardware", hw.string(), "estimate", "Llama-3.2-1B", "--gpu", "my-h100"}), "/gpus/0/power_limit_w");
   std::ofstream(hw) << R"({"schema_version": 2, "aliases": {"my-b200": "b200"}})";
   check_usage_error(run_cli({"--hardware", hw.string(), "estimate", "Llama-3.2-1B", "--gpu", "my-b200"}), "/schema_version");
   std::ofstream(hw) << R"({"schema_version": 1, "aliases": {"my-b200": "b200"}})";
@@ -940,7 +968,7 @@ TEST_CASE("bug: a model config's mlp_only_layers and text_config, and a catalog'
   for (const auto& f : {moe, gemma, hw}) fs::remove(f);
 }
 
-TEST_CASE("bug: a calibration profile entry for a GPU the catalog lacks is refused", "[hardening][calibration]") {
+TEST_CASE("bug: a calibration profile entry for a GPU the catalog lacks is said, not applied silently", "[hardening][calibration]") {
   const std::string runs = std::string(BWPLAN_SOURCE_DIR) + "/tests/data/probe-records.jsonl";
   const fs::path prof = temp_path("profile.json");
   const auto made = run_cli({"calibrate", runs, "-o", prof.string()});
@@ -950,7 +978,9 @@ TEST_CASE("bug: a calibration profile entry for a GPU the catalog lacks is refus
   REQUIRE(!j["entries"].empty());
   j["entries"][0]["gpu"] = "abc";
   std::ofstream(prof) << j.dump(2);
-  check_usage_error(run_cli({"--calibration", prof.string(), "estimate", "Llama-3.2-1B", "--gpu", "h200"}), "/entries/0/gpu");
+  const auto r = run_cli({"--calibration", prof.string(), "estimate", "Llama-3.2-1B", "--gpu", "h200"});
+  CHECK(r.code == 0);
+  CHECK_THAT(r.err, Catch::Contains("/entries/0/gpu: 'abc' is no GPU of the catalog"));
   fs::remove(prof);
 }
 
@@ -960,4 +990,15 @@ TEST_CASE("bug: Megatron's sequence parallel needs a sequence length divisible b
   CHECK(r.code == 2);
   CHECK_THAT(r.err, Catch::Contains("not a multiple of tp = 2"));
   CHECK(run_cli({"estimate", "Llama-3.1-8B", "--gpu", "h100", "--gpus", "8", "--stack", "megatron", "--tp", "2", "--seq", "4096"}).code == 0);
+  // with cp 2 each tp group splits seq / cp: 4100 / 2 = 2050 over tp 4 is not even
+  const auto cp = run_cli({"estimate", "Llama-3.1-8B", "--gpu", "h100", "--gpus", "8", "--stack", "megatron", "--tp", "4", "--cp", "2",
+                           "--seq", "4100", "--sharding", "optimizer"});
+  CHECK(cp.code == 2);
+  CHECK_THAT(cp.err, Catch::Contains("cp x tp = 8"));
+}
+
+TEST_CASE("bug: recommend refuses SageMaker job settings without an --emit that writes a job", "[hardening][cli]") {
+  // a review: --role-arn without --emit was accepted and changed nothing
+  check_usage_error(run_cli({"recommend", "Llama-3.2-1B", "--gpu", "h100", "--role-arn", "x"}), "--role-arn");
+  check_usage_error(run_cli({"recommend", "Llama-3.2-1B", "--gpu", "h100", "--emit", "plan", "--role-arn", "x"}), "not --emit plan");
 }

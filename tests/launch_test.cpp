@@ -702,6 +702,15 @@ TEST_CASE("bug: --model-id naming another bundled model than the plan's is refus
                                job_flags));
   CHECK(s3.code == 0);
   CHECK(s3.err.find("cannot check") != std::string::npos);
+  // a plan estimated from a local copy of a preset's config, given that preset's weights: the documented way to get
+  // pretrained weights for a local config (a review found it refused by name)
+  const fs::path local = out_dir("model-id") / "my-llama.json";
+  fs::create_directories(local.parent_path());
+  fs::copy_file(fs::path(BWPLAN_SOURCE_DIR) / "configs" / "models" / "llama-3.1-8b.json", local, fs::copy_options::overwrite_existing);
+  const auto copy = run_cli(with({"sagemaker", local.string(), "--instance", "ml.p5.48xlarge", "--model-id", "meta-llama/Llama-3.1-8B"},
+                                 job_flags));
+  INFO(copy.err);
+  CHECK(copy.code == 0);
 }
 
 TEST_CASE("bug: --max-runtime is whole seconds, and one below the estimate is said", "[sagemaker][cli]") {
@@ -713,4 +722,12 @@ TEST_CASE("bug: --max-runtime is whole seconds, and one below the estimate is sa
   CHECK(short_run.code == 0);
   CHECK(short_run.err.find("below the estimated") != std::string::npos);
   CHECK(nlohmann::json::parse(short_run.out)["StoppingCondition"]["MaxRuntimeInSeconds"] == 1);
+  // whole in decimal, not quite in binary: 1.1 h is 3960.0000000000005 s (a review found it refused)
+  const auto hours = run_cli(with({"sagemaker", "Llama-3.2-1B", "--instance", "ml.p5.48xlarge", "--max-runtime", "1.1h"}, job_flags));
+  INFO(hours.err);
+  REQUIRE(hours.code == 0);
+  CHECK(nlohmann::json::parse(hours.out)["StoppingCondition"]["MaxRuntimeInSeconds"] == 3960);
+  // the probe's own window: --max-steps and --train-tokens ran every probe plan that long (a review)
+  CHECK(run_cli(with({"sagemaker", "Llama-3.2-1B", "--instance", "ml.p5en.48xlarge", "--probe", "--train-tokens", "10B"}, job_flags))
+            .code == 2);
 }

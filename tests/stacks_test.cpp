@@ -378,6 +378,13 @@ TEST_CASE("stacks: the SageMaker job carries the allocator setting as PYTORCH_CU
     CHECK(r.err.find("is not a setting bwplan estimates") != std::string::npos);
   }
   CHECK(run_cli({"sagemaker", "Llama-3.1-8B", "--env", "PYTORCH_CUDA_ALLOC_CONF=garbage_collection_threshold:0.8"}).code == 0);
+  // torch 2.9+ reads PYTORCH_ALLOC_CONF first; its keys and True/False are case-sensitive; the pinned_* options are
+  // the host's (a review: the newer name passed unchecked, TRUE passed, pinned_use_background_threads was refused)
+  r = run_cli({"sagemaker", "Llama-3.1-8B", "--env", "PYTORCH_ALLOC_CONF=backend:cudaMallocAsync"});
+  CHECK(r.code == 2);
+  CHECK(r.err.find("--env PYTORCH_ALLOC_CONF=backend:cudaMallocAsync") != std::string::npos);
+  CHECK(run_cli({"sagemaker", "Llama-3.1-8B", "--env", "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:TRUE"}).code == 2);
+  CHECK(run_cli({"sagemaker", "Llama-3.1-8B", "--env", "PYTORCH_CUDA_ALLOC_CONF=pinned_use_background_threads:True"}).code == 0);
   // the reference trainer runs the hf stack only: other stacks are refused with the reason
   r = run_cli({"sagemaker", "Llama-3.1-8B", "--stack", "torchtitan"});
   CHECK(r.code == 2);

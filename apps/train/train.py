@@ -83,7 +83,8 @@ def probe_source(value: str):
 
 def request_settings(a, rest, contract):
     """What a probe job's request says beside the probe file: the contract's settings outside the plan (kind
-    "contract": seed, data, model_init, measure_warmup, measure_steps, learning_rate, …) and the plan's ``gpu``
+    "contract": seed, data, model_init, measure_warmup, measure_steps, learning_rate, …; not max_steps, which each
+    probe plan takes from its measured window) and the plan's ``gpu``
     that its hyperparameters name, decoded as every hyperparameter is. They apply to each probe plan that does not
     set its own (a review found them ignored: the request said seed 3, measure_steps 10 and the train channel, the
     probe ran seed 0, 3 steps, synthetic data, and skipped the GPU check). {} without hyperparameters."""
@@ -97,7 +98,9 @@ def request_settings(a, rest, contract):
         return {}
     out = {}
     for name, f in C.field_by_hyperparameter(contract).items():
-        if name not in hps or f["key"] == "contract_version" or (f.get("kind") != "contract" and f["key"] != "gpu"):
+        # max_steps is the probe's own, its measured window (a review: a request's max_steps from --train-tokens ran
+        # every probe plan 9,537 steps)
+        if name not in hps or f["key"] in ("contract_version", "max_steps") or (f.get("kind") != "contract" and f["key"] != "gpu"):
             continue
         if not isinstance(hps[name], str) or C.is_null(hps[name]):
             continue
@@ -158,7 +161,7 @@ def main(argv=None) -> int:
         except ValueError as e:
             raise C.ContractError(f"expandable_segments: {e}")
         if conf is not None:
-            os.environ["PYTORCH_CUDA_ALLOC_CONF"] = conf
+            os.environ[runtime.allocator_conf_var()] = conf  # (the name torch reads: PYTORCH_ALLOC_CONF first)
     except C.ContractError as e:
         print(f"train.py: error: {e}", file=sys.stderr)
         return 2

@@ -155,6 +155,9 @@ struct plan_result {
   /// replay was needed to rank them; their count moves with how many plans are ranked (`top`), and a replay could
   /// reject a few of them (a helper's sweep: Llama-3.1-8B on p5, 2,891 fit at --top 1301 and 2,890 at 1302)
   std::int64_t fitting_unreplayed = 0;
+  /// candidates not evaluated because the global batch needs more micro-batches per step than a plan takes
+  /// (plan_limits::max_grad_accum): not counted in `evaluated`
+  std::int64_t skipped_accumulation = 0;
   std::vector<plan_candidate> best_per_format;  ///< the best fitting candidate of each format tried (in request order)
   std::optional<plan_candidate> best_pipeline;  ///< the best fitting candidate with pipeline parallelism (pp > 1), if any was searched and fits
 };
@@ -376,7 +379,10 @@ struct plan_result {
             if (vpp > 1) c.grad_accum = (c.grad_accum + pp - 1) / pp * pp;  // interleaved: groups of pp micro-batches
             // an accumulation past the plan limits is not a plan (its file would be refused: a review found
             // --global-batch-tokens 1T emitting grad_accum 61,035,157, and check's hint 134,217,728)
-            if (c.grad_accum > plan_limits::max_grad_accum) continue;
+            if (c.grad_accum > plan_limits::max_grad_accum) {
+              ++res.skipped_accumulation;
+              continue;
+            }
             // optimizer in backward: no accumulation, one GPU unsharded, full fine-tune, no offload (violations)
             if (c.optimizer_in_backward &&
                 (c.grad_accum > 1 || c.world_size > 1 || c.shard != sharding::none || c.adapters() || c.offload != 0))

@@ -643,10 +643,12 @@ struct training_config {
   // Megatron's sequence parallel splits the sequence dimension across the tp ranks evenly
   // (megatron/core/tensor_parallel/mappings.py `_split_along_first_dim`: "First dimension of the tensor should be
   // divisible by tensor parallel size"; a review found --seq 4095 at tp 2 accepted)
-  need(c.stack != training_stack::megatron || c.tp <= 1 || !c.sequence_parallel || c.seq_len % c.tp == 0, "seq_len", [&] {
-    return "sequence length " + s(c.seq_len) + " is not a multiple of tp = " + s(c.tp) +
-           " (Megatron's sequence parallel splits each sequence evenly across the tensor-parallel ranks)";
-  });
+  // (with context parallelism each tp group splits its seq_len / cp tokens: a review)
+  need(c.stack != training_stack::megatron || c.tp <= 1 || !c.sequence_parallel || c.seq_len % (static_cast<std::int64_t>(c.tp) * c.cp) == 0,
+       "seq_len", [&] {
+         return "sequence length " + s(c.seq_len) + " is not a multiple of " + (c.cp > 1 ? "cp x tp = " + s(c.cp * c.tp) : "tp = " + s(c.tp)) +
+                " (Megatron's sequence parallel splits each context-parallel rank's tokens evenly across the tensor-parallel ranks)";
+       });
   need(c.cp == 1 || c.seq_len % (2 * c.cp) == 0, "cp", [&] {
     return "sequence length " + s(c.seq_len) + " is not a multiple of 2 x cp = " + s(2 * c.cp) +
            " (load-balanced ring attention splits each sequence into 2 x cp chunks)";

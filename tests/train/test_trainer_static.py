@@ -145,7 +145,7 @@ class TorchFreeTest(unittest.TestCase):
             self.assertEqual(plans[0]["plan"]["model_init"], "random")
             # the request's settings beside the probe file apply to every probe plan (a review found them ignored)
             r = run_trainer(["--dry-run", "--probe", p, "--seed", "3", "--measure_warmup", "1", "--measure_steps", "6",
-                             "--gpu", '"h200"', "--micro_batch_size", "8"])
+                             "--gpu", '"h200"', "--micro_batch_size", "8", "--max_steps", "9537"])
             self.assertEqual(r.returncode, 0, r.stderr)
             plans = [json.loads(x) for x in r.stdout.replace("}\n{", "}\x00{").split("\x00")]
             for q in plans:
@@ -243,6 +243,11 @@ class RuntimeTest(unittest.TestCase):
                          "max_split_size_mb:512,expandable_segments:True")
         self.assertIsNone(runtime.allocator_conf(True, {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}))
         self.assertIsNone(runtime.allocator_conf(False, {}))
+        # torch 2.9+ reads PYTORCH_ALLOC_CONF first and ignores the older name: the setting goes where it is read
+        self.assertEqual(runtime.allocator_conf_var({"PYTORCH_ALLOC_CONF": "max_split_size_mb:512"}), "PYTORCH_ALLOC_CONF")
+        self.assertEqual(runtime.allocator_conf_var({}), "PYTORCH_CUDA_ALLOC_CONF")
+        with self.assertRaises(ValueError):
+            runtime.allocator_conf(False, {"PYTORCH_ALLOC_CONF": "expandable_segments:True", "PYTORCH_CUDA_ALLOC_CONF": ""})
         self.assertIsNone(runtime.allocator_conf(False, {"PYTORCH_CUDA_ALLOC_CONF": "max_split_size_mb:512"}))
         with self.assertRaises(ValueError):
             runtime.allocator_conf(False, {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"})

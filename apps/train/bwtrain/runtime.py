@@ -100,14 +100,22 @@ def versions() -> Dict[str, Optional[str]]:
     return out
 
 
+def allocator_conf_var(environ: Optional[Dict[str, str]] = None) -> str:
+    """The variable PyTorch reads the allocator's settings from: ``PYTORCH_ALLOC_CONF`` when it is set (torch 2.9 and
+    later read it first and then ignore the older name: c10/core/AllocatorConfig.cpp), else
+    ``PYTORCH_CUDA_ALLOC_CONF``."""
+    env = os.environ if environ is None else environ
+    return "PYTORCH_ALLOC_CONF" if "PYTORCH_ALLOC_CONF" in env else "PYTORCH_CUDA_ALLOC_CONF"
+
+
 def allocator_conf(expandable_segments: bool, environ: Optional[Dict[str, str]] = None) -> Optional[str]:
-    """The ``PYTORCH_CUDA_ALLOC_CONF`` the plan's ``expandable_segments`` asks for, given the current environment:
-    the value to set (the current one with ``expandable_segments:True`` appended), or None when nothing needs to
-    change. Raises ValueError when the environment already sets expandable_segments the other way. PyTorch reads
-    the variable when the caching allocator initialises, so it must be set before CUDA is first used
+    """The value of :func:`allocator_conf_var` the plan's ``expandable_segments`` asks for, given the current
+    environment: the value to set (the current one with ``expandable_segments:True`` appended), or None when nothing
+    needs to change. Raises ValueError when the environment already sets expandable_segments the other way. PyTorch
+    reads the variable when the caching allocator initialises, so it must be set before CUDA is first used
     (c10/cuda/CUDAAllocatorConfig.cpp)."""
     env = os.environ if environ is None else environ
-    conf = env.get("PYTORCH_CUDA_ALLOC_CONF", "")
+    conf = env.get(allocator_conf_var(env), "")
     low = conf.lower().replace(" ", "")
     says = None
     if "expandable_segments:true" in low:
@@ -115,7 +123,7 @@ def allocator_conf(expandable_segments: bool, environ: Optional[Dict[str, str]] 
     elif "expandable_segments:false" in low:
         says = False
     if says is not None and says != expandable_segments:
-        raise ValueError(f"PYTORCH_CUDA_ALLOC_CONF={conf} sets expandable_segments {'on' if says else 'off'}, but the plan's "
+        raise ValueError(f"{allocator_conf_var(env)}={conf} sets expandable_segments {'on' if says else 'off'}, but the plan's "
                          f"expandable_segments is {'true' if expandable_segments else 'false'}")
     if expandable_segments and says is None:
         return (conf + "," if conf else "") + "expandable_segments:True"
@@ -125,5 +133,6 @@ def allocator_conf(expandable_segments: bool, environ: Optional[Dict[str, str]] 
 def sagemaker_env() -> Dict[str, str]:
     """The SageMaker facts worth recording with a measurement."""
     keys = ("TRAINING_JOB_NAME", "SM_CURRENT_INSTANCE_TYPE", "SM_CURRENT_HOST", "SM_HOSTS", "SM_NUM_GPUS",
-            "SAGEMAKER_CURRENT_CAPACITY_BLOCK_EXPIRATION_TIMESTAMP", "SM_DLC_TORCH_VERSION", "PYTORCH_CUDA_ALLOC_CONF")
+            "SAGEMAKER_CURRENT_CAPACITY_BLOCK_EXPIRATION_TIMESTAMP", "SM_DLC_TORCH_VERSION", "PYTORCH_CUDA_ALLOC_CONF",
+            "PYTORCH_ALLOC_CONF")
     return {k: os.environ[k] for k in keys if k in os.environ}

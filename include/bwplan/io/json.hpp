@@ -599,6 +599,11 @@ inline void merge_catalog(hardware_catalog& cat, const nlohmann::json& j, const 
           get_positive(x, file, ptr, "host_link_gb_per_s_per_direction", L::link_gb_per_s, "100000", false, 0) * gb_per_s;
       s.power_limit_w = get_positive(x, file, ptr, "power_limit_w", L::power_w, "100000", false, 0);
       s.rated_power_w = get_positive(x, file, ptr, "rated_power_w", L::power_w, "100000", false, 0);
+      // a default limit above the rated power would raise nothing (compute_clock_fraction caps at 1) and was later
+      // reported as a --power-limit nobody gave (a review)
+      if (s.rated_power_w > 0 && s.power_limit_w > s.rated_power_w)
+        throw config_error(file, ptr + "/power_limit_w", "above rated_power_w (" + std::to_string(static_cast<long long>(s.rated_power_w)) +
+                                                            " W), the power its FLOP/s are rated at");
       s.attention_speedup = get_positive(x, file, ptr, "attention_speedup", 10.0, "10", false, 1.0);
       if (auto ak = x.find("attention_kernel"); ak != x.end()) {
         const auto parsed = ak->is_string() ? parse_attention_kernel(ak->get<std::string>()) : std::nullopt;
@@ -612,6 +617,12 @@ inline void merge_catalog(hardware_catalog& cat, const nlohmann::json& j, const 
         s.dense_flops[it.key()] = get_positive(*d, file, ptr + "/dense_tflop_per_s", it.key(), L::tflop_per_s, "1000000") * tflop_per_s;
       }
       if (!s.peak("bf16")) throw config_error(file, ptr + "/dense_tflop_per_s/bf16", "missing required field");
+      {  // an alias of that name would keep resolving to its GPU (a review: --gpu h100-sxm stayed the bundled h100)
+        std::string low = s.id;
+        std::transform(low.begin(), low.end(), low.begin(), [](unsigned char ch) { return static_cast<char>(std::tolower(ch)); });
+        if (auto a = cat.aliases().find(low); a != cat.aliases().end())
+          throw config_error(file, ptr + "/id", "'" + s.id + "' is an alias of " + a->second + ": give the GPU another id");
+      }
       cat.put(std::move(s));
     }
   }

@@ -386,35 +386,50 @@ T plan_enum(const nlohmann::json& v, const std::string& file, const std::string&
   return document_kind::plan;
 }
 
-/// What is wrong with a job's `PYTORCH_CUDA_ALLOC_CONF` value `conf` for a plan estimated with `expandable_segments`,
-/// or "" when nothing is: an option other than `expandable_segments` and `garbage_collection_threshold` changes what
-/// the caching allocator reserves, which the plan's peak reserved does not follow (`backend:cudaMallocAsync`,
-/// `max_split_size_mb`, `roundup_power2_divisions`, ...; garbage_collection_threshold acts only under a per-process
-/// memory fraction the reference trainer does not set: allocator.hpp); an `expandable_segments` that differs from the
-/// plan's is refused by the trainer at start (`runtime.allocator_conf`, apps/train/bwtrain/runtime.py).
-/// PyTorch's parser: c10/cuda/CUDAAllocatorConfig.cpp (options `key:value`, comma-separated, case-sensitive keys).
+/// What is wrong with a job's allocator setting `conf` (the value of `PYTORCH_ALLOC_CONF`, or of the older
+/// `PYTORCH_CUDA_ALLOC_CONF` when the first is unset: alloc_conf_variable) for a plan estimated with
+/// `expandable_segments`, or "" when nothing is. PyTorch's parser (c10/core/AllocatorConfig.cpp,
+/// c10/cuda/CUDAAllocatorConfig.cpp) takes comma-separated `key:value` options with case-sensitive keys and
+/// `True` / `False` for booleans. An option that changes what the caching allocator reserves, which the plan's peak
+/// reserved does not follow (`backend:cudaMallocAsync`, `max_split_size_mb`, `roundup_power2_divisions`, ...), is
+/// refused; the host-side `pinned_*` options and `garbage_collection_threshold` (it acts only under a per-process
+/// memory fraction the reference trainer does not set: allocator.hpp) pass; an `expandable_segments` that differs
+/// from the plan's is refused, as the trainer refuses it at start (`runtime.allocator_conf`,
+/// apps/train/bwtrain/runtime.py).
 [[nodiscard]] inline std::string alloc_conf_problem(const std::string& conf, bool expandable_segments) {
-  std::string low = conf;
-  std::transform(low.begin(), low.end(), low.begin(), [](unsigned char ch) { return static_cast<char>(std::tolower(ch)); });
+  std::optional<bool> expandable;
   std::size_t at = 0;
-  while (at <= low.size()) {
-    const std::size_t comma = low.find(',', at);
-    std::string opt = low.substr(at, comma == std::string::npos ? std::string::npos : comma - at);
+  while (at <= conf.size()) {
+    const std::size_t comma = conf.find(',', at);
+    std::string opt = conf.substr(at, comma == std::string::npos ? std::string::npos : comma - at);
     opt.erase(std::remove_if(opt.begin(), opt.end(), [](unsigned char ch) { return std::isspace(ch) != 0; }), opt.end());
-    const std::string key = opt.substr(0, opt.find(':'));
-    if (!key.empty() && key != "expandable_segments" && key != "garbage_collection_threshold")
+    const std::size_t colon = opt.find(':');
+    const std::string key = opt.substr(0, colon), value = colon == std::string::npos ? "" : opt.substr(colon + 1);
+    if (key == "expandable_segments") {
+      if (value != "True" && value != "False")
+        return "expandable_segments:" + value + " is not a value PyTorch reads (True or False)";
+      expandable = value == "True";
+    } else if (!key.empty() && key != "garbage_collection_threshold" && key.rfind("pinned_", 0) != 0) {
       return key + " is not a setting bwplan estimates (the plan's peak reserved follows PyTorch's native caching allocator "
                    "with expandable_segments on or off)";
+    }
     if (comma == std::string::npos) break;
     at = comma + 1;
   }
-  std::string flat = low;
-  flat.erase(std::remove_if(flat.begin(), flat.end(), [](unsigned char ch) { return std::isspace(ch) != 0; }), flat.end());
-  const bool on = flat.find("expandable_segments:true") != std::string::npos;
-  if (on != expandable_segments)
+  // (without the option the trainer appends the plan's: runtime.allocator_conf)
+  if (expandable && *expandable != expandable_segments)
     return std::string("the plan was estimated with expandable_segments ") + (expandable_segments ? "on" : "off") +
-           " (the trainer refuses a PYTORCH_CUDA_ALLOC_CONF that sets it the other way)";
+           " (the trainer refuses an allocator setting that sets it the other way)";
   return {};
+}
+
+/// The environment variable of `env` (a name → value map) PyTorch reads its allocator settings from:
+/// `PYTORCH_ALLOC_CONF` when set (torch 2.9 and later read it first and ignore the older name), else
+/// `PYTORCH_CUDA_ALLOC_CONF` when set, else nullptr.
+[[nodiscard]] inline const char* alloc_conf_variable(const nlohmann::json& env) {
+  if (env.is_object() && env.contains("PYTORCH_ALLOC_CONF")) return "PYTORCH_ALLOC_CONF";
+  if (env.is_object() && env.contains("PYTORCH_CUDA_ALLOC_CONF")) return "PYTORCH_CUDA_ALLOC_CONF";
+  return nullptr;
 }
 
 /// Reads the plan out of a SageMaker job that follows the training contract `k`: the plan fields from its
@@ -535,10 +550,14 @@ T plan_enum(const nlohmann::json& v, const std::string& file, const std::string&
   // expandable_segments against its hyperparameter, which the trainer refuses at start, and cudaMallocAsync)
   const std::string env_ptr = kind == document_kind::request ? "/Environment"
                               : kind == document_kind::estimator ? "/estimator/environment" : "/model_trainer/environment";
-  if (const nlohmann::json* conf = at(env_ptr + "/PYTORCH_CUDA_ALLOC_CONF"); conf != nullptr) {
-    if (!conf->is_string()) throw config_error(file, env_ptr + "/PYTORCH_CUDA_ALLOC_CONF", std::string("expected a string, got ") + conf->type_name());
-    if (const std::string why = alloc_conf_problem(conf->get<std::string>(), d.value.training.expandable_segments); !why.empty())
-      throw config_error(file, env_ptr + "/PYTORCH_CUDA_ALLOC_CONF", why);
+  if (const nlohmann::json* env = at(env_ptr); env != nullptr) {
+    if (const char* var = alloc_conf_variable(*env)) {
+      const nlohmann::json& conf = (*env)[var];
+      const std::string ptr = env_ptr + "/" + var;
+      if (!conf.is_string()) throw config_error(file, ptr, std::string("expected a string, got ") + conf.type_name());
+      if (const std::string why = alloc_conf_problem(conf.get<std::string>(), d.value.training.expandable_segments); !why.empty())
+        throw config_error(file, ptr, why);
+    }
   }
   // what the trainer refuses (its world size is `gpus`)
   plan p = d.value;
