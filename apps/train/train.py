@@ -45,15 +45,22 @@ def parser() -> argparse.ArgumentParser:
     return ap
 
 
+def hyperparameters(a, rest):
+    """The job's hyperparameter strings: --hyperparameters FILE, else the --name value pairs, else SageMaker's
+    hyperparameters.json; None when there are none."""
+    if a.hyperparameters:
+        return C.read_hyperparameters_file(a.hyperparameters)
+    if rest:
+        return C.argv_pairs(rest)
+    if os.path.isfile(C.HYPERPARAMETERS_FILE):
+        return C.read_hyperparameters_file(C.HYPERPARAMETERS_FILE)
+    return None
+
+
 def read_plan(a, rest, contract):
     rc = C.read_resource_config()
-    if a.hyperparameters:
-        hps = C.read_hyperparameters_file(a.hyperparameters)
-    elif rest:
-        hps = C.argv_pairs(rest)
-    elif os.path.isfile(C.HYPERPARAMETERS_FILE):
-        hps = C.read_hyperparameters_file(C.HYPERPARAMETERS_FILE)
-    else:
+    hps = hyperparameters(a, rest)
+    if hps is None:
         raise C.ContractError("no hyperparameters: pass --name value pairs or --hyperparameters FILE")
     return C.parse_hyperparameters(hps, contract, rc)
 
@@ -88,13 +95,8 @@ def request_settings(a, rest, contract):
     that its hyperparameters name, decoded as every hyperparameter is. They apply to each probe plan that does not
     set its own (a review found them ignored: the request said seed 3, measure_steps 10 and the train channel, the
     probe ran seed 0, 3 steps, synthetic data, and skipped the GPU check). {} without hyperparameters."""
-    if a.hyperparameters:
-        hps = C.read_hyperparameters_file(a.hyperparameters)
-    elif rest:
-        hps = C.argv_pairs(rest)
-    elif os.path.isfile(C.HYPERPARAMETERS_FILE):
-        hps = C.read_hyperparameters_file(C.HYPERPARAMETERS_FILE)
-    else:
+    hps = hyperparameters(a, rest)
+    if hps is None:
         return {}
     out = {}
     for name, f in C.field_by_hyperparameter(contract).items():
