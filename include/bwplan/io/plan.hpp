@@ -477,7 +477,8 @@ T plan_enum(const nlohmann::json& v, const std::string& file, const std::string&
     bool ignored = false;
     for (const auto& prefix : k.ignored_prefixes) ignored = ignored || name.rfind(prefix, 0) == 0;
     // `probe` switches the trainer to its probe mode (`train.py --probe probe.json`, bwplan sagemaker --probe): the
-    // request's other hyperparameters are still the plan (the probe file's first entry) and its settings, read here;
+    // request's other hyperparameters are still the plan the probe was made from (its first entry runs it with one
+    // micro-batch per step) and its settings, read here;
     // a review found `check probe.job.json` refusing it as unknown
     if (ignored || name == "probe") continue;
     const contract_field* f = k.by_hyperparameter(name);
