@@ -228,6 +228,12 @@ TEST_CASE("finetune: PEFT's fp32 adapters run their backward in fp32 beside the 
   training_config qv = one;
   qv.lora.targets = lora_target::q | lora_target::v;
   CHECK(grad_temp(qv) - grad_temp(bf16) == Approx(8 * h));  // q_proj's output: a·d = h on this model
+  training_config kv = one;  // k and v only: their g·d-wide outputs (8·512) are narrower than the 6·h input side
+  kv.lora.targets = lora_target::k | lora_target::v;  // (a review: the q width, 8·h, was charged)
+  CHECK(grad_temp(kv) - grad_temp(bf16) == Approx(6 * h));
+  training_config down = one;  // down_proj alone: its F-wide input side
+  down.lora.targets = lora_target::down;
+  CHECK(grad_temp(down) - grad_temp(bf16) == Approx(6 * F));
   training_config full_ft = one;
   full_ft.finetune = finetune_mode::full;
   training_config full_bf16 = full_ft;

@@ -64,6 +64,8 @@ struct adapter_shape {
   bool gate_up_input = false;  ///< gate or up adapted (they share the MLP norm's output)
   bool o = false, down = false;
   double o_in = 0, down_in = 0;  ///< d_in of o_proj (a·d) and of down_proj (MLP width per token)
+  double widest_out = 0;  ///< max d_out over the adapted linears (elements per token)
+  double widest_in = 0;   ///< max d_in over the adapted linears (elements per token)
 };
 
 /// The adapters `lora` puts on one block of `m`: per adapted linear `A` (r × d_in) and `B` (d_out × r), so
@@ -84,6 +86,8 @@ struct adapter_shape {
     a.in_sum += din;
     a.out_sum += dout;
     a.factored += (r + din) + (dout + r);
+    a.widest_out = std::max(a.widest_out, dout);
+    a.widest_in = std::max(a.widest_in, din);
   };
   add(lora_target::q, h, q);
   add(lora_target::k, h, kv);

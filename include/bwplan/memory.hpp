@@ -745,16 +745,13 @@ struct activation_inventory {
 /// back (`result.to(torch_result_dtype)`; PEFT `src/peft/tuners/lora/layer.py`), so an adapted linear's backward runs
 /// in fp32: the cast's backward makes the fp32 output gradient and the scaling's backward a second one (`4·d_out`
 /// each, both alive into `lora_B`'s backward), then `lora_A`'s fp32 input gradient and its cast back to the input's
-/// dtype (`4·d_in + 2·d_in`). The widest adapted linear sets it: gate/up (`8·F`), else q (`8·a·d`), else the h-wide
-/// outputs; down's `6·F` input side. 0 for bf16 adapters (their gradients are as wide as the base's, already in
-/// grad_temp) and for a full fine-tune.
-[[nodiscard]] constexpr double adapter_grad_temp_delta(const model_spec& m, const memory_shape& s) noexcept {
+/// dtype (`4·d_in + 2·d_in`). The widest adapted linear sets it, `max(8·d_out, 6·d_in)` over the adapted linears
+/// (adapter_shape::widest_out, widest_in): gate/up `8·F`, q `8·a·d`, k/v only `8·g·d` against their `6·h` input
+/// side (a review: the q width was charged when only k and v were adapted), down `6·F`. 0 for bf16 adapters (their
+/// gradients are as wide as the base's, already in grad_temp) and for a full fine-tune.
+[[nodiscard]] constexpr double adapter_grad_temp_delta(const model_spec&, const memory_shape& s) noexcept {
   if (!s.adapters || s.adapter_bytes <= 2) return 0;
-  const adapter_shape& a = s.adapter;
-  const double h = s.h, q = static_cast<double>(m.q_dim()), f = detail::mlp_width_per_token(m);
-  const double out = std::max({a.gate_up_input ? f : 0.0, a.qkv_input ? q : 0.0, (a.o || a.down) ? h : 0.0});
-  const double in = std::max({a.down ? f : 0.0, a.o ? a.o_in : 0.0, (a.qkv_input || a.gate_up_input) ? h : 0.0});
-  return std::max(8 * out, 6 * in);
+  return std::max(8 * s.adapter.widest_out, 6 * s.adapter.widest_in);
 }
 
 /// Per-token change of what one block, the final norm and LM head input, and the backward's activation gradients
