@@ -391,3 +391,27 @@ TEST_CASE("offload: recommend --offload auto searches the sets and keeps the pla
   CHECK(bad.code == 2);
   CHECK(bad.err.find("--offload") != std::string::npos);
 }
+
+TEST_CASE("bug: FSDP with optimizer offload had negative gradients at the end of backward", "[offload][terms][bugs]") {
+  // the end-of-backward root moment took the root's sharded gradient out of a gradient total that optimizer offload
+  // keeps on the host (0 on the GPU): -0.49 GiB of gradients and the peak understated by as much (a helper's sweep)
+  const std::vector<std::vector<std::string>> cases = {
+      {"Llama-3.1-8B", "--instance", "ml.p5.48xlarge", "--offload", "optimizer", "--ac", "full", "--seq", "256", "--mbs", "2"},
+      {"Qwen3-8B", "--instance", "ml.p5.48xlarge", "--mbs", "1", "--seq", "2048", "--ac", "full", "--offload", "optimizer,activations"}};
+  for (const auto& c : cases) {
+    std::vector<std::string> args = {"estimate"};
+    args.insert(args.end(), c.begin(), c.end());
+    args.insert(args.end(), {"--format", "json"});
+    const auto r = run_cli(args);
+    REQUIRE(r.code == 0);
+    const auto mem = nlohmann::json::parse(r.out)["memory"];
+    for (const auto& [k, v] : mem["breakdown"].items()) {
+      INFO(c[0] << " " << k);
+      CHECK(v.get<double>() >= 0);
+    }
+    for (const auto& [k, v] : mem["phases"].items()) {
+      INFO(c[0] << " " << k);
+      CHECK(v.get<double>() >= 0);
+    }
+  }
+}

@@ -1995,9 +1995,11 @@ struct block_backward_moment {
      // /work/shared/reference/allocator.md §6)
     memory_breakdown eb = after_bwd;
     // the root's sharded gradient is the reduce-scatter's output, allocated after its input: not there yet in the first
-    // micro-batch's backward (with accumulation it is, from the first)
+    // micro-batch's backward (with accumulation it is, from the first). Under optimizer offload the sharded gradients
+    // go to the host (model_state_bytes_in_allocator's `gradients` is 0; only the head's bf16 gradient, held apart, is
+    // on the GPU): nothing to take out (a sweep found the breakdown's gradients at -0.49 GiB, the peak understated)
     const double root_grads = s.emb_units ? s.root_params - s.head_w : s.root_params;
-    if (s.fsdp && !s.accum && !s.adapters && !s.in_bwd) eb.gradients -= bytes::base(s.w * root_grads / s.n);
+    if (s.fsdp && !s.accum && !s.adapters && !s.in_bwd && !s.off_opt) eb.gradients -= bytes::base(s.w * root_grads / s.n);
     eb.compute_weights = base.compute_weights + wc.fsdp_root + wc.fsdp_embedding_unit;  // (an embedding unit: gathered for its backward)
     eb.transient = t.transient.root_before_reshard;
     bwd_peak = std::max(bwd_peak, consider(eb, step_phase::backward));
