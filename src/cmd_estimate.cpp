@@ -142,7 +142,7 @@ runner register_estimate(CLI::App& app, context& ctx) {
     const int nodes = nodes_of(c, t);
     if (!(o->price_per_hour >= 0 && o->price_per_hour <= 1e6) && o->price_per_hour != -1)
       throw invalid_request(fmt::format("--price-per-hour: must be between 0 and 1000000 USD, got {}", o->price_per_hour));
-    double price = o->price_per_hour >= 0 ? o->price_per_hour : (t.instance ? t.instance->price_per_hour_usd : 0);
+    double price = o->price_per_hour >= 0 ? o->price_per_hour : (t.instance ? t.instance->price_per_hour() : 0);  // SageMaker's when known
     const bool priced = o->price_per_hour >= 0 || t.instance;  // a bare --gpu: the catalog prices instances, not GPUs
     if (o->price_per_hour >= 0 && o->tokens.empty())
       throw invalid_request("--price-per-hour: prices the training of a token budget: give --tokens too");
@@ -151,8 +151,11 @@ runner register_estimate(CLI::App& app, context& ctx) {
     auto training_line = [&]() -> std::string {
       const char* not_runnable = me.fits ? "" : " -- NOT RUNNABLE: the plan does not fit in GPU memory, this is what it would take if it did";
       if (t.instance)
-        return fmt::format("{} tokens in {} on {} node(s): {:.0f} instance-hours, ${:.0f} at ${:.2f}/h per instance{}", human_tokens(cost->tokens),
-                           human_duration(cost->seconds), nodes, cost->instance_hours, cost->usd, price, not_runnable);
+        return fmt::format("{} tokens in {} on {} node(s): {:.0f} instance-hours, ${:.0f} at ${:.2f}/h per instance{}{}", human_tokens(cost->tokens),
+                           human_duration(cost->seconds), nodes, cost->instance_hours, cost->usd, price,
+                           // a SageMaker price from a --hardware file says so (the bundled prices are EC2's: docs/hardware.md)
+                           o->price_per_hour < 0 && t.instance->sagemaker_price_per_hour_usd ? " (" + t.instance->price_label() + ")" : "",
+                           not_runnable);
       // a bare --gpu: GPU-hours; a price only when --price-per-hour gives one (per GPU-hour)
       return fmt::format("{} tokens in {} on {} GPU(s): {:.0f} GPU-hours, {}{}", human_tokens(cost->tokens), human_duration(cost->seconds), nodes,
                          cost->instance_hours,
@@ -172,6 +175,7 @@ runner register_estimate(CLI::App& app, context& ctx) {
                          {t.instance ? "instance_hours" : "gpu_hours", cost->instance_hours}};
         if (priced) {  // a bare --gpu has no price in the catalog: no price and no cost rather than $0
           j["training"]["price_per_hour_usd"] = price;
+          j["training"]["price_source"] = o->price_per_hour >= 0 ? std::string("--price-per-hour") : t.instance->price_source();
           j["training"]["cost_usd"] = cost->usd;
         }
       }

@@ -27,10 +27,15 @@ runner register_hardware(CLI::App& app, context& ctx) {
                              {"nvlink_bytes_per_s_per_direction", g.nvlink_per_direction.raw()}, {"dense", d}});
       }
       j["instances"] = nlohmann::ordered_json::array();
-      for (const auto& i : cat.instances())
+      for (const auto& i : cat.instances()) {
         j["instances"].push_back({{"id", i.id}, {"gpu", i.gpu}, {"gpus_per_node", i.gpus_per_node},
                                   {"efa_bytes_per_s", i.efa_per_node.raw()}, {"price_per_hour_usd", i.price_per_hour_usd},
                                   {"price_note", i.price_note}});
+        // the price the other commands use (SageMaker's when a --hardware file gives it) and where it comes from
+        if (i.sagemaker_price_per_hour_usd) j["instances"].back()["sagemaker_price_per_hour_usd"] = *i.sagemaker_price_per_hour_usd;
+        j["instances"].back()["effective_price_per_hour_usd"] = i.price_per_hour();
+        j["instances"].back()["effective_price_source"] = i.price_source();
+      }
       ctx.out << j.dump(2) << "\n";
       return success;
     }
@@ -51,7 +56,8 @@ runner register_hardware(CLI::App& app, context& ctx) {
                            "price");
     for (const auto& i : cat.instances())
       ctx.out << fmt::format("{:<{}} {:<{}} {:>5} {:>10.0f} {:>10.2f}  {}\n", i.id, iw, i.gpu, igw, i.gpus_per_node,
-                             i.efa_per_node.raw() * 8 / 1e9, i.price_per_hour_usd, i.price_note);
+                             i.efa_per_node.raw() * 8 / 1e9, i.price_per_hour(),
+                             i.price_source());
     return success;
   };
 }

@@ -389,6 +389,11 @@ int scale_out(context& ctx, const recommend_options& o, const hardware_catalog& 
                                   fr.node_counts.back()));
     }
   }
+  // the price behind $/B tok and cost $, and which price it is (SageMaker's when a --hardware file gives one)
+  for (const instance_spec* inst : fr.instances)
+    notes.push_back(o.price_per_hour >= 0 ? fmt::format("{}: priced at ${:.2f}/h per instance (--price-per-hour)", inst->id, o.price_per_hour)
+                                          : fmt::format("{}: priced at ${:.2f}/h per instance ({})", inst->id, inst->price_per_hour(),
+                                                        inst->price_source()));
   if (picked) {  // --emit: the picked plan's payload is the output, not the table
     if (pick == nullptr) {
       ctx.err << fmt::format("bwplan: no configuration of {} fits{} on the instances and node counts searched; nothing emitted\n", m.name,
@@ -413,6 +418,7 @@ int scale_out(context& ctx, const recommend_options& o, const hardware_catalog& 
       x["nodes"] = r.nodes;
       x["world_size"] = r.world;
       x["price_per_hour_usd"] = r.price_per_hour;
+      x["price_source"] = o.price_per_hour >= 0 ? std::string("--price-per-hour") : r.instance->price_source();
       x["evaluated"] = r.evaluated;
       x["fits"] = r.best.has_value();
       if (r.best) {

@@ -400,6 +400,56 @@ TEST_CASE("catalog reader: through --hardware the error names the file, the poin
              Catch::Contains(z + ": /gpus/0/hbm_bandwidth_tb_per_s: must be a positive number, got 0 (line 2"));
 }
 
+TEST_CASE("bug: a SageMaker price from --hardware is the price every command shows", "[catalog][price][cli]") {
+  // docs/hardware.md promised it; estimate, hardware, recommend and sagemaker read the EC2 price_per_hour_usd directly
+  auto sm = nlohmann::json::parse(io::read_text_file(catalog_path))["instances"][0];
+  REQUIRE(sm["id"] == "ml.p5.48xlarge");
+  sm["sagemaker_price_per_hour_usd"] = 70.5;
+  sm["sagemaker_price_region"] = "us-west-2";
+  sm["sagemaker_price_note"] = "placeholder for the test";
+  const auto f = write_file("sm-price.json", nlohmann::json{{"instances", {sm}}}.dump());
+  const auto hw = run_cli({"--hardware", f, "hardware", "--format", "json"});
+  REQUIRE(hw.code == 0);
+  bool found = false;
+  const auto hj = nlohmann::json::parse(hw.out);  // (a range-for over a temporary's member dangles)
+  for (const auto& i : hj["instances"])
+    if (i["id"] == "ml.p5.48xlarge") {
+      found = true;
+      CHECK(i["price_per_hour_usd"].get<double>() == 55.04);  // the catalog field: EC2's, as its price_note says
+      CHECK(i["sagemaker_price_per_hour_usd"].get<double>() == 70.5);
+      CHECK(i["effective_price_per_hour_usd"].get<double>() == 70.5);
+      CHECK(i["effective_price_source"] == "SageMaker training on-demand, us-west-2");
+    }
+  CHECK(found);
+  CHECK_THAT(run_cli({"--hardware", f, "hardware"}).out, Catch::Contains("70.50  SageMaker training on-demand, us-west-2"));
+  const auto est = run_cli({"--hardware", f, "estimate", "Llama-3.2-1B", "--instance", "ml.p5.48xlarge", "--tokens", "1B", "--format", "json"});
+  REQUIRE(est.code == 0);
+  const auto tr = nlohmann::json::parse(est.out)["training"];
+  CHECK(tr["price_per_hour_usd"].get<double>() == 70.5);
+  CHECK(tr["cost_usd"].get<double>() == Approx(70.5 * tr["instance_hours"].get<double>()));
+  CHECK(tr["price_source"] == "SageMaker training on-demand, us-west-2");
+  const auto text = run_cli({"--hardware", f, "estimate", "Llama-3.2-1B", "--instance", "ml.p5.48xlarge", "--tokens", "1B"});
+  CHECK_THAT(text.out, Catch::Contains("at $70.50/h per instance (SageMaker training on-demand, us-west-2)"));
+  const auto rec = run_cli({"--hardware", f, "recommend", "Llama-3.2-1B", "--instance", "ml.p5.48xlarge", "--tokens", "1B", "--format", "json"});
+  REQUIRE(rec.code == 0);
+  const auto rj = nlohmann::json::parse(rec.out);
+  REQUIRE(!rj["rows"].empty());
+  CHECK(rj["rows"][0]["price_per_hour_usd"].get<double>() == 70.5);
+  CHECK(rj["rows"][0]["price_source"] == "SageMaker training on-demand, us-west-2");
+  CHECK_THAT(rj["notes"].dump(), Catch::Contains("ml.p5.48xlarge: priced at $70.50/h per instance (SageMaker training on-demand, us-west-2)"));
+  const auto job = run_cli({"--hardware", f, "-v", "sagemaker", "Llama-3.2-1B", "--instance", "ml.p5.48xlarge"});
+  REQUIRE(job.code == 0);
+  CHECK_THAT(job.err, Catch::Contains("price: 70.50 USD per instance-hour from the catalog (SageMaker training on-demand, us-west-2)"));
+  // without the file: the EC2 price, labelled as such
+  const auto ec2 = run_cli({"estimate", "Llama-3.2-1B", "--instance", "ml.p5.48xlarge", "--tokens", "1B", "--format", "json"});
+  CHECK(nlohmann::json::parse(ec2.out)["training"]["price_per_hour_usd"].get<double>() == 55.04);
+  CHECK(nlohmann::json::parse(ec2.out)["training"]["price_source"] == bundled().instance("ml.p5.48xlarge").price_note);
+  const auto flag = run_cli({"--hardware", f, "estimate", "Llama-3.2-1B", "--instance", "ml.p5.48xlarge", "--tokens", "1B", "--price-per-hour",
+                             "10", "--format", "json"});
+  CHECK(nlohmann::json::parse(flag.out)["training"]["price_per_hour_usd"].get<double>() == 10);
+  CHECK(nlohmann::json::parse(flag.out)["training"]["price_source"] == "--price-per-hour");
+}
+
 TEST_CASE("catalog reader: new fields are optional in user files, with defaults", "[catalog][io]") {
   hardware_catalog cat = bundled();
   auto pcie = user_gpu();

@@ -161,6 +161,11 @@ struct instance_spec {
     }
     return (price_note.empty() ? std::string("price of unstated kind") : price_note) + no_sm;
   }
+  /// Where price_per_hour() comes from, as every output names it: price_label() for a SageMaker price, else the EC2
+  /// price's own `price_note` (kind, instance, region), else price_label().
+  [[nodiscard]] std::string price_source() const {
+    return sagemaker_price_per_hour_usd || price_note.empty() ? price_label() : price_note;
+  }
 };
 
 /// Edit distance, used for "did you mean" suggestions.

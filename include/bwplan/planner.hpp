@@ -635,7 +635,7 @@ struct fleet_result {
       row.instance = inst;
       row.nodes = n;
       row.world = n * inst->gpus_per_node;
-      row.price_per_hour = req.price_per_hour >= 0 ? req.price_per_hour : inst->price_per_hour_usd;
+      row.price_per_hour = req.price_per_hour >= 0 ? req.price_per_hour : inst->price_per_hour();  // SageMaker's when known
       row.evaluated = r.evaluated;
       row.best_pipeline = r.best_pipeline;
       if (!r.ranked.empty()) {
