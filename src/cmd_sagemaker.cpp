@@ -224,17 +224,56 @@ std::vector<std::string> regenerated_members(const nlohmann::json& job, const nl
   std::vector<std::string> out;
   const nlohmann::json flat_old = job.flatten();
   const nlohmann::json flat_new = nlohmann::json(now).flatten();
-  auto shown = [](const nlohmann::json& v) {
+  // The job name is new for every job, and so are the hyperparameters the SDK makes from it (sagemaker_job_name, and
+  // sagemaker_submit_directory under the job's prefix): those two are compared with the old name replaced by the new
+  // one where it stands as a path segment or the whole value (a review: every --plan job.json warned of them; a
+  // job named "x" must not match the "x" of "s3://bucket/x/"). CheckpointConfig.S3Uri is left to emit_sagemaker's own
+  // warning: a new job resumes only from its own prefix.
+  const std::string old_name = job.contains("TrainingJobName") && job["TrainingJobName"].is_string() ? job["TrainingJobName"].get<std::string>() : "";
+  const std::string new_name = now.contains("TrainingJobName") && now["TrainingJobName"].is_string() ? now["TrainingJobName"].get<std::string>() : "";
+  auto renamed = [&](const nlohmann::json& v) {
+    if (!v.is_string() || old_name.empty() || old_name == new_name) return v;
+    std::string t = v.get<std::string>();
+    auto bound = [](char c) { return c == '/' || c == '"'; };
+    for (std::size_t at = t.find(old_name); at != std::string::npos;) {
+      const std::size_t end = at + old_name.size();
+      if ((at == 0 || bound(t[at - 1])) && (end == t.size() || bound(t[end]))) {
+        t.replace(at, old_name.size(), new_name);
+        at = t.find(old_name, at + new_name.size());
+      } else {
+        at = t.find(old_name, at + 1);
+      }
+    }
+    return nlohmann::json(t);
+  };
+  auto from_name = [](const std::string& key) {
+    return key == "/HyperParameters/sagemaker_job_name" || key == "/HyperParameters/sagemaker_submit_directory";
+  };
+  // a value as shown in the warning: long strings from a little before where the two differ, cut on UTF-8 character
+  // boundaries ("...-1b/x/ckpt" -> "...-1b/y/ckpt")
+  auto shown = [](const nlohmann::json& v, const nlohmann::json& other) {
     std::string t = v.is_string() ? v.get<std::string>() : v.dump();
-    return t.size() > 40 ? t.substr(0, 37) + "..." : t;
+    if (t.size() <= 40) return t;
+    auto continuation = [&t](std::size_t i) { return i < t.size() && (static_cast<unsigned char>(t[i]) & 0xC0) == 0x80; };
+    std::size_t from = 0;
+    if (other.is_string()) {
+      const std::string o = other.get<std::string>();
+      while (from < t.size() && from < o.size() && t[from] == o[from]) ++from;
+      from = from > 12 ? from - 12 : 0;
+      while (from > 0 && continuation(from)) --from;
+    }
+    std::size_t to = std::min(t.size(), from + 37);
+    while (to > from && continuation(to)) --to;
+    return (from > 0 ? "..." : "") + t.substr(from, to - from) + (to < t.size() ? "..." : "");
   };
   for (auto it = flat_old.begin(); it != flat_old.end(); ++it) {
-    if (it.key() == "/TrainingJobName") continue;
+    if (it.key() == "/TrainingJobName" || it.key() == "/CheckpointConfig/S3Uri") continue;
     const auto n = flat_new.find(it.key());
     std::string path = it.key().substr(1);
     std::replace(path.begin(), path.end(), '/', '.');
-    if (n == flat_new.end()) out.push_back(path + " (" + shown(it.value()) + ", left out)");
-    else if (*n != it.value()) out.push_back(path + " (" + shown(it.value()) + " -> " + shown(*n) + ")");
+    if (n == flat_new.end()) out.push_back(path + " (" + shown(it.value(), nlohmann::json()) + ", left out)");
+    else if (*n != it.value() && !(from_name(it.key()) && *n == renamed(it.value())))
+      out.push_back(path + " (" + shown(it.value(), *n) + " -> " + shown(*n, it.value()) + ")");
   }
   return out;
 }
@@ -308,6 +347,13 @@ int emit_sagemaker(const context& ctx, const sagemaker::job_settings& s, const s
                                        "--hyperparameter KEY=VALUE, ... to keep them)",
                                        changed.size(), list));
     }
+    // the checkpoint prefix: made from the job name by default, so a new job does not resume from the job's checkpoints
+    const nlohmann::json::json_pointer ckpt("/CheckpointConfig/S3Uri");
+    const std::string before = source_job->contains(ckpt) && source_job->at(ckpt).is_string() ? source_job->at(ckpt).get<std::string>() : "";
+    const std::string after = r.request.contains("CheckpointConfig") ? r.request["CheckpointConfig"].value("S3Uri", "") : "";
+    if (!before.empty() && before != after)
+      r.warnings.push_back(fmt::format("the new job checkpoints to {}, not to the job's {}, so it does not resume from the job's checkpoints "
+                                       "(give --checkpoint-s3 {} to resume)", after.empty() ? "nothing" : after, before, before));
   }
   for (const auto& w : r.warnings) spdlog::warn("{}", w);
   spdlog::info("{}: {} steps, estimated {:.0f} s of training, MaxRuntimeInSeconds {}", r.job_name, r.steps, r.estimated_s,

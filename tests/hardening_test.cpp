@@ -704,6 +704,57 @@ TEST_CASE("bug: sagemaker --plan job.json names the job's settings the new reque
   REQUIRE(same.code == 0);
   INFO(same.err);
   CHECK_THAT(same.err, !Catch::Contains("HyperParameters.max_steps") && !Catch::Contains("RoleArn ("));
+  // a job made earlier has another name, and so its checkpoint prefix, sagemaker_job_name and submit directory: made from
+  // the name, not settings the new request drops (a review: every --plan job.json warned of those three members)
+  std::string earlier = req.out;
+  const std::string name = nlohmann::json::parse(req.out)["TrainingJobName"].get<std::string>();
+  for (auto at = earlier.find(name); at != std::string::npos; at = earlier.find(name, at + 1)) earlier.replace(at, name.size(), "an-earlier-job-1");
+  REQUIRE(nlohmann::json::parse(earlier)["TrainingJobName"] == "an-earlier-job-1");
+  const auto renamed = run_cli({"sagemaker", "--plan", write_temp("earlier-job.json", earlier), "--max-steps", "50", "--hyperparameter",
+                                "learning_rate=0.001", "--output-s3", "s3://my-bucket/x/", "--role-arn", "arn:aws:iam::123456789012:role/R"});
+  REQUIRE(renamed.code == 0);
+  INFO(renamed.err);
+  CHECK_THAT(renamed.err, !Catch::Contains("--plan read the plan of a SageMaker job"));
+  // the checkpoint prefix is the new job's own: said once, with the flag that resumes from the job's checkpoints
+  const std::string old_ckpt = nlohmann::json::parse(earlier)["CheckpointConfig"]["S3Uri"].get<std::string>();
+  CHECK_THAT(renamed.err, Catch::Contains("so it does not resume from the job's checkpoints (give --checkpoint-s3 " + old_ckpt + " to resume)"));
+  const auto resumed = run_cli({"sagemaker", "--plan", write_temp("earlier-job.json", earlier), "--max-steps", "50", "--hyperparameter",
+                                "learning_rate=0.001", "--output-s3", "s3://my-bucket/x/", "--role-arn", "arn:aws:iam::123456789012:role/R",
+                                "--checkpoint-s3", old_ckpt});
+  REQUIRE(resumed.code == 0);
+  CHECK_THAT(resumed.err, !Catch::Contains("--plan read the plan") && !Catch::Contains("does not resume"));
+  // a short name is replaced only where it stands as a path segment or the whole value: a job named "x" under
+  // s3://my-bucket/x/ on ml.p5.48xlarge made InstanceType and S3OutputPath "differ" from themselves (a review)
+  const auto x = run_cli({"sagemaker", "Llama-3.2-1B", "--instance", "ml.p5.48xlarge", "--job-name", "x", "--output-s3", "s3://my-bucket/x/",
+                          "--role-arn", "arn:aws:iam::123456789012:role/R"});
+  REQUIRE(x.code == 0);
+  const auto again_x = run_cli({"sagemaker", "--plan", write_temp("x-job.json", x.out), "--output-s3", "s3://my-bucket/x/", "--role-arn",
+                                "arn:aws:iam::123456789012:role/R"});
+  REQUIRE(again_x.code == 0);
+  INFO(again_x.err);
+  CHECK_THAT(again_x.err, !Catch::Contains("--plan read the plan of a SageMaker job"));
+}
+
+TEST_CASE("bug: a value shown in the --plan job.json warning is cut on a UTF-8 character boundary", "[hardening][sagemaker]") {
+  // the cut counted bytes: a Euro sign was split and the warning held invalid UTF-8 (a review)
+  std::string long_value;
+  for (int i = 0; i < 20; ++i) long_value += "\xe2\x82\xac";  // U+20AC, three bytes
+  const auto req = run_cli({"sagemaker", "Llama-3.2-1B", "--instance", "ml.p5.48xlarge", "--env", "NOTE=" + long_value + "\xc3\xa9"});
+  REQUIRE(req.code == 0);
+  const auto again = run_cli({"sagemaker", "--plan", write_temp("utf8-job.json", req.out), "--env", "NOTE=" + long_value + "\xc3\xa8"});
+  REQUIRE(again.code == 0);
+  INFO(again.err);
+  REQUIRE_THAT(again.err, Catch::Contains("Environment.NOTE ("));
+  // every byte sequence of the warning is whole UTF-8
+  const std::string& e = again.err;
+  for (std::size_t i = 0; i < e.size();) {
+    const auto c = static_cast<unsigned char>(e[i]);
+    const std::size_t n = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : (c >> 3) == 0x1E ? 4 : 0;
+    REQUIRE(n > 0);
+    REQUIRE(i + n <= e.size());
+    for (std::size_t k = 1; k < n; ++k) REQUIRE((static_cast<unsigned char>(e[i + k]) & 0xC0) == 0x80);
+    i += n;
+  }
 }
 
 TEST_CASE("bug: recommend --top with the comparison of instances or node counts is refused, not ignored", "[hardening][recommend]") {
