@@ -672,7 +672,9 @@ int emit(context& ctx, const recommend_options& o, const model_spec& m, const re
   if (!t.instance) throw invalid_request("--emit: a SageMaker job runs on instances; give --instance instead of a bare --gpu");
   const plan p = plan_of(o, t, nodes, headroom, best);
   const io::training_contract contract = ctx.contract();
-  return emit_sagemaker(ctx, o.job, o.emit == "sagemaker" ? "request" : o.emit, {p, m, t.gpu, *t.instance, best.throughput, contract});
+  sagemaker::job_settings job = o.job;
+  job.price_per_hour = o.price_per_hour;  // the price the plan was picked at prices the job too
+  return emit_sagemaker(ctx, job, o.emit == "sagemaker" ? "request" : o.emit, {p, m, t.gpu, *t.instance, best.throughput, contract});
 }
 
 }  // namespace

@@ -302,7 +302,7 @@ int emit_sagemaker(const context& ctx, const sagemaker::job_settings& s, const s
                   r.notes.end());
     const auto runtime = r.request["StoppingCondition"]["MaxRuntimeInSeconds"].get<std::int64_t>();
     if (r.price_per_hour > 0)
-      r.notes.push_back(fmt::format("price: {:.2f} USD per instance-hour from the catalog ({}): at most {:.0f} USD for the probe at "
+      r.notes.push_back(fmt::format("price: {:.2f} USD per instance-hour ({}): at most {:.0f} USD for the probe at "
                                     "MaxRuntimeInSeconds {} s",
                                     r.price_per_hour, r.price_label, static_cast<double>(runtime) / 3600 * r.price_per_hour, runtime));
     std::string out = r.request["OutputDataConfig"]["S3OutputPath"].get<std::string>();

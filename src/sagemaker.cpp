@@ -631,10 +631,11 @@ job_request build_request(const plan_view& plan, const job_settings& s, std::chr
     r.notes.push_back("reserved capacity: SageMaker starts terminating the plan's instances 30 minutes before it ends; the trainer reads "
                       "SAGEMAKER_CURRENT_CAPACITY_BLOCK_EXPIRATION_TIMESTAMP, saves a checkpoint to /opt/ml/checkpoints before then and "
                       "exits, and a new job with the same CheckpointConfig.S3Uri resumes from it");
-  r.price_per_hour = inst.price_per_hour();  // SageMaker's training price when the catalog (or --hardware) has one
-  r.price_label = inst.price_source();
+  // SageMaker's training price when the catalog (or --hardware) has one; recommend's --price-per-hour over both
+  r.price_per_hour = s.price_per_hour >= 0 ? s.price_per_hour : inst.price_per_hour();
+  r.price_label = s.price_per_hour >= 0 ? "--price-per-hour" : inst.price_source();
   if (r.price_per_hour > 0)
-    r.notes.push_back(fmt::format("price: {:.2f} USD per instance-hour from the catalog ({}): about {:.0f} USD for "
+    r.notes.push_back(fmt::format("price: {:.2f} USD per instance-hour ({}): about {:.0f} USD for "
                                   "the {} steps on {} instance(s), at most {:.0f} USD at MaxRuntimeInSeconds",
                                   r.price_per_hour, r.price_label, r.estimated_s / 3600 * nodes * r.price_per_hour, r.steps, nodes,
                                   static_cast<double>(runtime) / 3600 * nodes * r.price_per_hour));

@@ -88,6 +88,7 @@ struct job_settings {
   std::int64_t train_tokens = 0;   ///< --train-tokens, total tokens to train on
   int retries = 0;                 ///< --retries (RetryStrategy), 0: omitted
   double runtime_margin = 1.5;     ///< --runtime-margin, multiplies the estimated training time
+  double price_per_hour = -1;      ///< recommend's --price-per-hour, USD per instance-hour (< 0: the catalog's, price_per_hour())
 };
 
 /// The plan the payload launches.

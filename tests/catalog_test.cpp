@@ -439,7 +439,11 @@ TEST_CASE("bug: a SageMaker price from --hardware is the price every command sho
   CHECK_THAT(rj["notes"].dump(), Catch::Contains("ml.p5.48xlarge: priced at $70.50/h per instance (SageMaker training on-demand, us-west-2)"));
   const auto job = run_cli({"--hardware", f, "-v", "sagemaker", "Llama-3.2-1B", "--instance", "ml.p5.48xlarge"});
   REQUIRE(job.code == 0);
-  CHECK_THAT(job.err, Catch::Contains("price: 70.50 USD per instance-hour from the catalog (SageMaker training on-demand, us-west-2)"));
+  CHECK_THAT(job.err, Catch::Contains("price: 70.50 USD per instance-hour (SageMaker training on-demand, us-west-2)"));
+  // recommend's --price-per-hour prices the job it emits too (a review: the note gave the catalog's 55.04)
+  const auto picked = run_cli({"-v", "recommend", "Llama-3.2-1B", "--instance", "ml.p5.48xlarge", "--price-per-hour", "10", "--emit", "sagemaker"});
+  REQUIRE(picked.code == 0);
+  CHECK_THAT(picked.err, Catch::Contains("price: 10.00 USD per instance-hour (--price-per-hour)"));
   // without the file: the EC2 price, labelled as such
   const auto ec2 = run_cli({"estimate", "Llama-3.2-1B", "--instance", "ml.p5.48xlarge", "--tokens", "1B", "--format", "json"});
   CHECK(nlohmann::json::parse(ec2.out)["training"]["price_per_hour_usd"].get<double>() == 55.04);
