@@ -279,8 +279,9 @@ std::string format_reason(const model_spec& m, const plan_result& r, const recom
     if (c.config.format == compute_format::bf16) bf16 = &c;
   std::string line = fmt::format("precision {} for a {:.1f}B-parameter model", to_string(win), params_b);
   if (bf16) {
+    // of the compute, not of the step: exposed communication, offload and the bubble are not what a faster GEMM shortens
     const double share = bf16->throughput.gemm / bf16->throughput.compute;
-    line += fmt::format(": GEMMs are {:.0f}% of a bf16 step", 100 * share);
+    line += fmt::format(": GEMMs are {:.0f}% of a bf16 step's compute", 100 * share);
   }
   std::vector<std::string> cmp;
   for (const auto& c : r.best_per_format) {
@@ -292,7 +293,8 @@ std::string format_reason(const model_spec& m, const plan_result& r, const recom
     bool tried = false, fit = false;
     for (const auto& c : r.best_per_format) if (c.config.format == f) fit = true;
     (void)tried;
-    if (!fit && o.precisions.empty() && o.precision.empty() && supports(gpu, f)) {
+    // (a LoRA / QLoRA search runs bf16 only: violations refuse the other formats for adapters)
+    if (!fit && o.precisions.empty() && o.precision.empty() && o.finetune == "full" && supports(gpu, f)) {
       // formats outside the tier are named so the user knows what --numerics left out
       if (f == compute_format::nvfp4 && o.numerics != "aggressive") cmp.push_back("nvfp4 needs --numerics aggressive");
       if (f == compute_format::fp8 && o.numerics == "conservative") cmp.push_back("fp8 needs --numerics balanced");
@@ -304,7 +306,22 @@ std::string format_reason(const model_spec& m, const plan_result& r, const recom
         c.config.stack == training_stack::hf && !c.config.compile)
       cmp.push_back(fmt::format("{} runs torchao's eager float8 casts here: try --compile", to_string(c.config.format)));
   for (std::size_t i = 0; i < cmp.size(); ++i) line += (i ? "; " : "; ") + cmp[i];
-  if (win == compute_format::bf16) line += "; low-precision GEMMs do not pay for their casts and kept weights at this size";
+  // why bf16 won, only when another format was searched: by how much it lost, or a tie (the step bound by what the
+  // formats share, e.g. exposed communication; the first format enumerated is kept)
+  const plan_candidate* other = nullptr;
+  for (const auto& c : r.best_per_format)
+    if (c.config.format != win && (!other || c.throughput.tokens_per_s > other->throughput.tokens_per_s)) other = &c;
+  if (win == compute_format::bf16 && other) {
+    if (std::abs(best.throughput.tokens_per_s / other->throughput.tokens_per_s - 1) < 5e-4)
+      line += fmt::format("; tied with {} on tokens/s: the step is bound by what the formats share ({:.0f} s of {:.0f} s exposed "
+                          "communication and bubble), so bf16, enumerated first, is kept",
+                          to_string(other->config.format), best.throughput.exposed_communication.raw() + best.throughput.bubble.raw(),
+                          best.throughput.step.raw());
+    else
+      line += "; low-precision GEMMs do not pay for their casts and kept weights at this size";
+  } else if (win == compute_format::bf16) {
+    line += "; the only format searched";
+  }
   return line;
 }
 
@@ -379,8 +396,12 @@ int scale_out(context& ctx, const recommend_options& o, const hardware_catalog& 
       }
       notes.push_back(n);
     } else if (first_fit && one) {  // one node was evaluated and nothing fitted on it
-      notes.push_back(fmt::format("{}: one node is not enough; the model needs at least {} nodes ({} GPUs)", name,
-                                  first_fit->nodes, first_fit->world));
+      // the smallest count evaluated that fits (--nodes auto tries 1, 2, 4, 8, ...: a count in between may fit too)
+      std::string between;
+      for (const auto& r : rows)
+        if (r.instance->id == name && r.nodes < first_fit->nodes) between = fmt::format("; {} node(s) did not, counts in between were not evaluated", r.nodes);
+      notes.push_back(fmt::format("{}: one node is not enough; the fewest nodes evaluated that fit: {} ({} GPUs){}", name,
+                                  first_fit->nodes, first_fit->world, between));
     } else if (first_fit) {  // the smallest count asked fits; fewer nodes were not evaluated (--nodes N)
       notes.push_back(fmt::format("{}: fits on {} nodes ({} GPUs); fewer nodes were not evaluated (--nodes auto compares 1 to "
                                   "--max-nodes)", name, first_fit->nodes, first_fit->world));
@@ -627,9 +648,24 @@ std::string why(const plan_candidate& a, const plan_candidate& b) {
   if (x.ep != y.ep)
     diffs.push_back(fmt::format("expert parallel {} vs {} ({:.3f} s vs {:.3f} s exposed communication)", x.ep, y.ep,
                                 a.throughput.exposed_communication.raw(), b.throughput.exposed_communication.raw()));
+  // every other setting of the plan tables (optimizer, offload, expandable segments, compile, stack, fine-tuning, ...):
+  // a review found "same knobs" for runners-up with another optimizer or offload set
+  {
+    const auto cx = setting_columns(x), cy = setting_columns(y);
+    for (std::size_t i = 0; i < cx.size(); ++i) {
+      const std::string_view k = cx[i].key;
+      if (k == "micro_batch_size" || k == "seq_len" || k == "grad_accum" || k == "dp" || k == "global_batch_tokens" ||
+          k == "activation_checkpointing" || k == "sharding" || k == "tp" || k == "cp" || k == "ep" || k == "pp" || k == "precision" ||
+          k == "master_weights" || k == "loss" || cx[i].value == cy[i].value)
+        continue;  // named above, or derived from those (accumulation, DP and the global batch follow micro-batch and layout)
+      std::string name(k);
+      std::replace(name.begin(), name.end(), '_', ' ');
+      diffs.push_back(fmt::format("{} {} vs {}", name, cx[i].value, cy[i].value));
+    }
+  }
   std::string d;
   for (std::size_t i = 0; i < diffs.size(); ++i) d += (i ? "; " : "") + diffs[i];
-  if (d.empty()) d = "same knobs";
+  if (d.empty()) d = "no setting (the same plan)";
   if (std::abs(gain) < 5e-4)  // a tie on tokens/s: the search keeps the first found, say so
     return fmt::format("tied with the runner-up on tokens/s ({:.0f} vs {:.0f}; {}); kept the first found, peak {} vs {}; the runner-up "
                        "differs by {}",

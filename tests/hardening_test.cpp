@@ -775,7 +775,42 @@ TEST_CASE("bug: the node comparison says fewer nodes were not evaluated instead 
   CHECK_THAT(r.out, !Catch::Contains("needs at least") && Catch::Contains("fewer nodes were not evaluated"));
   const auto a = run_cli({"recommend", "Llama-3.1-70B", "--instance", "ml.p5.48xlarge", "--nodes", "auto", "--max-nodes", "4"});
   REQUIRE(a.code == 0);
-  CHECK_THAT(a.out, Catch::Contains("one node is not enough; the model needs at least"));  // 1 node evaluated: the claim holds
+  CHECK_THAT(a.out, Catch::Contains("one node is not enough; the fewest nodes evaluated that fit: "));  // 1 node evaluated
+}
+
+TEST_CASE("bug: recommend's node note says which counts it evaluated, not that the model needs the first that fits", "[hardening][recommend]") {
+  // "the model needs at least 8 nodes" of Llama-3.1-405B on p6-b200 while 5 nodes fit: --nodes auto tries 1, 2, 4, 8 (a review)
+  const auto r = run_cli({"recommend", "Llama-3.1-405B", "--instance", "ml.p6-b200.48xlarge", "--nodes", "auto", "--max-nodes", "8"});
+  REQUIRE(r.code == 0);
+  CHECK_THAT(r.out, !Catch::Contains("needs at least") &&
+                        Catch::Contains("the fewest nodes evaluated that fit: 8 (64 GPUs); 4 node(s) did not, counts in between were not evaluated"));
+  const auto five = run_cli({"recommend", "Llama-3.1-405B", "--instance", "ml.p6-b200.48xlarge", "--nodes", "5", "--top", "1"});
+  CHECK(five.code == 0);  // a count in between fits
+}
+
+TEST_CASE("bug: recommend's why and precision lines name what was compared", "[hardening][recommend]") {
+  // "the runner-up differs by same knobs" of a runner-up with another optimizer; "low-precision GEMMs do not pay for
+  // their casts" when --precision bf16 searched nothing else (mxfp8 is 29 % faster there); "nvfp4 needs --numerics
+  // aggressive" to a LoRA search, which runs bf16 only (a review of the explanation lines)
+  const auto r = run_cli({"recommend", "Llama-3.1-8B", "--instance", "ml.p5.48xlarge", "--optimizer", "auto", "--format", "json", "--top", "2"});
+  REQUIRE(r.code == 0);
+  const auto j = nlohmann::json::parse(r.out);
+  REQUIRE(j["plans"].size() >= 2);
+  const auto& a = j["plans"][0]["config"];
+  const auto& b = j["plans"][1]["config"];
+  const std::string why = j["explanation"].get<std::string>();
+  INFO(why);
+  CHECK_THAT(why, !Catch::Contains("same knobs"));
+  if (a["optimizer"] != b["optimizer"])
+    CHECK_THAT(why, Catch::Contains("optim " + a["optimizer"].get<std::string>() + " vs " + b["optimizer"].get<std::string>()));
+  const auto only = run_cli({"recommend", "Llama-3.1-8B", "--instance", "ml.p6-b200.48xlarge", "--precision", "bf16"});
+  REQUIRE(only.code == 0);
+  CHECK_THAT(only.out, Catch::Contains("; the only format searched") && !Catch::Contains("do not pay for their casts"));
+  const auto lora = run_cli({"recommend", "Llama-3.1-8B", "--instance", "ml.p6-b200.48xlarge", "--finetune", "lora"});
+  REQUIRE(lora.code == 0);
+  CHECK_THAT(lora.out, !Catch::Contains("nvfp4 needs --numerics aggressive"));
+  const auto compute = run_cli({"recommend", "Llama-3.1-8B", "--instance", "ml.p6-b200.48xlarge"});
+  CHECK_THAT(compute.out, Catch::Contains("of a bf16 step's compute"));
 }
 
 TEST_CASE("bug: a pipeline plan's exposed P2P time never exceeds its P2P total", "[hardening][pipeline]") {
