@@ -132,12 +132,16 @@ std::optional<memory_saver> find_memory_saver(const model_spec& m, const resolve
     plan_result res = search_plans(m, t.gpu, t.instance ? &*t.instance : nullptr, r, 1, false, k.overheads, k.throughput);
     if (res.ranked.empty()) continue;
     memory_saver ms{st.label, res.ranked.front(), {}, {}};
+    // a saver that is not itself an offload keeps the --offload the request asked for: named, and kept in the full
+    // AdamW plan it is compared with (a review: "Adafactor ..." labelled a plan that also offloaded optimizer,params)
+    const unsigned asked = st.offload == 0 ? ms.best.config.offload : 0u;
+    if (asked != 0) ms.label += fmt::format(", with the CPU offload asked ({})", offload_to_string(asked));
     training_config full = ms.best.config;
     full.finetune = finetune_mode::full;
     full.lora = lora_settings{};
     full.optim = optimizer_kind::adamw;
     full.master = req.master;
-    full.offload = 0;
+    full.offload = asked;
     ms.full_memory = estimate_memory(m, full, t.gpu, k.overheads);
     ms.full_throughput = estimate_throughput(m, full, t.gpu, t.instance ? &*t.instance : nullptr, k.throughput);
     return ms;
@@ -179,7 +183,9 @@ std::string hint_line(const batch_hint& h, const plan_candidate& best, int world
   const std::string parts =
       fmt::format("{:.0f}% of the step is exposed communication{} ({:.3f} s of {:.3f} s: {})", 100 * h.share,
                   te.bubble.raw() > 0 ? " and pipeline bubble" : "", (te.exposed_communication + te.bubble).raw(), te.step.raw(), what);
-  const std::string per_gpu = fmt::format("{} tokens per step, {} per GPU", h.tokens, h.tokens / std::max(1, world));
+  // the plan's own global batch: the accumulation rounds the one asked (a review: 4194304 quoted of a plan running 4259840)
+  const std::int64_t tokens = global_batch_tokens(best.config);
+  const std::string per_gpu = fmt::format("{} tokens per step, {} per GPU", tokens, tokens / std::max(1, world));
   if (h.larger && h.then) {
     const auto& t2 = h.then->throughput;
     return fmt::format("{} with {}: the per-GPU batch is too small to hide it; a global batch of {} tokens ({} per GPU) would bring it "

@@ -788,6 +788,21 @@ TEST_CASE("bug: recommend's node note says which counts it evaluated, not that t
   CHECK(five.code == 0);  // a count in between fits
 }
 
+TEST_CASE("bug: recommend's saver names the offload the request asked for, and the hint quotes the plan's global batch", "[hardening][recommend]") {
+  // "the cheapest memory saver that fits: QLoRA (NF4 base): ..., CPU offload optimizer" named QLoRA only, and compared it
+  // with a full AdamW fine-tune without the offload asked; "with 4194304 tokens per step" of a plan running 4259840 (a review)
+  const auto s = run_cli({"recommend", "Llama-3.1-405B", "--instance", "ml.p5.48xlarge", "--offload", "optimizer"});
+  CHECK(s.code == 1);
+  CHECK_THAT(s.out + s.err, Catch::Contains("the cheapest memory saver that fits: QLoRA (NF4 base), with the CPU offload asked (optimizer): "));
+  const auto h = run_cli({"recommend", "Llama-3.1-405B", "--instance", "ml.p6-b200.48xlarge", "--nodes", "5", "--format", "json"});
+  REQUIRE(h.code == 0);
+  const auto j = nlohmann::json::parse(h.out);
+  const auto runs = j["plans"][0]["config"]["global_batch_tokens"].get<std::int64_t>();
+  REQUIRE(runs != 4194304);  // the accumulation rounds the global batch asked
+  REQUIRE(j.contains("global_batch_hint"));
+  CHECK_THAT(j["global_batch_hint"]["summary"].get<std::string>(), Catch::Contains("with " + std::to_string(runs) + " tokens per step"));
+}
+
 TEST_CASE("bug: recommend's why and precision lines name what was compared", "[hardening][recommend]") {
   // "the runner-up differs by same knobs" of a runner-up with another optimizer; "low-precision GEMMs do not pay for
   // their casts" when --precision bf16 searched nothing else (mxfp8 is 29 % faster there); "nvfp4 needs --numerics
