@@ -1162,6 +1162,22 @@ runner register_recommend(CLI::App& app, context& ctx) {
     // a full fine-tune that does not fit: name the cheapest memory saver that does
     std::optional<memory_saver> saver;
     if (r.ranked.empty() && req.finetune == finetune_mode::full) saver = find_memory_saver(m, t, req, req.lora, o->k);
+    // the lines under the table, one text for every format (a review: Markdown had only "Why #1" and "Launch")
+    std::string batch_line, pipeline_line;
+    if (!r.ranked.empty()) {
+      const training_config& c1 = r.ranked.front().config;
+      if (global_batch_tokens(c1) != req.global_batch_tokens)
+        batch_line = fmt::format("plan #1 runs {} tokens per step ({} sequences of {}), {:+.1f}% from the {} asked: the accumulation "
+                                 "rounds up to whole micro-batches",
+                                 global_batch_tokens(c1), c1.micro_batch * c1.grad_accum * c1.dp(), c1.seq_len,
+                                 100.0 * (static_cast<double>(global_batch_tokens(c1)) / static_cast<double>(req.global_batch_tokens) - 1),
+                                 req.global_batch_tokens);
+      if (c1.pp == 1 && r.best_pipeline && req.nodes > 1)  // the pipeline alternative across nodes
+        pipeline_line = fmt::format("the best pp plan runs {:.0f} tokens/s ({:+.1f}%): {}; bubble {:.3f} s per step",
+                                    r.best_pipeline->throughput.tokens_per_s,
+                                    100 * (r.best_pipeline->throughput.tokens_per_s / r.ranked.front().throughput.tokens_per_s - 1),
+                                    describe(r.best_pipeline->config), r.best_pipeline->throughput.bubble.raw());
+    }
     if (o->format == "json") {
       nlohmann::ordered_json j;
       j["model"] = m.name;
@@ -1205,22 +1221,19 @@ runner register_recommend(CLI::App& app, context& ctx) {
       std::vector<std::optional<error_band>> bands;
       for (const auto& p : r.ranked) bands.push_back(ctx.band(t.gpu.id, p.config));
       std::string md = plans_markdown(m, where, req, r, explanation, bands);
-      if (const auto footer = md.rfind("<sub>"); !launch.empty())  // before the version footer, as "Why #1"
-        md.insert(footer == std::string::npos ? md.size() : footer, "**Launch:** " + launch + "\n\n");
+      std::string lines;  // before the version footer, after "Why #1", in the text output's order
+      for (const auto& [label, text] : {std::pair<const char*, const std::string*>{"Global batch", &batch_line}, {"Precision", &precision_line},
+                                        {"Communication", &hint_text}, {"Launch", &launch}, {"Pipeline parallelism", &pipeline_line}})
+        if (!text->empty()) lines += fmt::format("**{}:** {}\n\n", label, *text);
+      if (saver) lines += "**No full fine-tune fits;** " + saver_line(*saver) + "\n\n";
+      const auto footer = md.rfind("<sub>");
+      md.insert(footer == std::string::npos ? md.size() : footer, lines);
       ctx.out << md;
     } else {
       ctx.out << fmt::format("{} on {}: {} configurations evaluated, {} fit{} with {:.1f}% headroom ({}); global batch {} tokens asked\n",
                              m.name, where, r.evaluated, r.fitting, unreplayed_note(r), 100 * req.headroom, o->headroom_source,
                              req.global_batch_tokens);
-      if (!r.ranked.empty() && global_batch_tokens(r.ranked.front().config) != req.global_batch_tokens)
-        ctx.out << fmt::format("global batch: plan #1 runs {} tokens per step ({} sequences of {}), {:+.1f}% from the {} asked: the "
-                               "accumulation rounds up to whole micro-batches\n",
-                               global_batch_tokens(r.ranked.front().config),
-                               r.ranked.front().config.micro_batch * r.ranked.front().config.grad_accum * r.ranked.front().config.dp(),
-                               r.ranked.front().config.seq_len,
-                               100.0 * (static_cast<double>(global_batch_tokens(r.ranked.front().config)) /
-                                            static_cast<double>(req.global_batch_tokens) - 1),
-                               req.global_batch_tokens);
+      if (!batch_line.empty()) ctx.out << "global batch: " << batch_line << "\n";
       ctx.out << "\n";
       if (!r.ranked.empty()) {
         const term_style st = style_for(ctx.out, o->ascii);
@@ -1272,11 +1285,7 @@ runner register_recommend(CLI::App& app, context& ctx) {
         if (!precision_line.empty()) ctx.out << "precision: " << precision_line << "\n";
         if (!hint_text.empty()) ctx.out << "communication: " << hint_text << "\n";
         if (!launch.empty()) ctx.out << "launch: " << launch << "\n";
-        if (r.ranked.front().config.pp == 1 && r.best_pipeline && req.nodes > 1)  // the pipeline alternative across nodes
-          ctx.out << fmt::format("pipeline parallelism: the best pp plan runs {:.0f} tokens/s ({:+.1f}%): {}; bubble {:.3f} s per step\n",
-                                 r.best_pipeline->throughput.tokens_per_s,
-                                 100 * (r.best_pipeline->throughput.tokens_per_s / r.ranked.front().throughput.tokens_per_s - 1),
-                                 describe(r.best_pipeline->config), r.best_pipeline->throughput.bubble.raw());
+        if (!pipeline_line.empty()) ctx.out << "pipeline parallelism: " << pipeline_line << "\n";
       }
     }
     if (r.ranked.empty()) {
@@ -1302,7 +1311,7 @@ runner register_recommend(CLI::App& app, context& ctx) {
         ctx.err << fmt::format("bwplan: no configuration of {} could be evaluated on {}: {}\n", m.name, where, why);
         return failure;
       }
-      if (saver && o->format != "json") ctx.out << "\nno full fine-tune fits; " << saver_line(*saver) << "\n";
+      if (saver && o->format == "table") ctx.out << "\nno full fine-tune fits; " << saver_line(*saver) << "\n";
       // candidates the global batch ruled out (a review: "try more nodes" was the advice when every micro-batch
       // that fits needed more accumulation than a plan takes)
       const std::string skipped = skipped_accumulation_note(r, req);

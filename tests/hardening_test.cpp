@@ -15,6 +15,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <functional>
 #include <limits>
@@ -801,6 +802,29 @@ TEST_CASE("bug: recommend's saver names the offload the request asked for, and t
   REQUIRE(runs != 4194304);  // the accumulation rounds the global batch asked
   REQUIRE(j.contains("global_batch_hint"));
   CHECK_THAT(j["global_batch_hint"]["summary"].get<std::string>(), Catch::Contains("with " + std::to_string(runs) + " tokens per step"));
+}
+
+TEST_CASE("bug: recommend --format markdown carries the lines the table output prints under the table", "[hardening][recommend]") {
+  // Markdown had "Why #1" and "Launch" only: no precision, communication, pipeline or global-batch line, and the memory
+  // saver after the version footer as plain text (a review of the explanation lines)
+  const auto t = run_cli({"recommend", "Llama-3.1-405B", "--instance", "ml.p6-b200.48xlarge", "--nodes", "5"});
+  const auto md = run_cli({"recommend", "Llama-3.1-405B", "--instance", "ml.p6-b200.48xlarge", "--nodes", "5", "--format", "markdown"});
+  REQUIRE(t.code == 0);
+  REQUIRE(md.code == 0);
+  for (const auto& [text_label, md_label] : {std::pair{"global batch: ", "**Global batch:** "}, {"precision: ", "**Precision:** "},
+                                              {"communication: ", "**Communication:** "}}) {
+    INFO(text_label);
+    const auto at = t.out.find(std::string("\n") + text_label);
+    REQUIRE(at != std::string::npos);
+    const std::string line = t.out.substr(at + 1 + std::strlen(text_label), t.out.find('\n', at + 1) - at - 1 - std::strlen(text_label));
+    CHECK_THAT(md.out, Catch::Contains(md_label + line));
+  }
+  CHECK(md.out.find("**Precision:**") < md.out.rfind("<sub>"));
+  const auto none = run_cli({"recommend", "Llama-3.1-70B", "--instance", "ml.p5.48xlarge", "--format", "markdown"});
+  CHECK(none.code == 1);
+  const auto saver = none.out.find("**No full fine-tune fits;** the cheapest memory saver that fits: ");
+  REQUIRE(saver != std::string::npos);
+  CHECK(saver < none.out.rfind("<sub>"));
 }
 
 TEST_CASE("bug: recommend's why and precision lines name what was compared", "[hardening][recommend]") {
