@@ -827,6 +827,19 @@ TEST_CASE("bug: recommend --format markdown carries the lines the table output p
   CHECK(saver < none.out.rfind("<sub>"));
 }
 
+TEST_CASE("bug: recommend --seq auto's precision line names the sequence of a format's plan at another length", "[hardening][recommend]") {
+  // "-1% tokens/s vs bf16" compared plan #1 (mxfp8, 2048) with bf16's best plan at 1024 without saying so (a review)
+  const auto j = run_cli({"recommend", "Qwen3-0.6B", "--instance", "ml.p6-b200.48xlarge", "--seq", "auto", "--format", "json"});
+  REQUIRE(j.code == 0);
+  const auto d = nlohmann::json::parse(j.out);
+  const std::string line = d["precision_explanation"].get<std::string>();
+  const auto seq1 = d["plans"][0]["config"]["seq_len"].get<std::int64_t>();
+  INFO(line);
+  const auto at = line.find("vs bf16 at sequence ");
+  REQUIRE(at != std::string::npos);  // this search's bf16 plan runs another length than plan #1
+  CHECK(std::stoll(line.substr(at + std::strlen("vs bf16 at sequence "))) != seq1);
+}
+
 TEST_CASE("bug: recommend's why and precision lines name what was compared", "[hardening][recommend]") {
   // "the runner-up differs by same knobs" of a runner-up with another optimizer; "low-precision GEMMs do not pay for
   // their casts" when --precision bf16 searched nothing else (mxfp8 is 29 % faster there); "nvfp4 needs --numerics
