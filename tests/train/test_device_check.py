@@ -33,14 +33,15 @@ out = args[args.index("--output-dir") + 1]
 ests = {}
 for fn in glob.glob(os.path.join(out, "estimate-*.json")):
     e = json.load(open(fn)); c = e["config"]
-    ests[(c["precision"], c["master_weights"], c["activation_checkpointing"], c["modules"], c["loss"], c.get("finetune", "full"), c.get("optimizer", "adamw"))] = (e["memory"]["peak_allocated_bytes"], e["throughput"]["tokens_per_s"])
+    ests[(c["precision"], c["master_weights"], c["activation_checkpointing"], c["modules"], c["loss"], c.get("finetune", "full"), c.get("optimizer", "adamw"))] = (e["memory"]["peak_allocated_bytes"], e["throughput"]["tokens_per_s"], e["memory"]["peak_reserved_bytes"])
 mem_f, tps_f = float(os.environ.get("FAKE_MEM", "1.02")), float(os.environ.get("FAKE_TPS", "0.93"))
 with open(os.path.join(out, "measurements.jsonl"), "a") as f:
     f.write(json.dumps({"kind": "env", "gpu": "NVIDIA H200", "torch": "2.11.0+fake"}) + "\n")
     for i, p in enumerate(json.load(open(probe))["plans"]):
         time.sleep(float(os.environ.get("FAKE_SLEEP", "0")))
-        m, t = ests[(p["precision"], p["master_weights"], p["activation_checkpointing"], p.get("modules", "fused"), p.get("loss", "standard"), p.get("finetune", "full"), p.get("optimizer", "adamw"))]
+        m, t, res = ests[(p["precision"], p["master_weights"], p["activation_checkpointing"], p.get("modules", "fused"), p.get("loss", "standard"), p.get("finetune", "full"), p.get("optimizer", "adamw"))]
         f.write(json.dumps({"kind": "probe", "ok": True, "plan": p, "peak_allocated": int(m / mem_f), "tokens_per_s": t / tps_f,
+                            "peak_reserved": int(res / mem_f),
                             "versions": {"transformers": "4.57.1"}}) + "\n")
         f.flush()
         print(f"probe {i + 1} {p['precision']} ok", flush=True)
@@ -110,15 +111,19 @@ class DeviceCheckDryRunTest(unittest.TestCase):
             for s in ("bf16-fp32-master", "bf16-master"):
                 with open(os.path.join(d, "o", f"estimate-{s}.json")) as f:
                     e = json.load(f)
-                ests[e["config"]["master_weights"]] = (e["memory"]["peak_allocated_bytes"], e["throughput"]["tokens_per_s"])
+                ests[e["config"]["master_weights"]] = (e["memory"]["peak_allocated_bytes"], e["throughput"]["tokens_per_s"],
+                                                       e["memory"]["peak_reserved_bytes"])
 
-            def write(path, mem_factor, tps_factor):
+            def write(path, mem_factor, tps_factor, res_factor=None):
                 with open(path, "w") as f:
                     f.write(json.dumps({"kind": "env", "gpu": "NVIDIA H200", "torch": "2.11.0", "cuda": "12.9"}) + "\n")
                     for p in plans:
-                        m, t = ests[p["master_weights"]]
-                        f.write(json.dumps({"kind": "probe", "ok": True, "plan": p, "peak_allocated": int(m / mem_factor),
-                                            "tokens_per_s": t / tps_factor, "versions": {"transformers": "4.57.1"}}) + "\n")
+                        m, t, res = ests[p["master_weights"]]
+                        rec = {"kind": "probe", "ok": True, "plan": p, "peak_allocated": int(m / mem_factor),
+                               "tokens_per_s": t / tps_factor, "versions": {"transformers": "4.57.1"}}
+                        if res_factor is not None:
+                            rec["peak_reserved"] = int(res / res_factor)
+                        f.write(json.dumps(rec) + "\n")
 
             good = os.path.join(d, "good.jsonl")
             write(good, 1.03, 1.10)
@@ -133,6 +138,18 @@ class DeviceCheckDryRunTest(unittest.TestCase):
             self.assertIn("✗ tokens/s", r.stdout)
             with open(os.path.join(d, "o", "device_check.md")) as f:
                 self.assertIn("| bf16 master |", f.read())
+            # peak reserved (issue 15): compared when the record carries it, against 6 %
+            res_ok = os.path.join(d, "res_ok.jsonl")
+            write(res_ok, 1.03, 1.10, 0.95)
+            r = run_tool(["--from-records", res_ok, "--plans", "bf16-fp32-master,bf16-master"], d)
+            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+            self.assertIn("| \u22125.0 % |", r.stdout)  # measured = estimate / 0.95: error 0.95 - 1
+            res_bad = os.path.join(d, "res_bad.jsonl")
+            write(res_bad, 1.03, 1.10, 1.08)
+            r = run_tool(["--from-records", res_bad, "--plans", "bf16-fp32-master,bf16-master"], d)
+            self.assertEqual(r.returncode, 1, r.stdout + r.stderr)
+            self.assertIn("✗ reserved", r.stdout)
+            self.assertNotIn("✗ memory", r.stdout)
 
     def test_run_path_with_a_stand_in_trainer(self):
         with tempfile.TemporaryDirectory() as d:
