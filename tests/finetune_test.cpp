@@ -527,3 +527,31 @@ TEST_CASE("bug: Adafactor's step holds one parameter's full-size variance estima
   const auto e = estimate_memory(m, one, g);
   CHECK(e.at_optimizer_peak.transient.raw() >= 4.0 * 128256 * 2048);
 }
+
+// adapter_shape_of counted a MoE block's MLP adapters at the routed per-token width (top-k experts), while PEFT puts
+// an adapter on every expert's gate/up/down_proj (each an nn.Linear of transformers' Qwen3MoeSparseMoeBlock): the
+// adapters, their gradients and AdamW states of Qwen3-30B-A3B at r 16 over all linears were counted as 32 M parameters
+// where PEFT trains 844 M (12.6 GB of fp32 states, gradients and masters missing on one GPU). Hand-derived from the
+// config (h 2048, q 32 × 128, k/v 4 × 128, 128 experts of width 768, top-8, 48 blocks, no shared expert).
+TEST_CASE("bug: LoRA on a MoE model stored the adapters of the top-k experts only", "[finetune][moe][bugs]") {
+  const fs::path configs = fs::path(BWPLAN_SOURCE_DIR) / "configs";
+  const model_spec m = io::load_model(configs / "models" / "qwen3-30b-a3b.json");
+  const lora_settings s{16, 32, lora_target::all_linear, 0};
+  const double r = 16, h = 2048, q = 4096, kv = 512, fe = 768;
+  const double attn = r * ((h + q) + 2 * (h + kv) + (q + h));  // 278,528
+  const adapter_shape a = adapter_shape_of(m, s);
+  CHECK(a.params == attn + 3 * r * 128 * (h + fe));            // every expert's gate, up, down: 17,580,032 per block
+  CHECK(a.params * 48 == 843'841'536);
+  CHECK(a.params_per_token == attn + 3 * r * 8 * (h + fe));    // the 8 routed experts a token runs through
+  CHECK(a.in_sum == (h + h + h + q) + 2 * 8 * h + 8 * fe);     // q, k, v, o; gate and up read 8 copies of h; down 8·768
+  CHECK(a.widest_out == 8 * fe);                               // the routed width per token (gate, up), as before
+  CHECK(a.widest_in == 8 * fe);                                // down's input; h, not the 8 copies of it, for gate/up
+  CHECK(adapter_shape_of(m, s, 8).params == attn + 3 * r * 16 * (h + fe));  // ep 8: 16 experts (and adapters) a rank
+  // a dense model: stored = per token
+  const adapter_shape d = adapter_shape_of(llama_1b(), s);
+  CHECK(d.params == d.params_per_token);
+  // the states on one GPU without sharding: fp32 AdamW moments of every adapter, 8 B each
+  const auto j = estimate_json({"Qwen3-30B-A3B", "--gpu", "b200", "--gpus", "1", "--sharding", "none", "--mbs", "1", "--seq", "512",
+                                "--finetune", "lora", "--lora-rank", "16", "--lora-targets", "all-linear"});
+  CHECK(j["memory"]["breakdown"]["optimizer_states"].get<double>() == Approx(8 * 843'841'536.0).epsilon(1e-9));
+}

@@ -55,7 +55,10 @@ inline constexpr double bnb_8bit_pair_bytes = 2.0 + 2.0 * 4.0 / 256.0;
 
 /// The LoRA adapters of one decoder block: their parameters and the widths the memory and time terms read.
 struct adapter_shape {
-  double params = 0;   ///< adapter parameters of one block: Σ r·(d_in + d_out) over the adapted linears
+  double params = 0;   ///< adapter parameters one block stores: Σ r·(d_in + d_out) over its adapted linears (MoE: every
+                       ///< routed expert's, divided by expert parallelism), averaged over blocks
+  double params_per_token = 0;  ///< adapter parameters a token runs through in one block (MoE: its top-k experts and
+                                ///< the shared expert), averaged over blocks: the adapters' FLOPs are 2·this per token
   double modules = 0;  ///< adapted linears in one block
   double in_sum = 0;   ///< Σ d_in over the adapted linears (elements per token entering the adapters)
   double out_sum = 0;  ///< Σ d_out over the adapted linears (elements per token the adapters add to)
@@ -71,31 +74,63 @@ struct adapter_shape {
 /// The adapters `lora` puts on one block of `m`: per adapted linear `A` (r × d_in) and `B` (d_out × r), so
 /// `r·(d_in + d_out)` parameters (PEFT `src/peft/tuners/lora/layer.py` `update_layer`: `nn.Linear(in_features, r)`
 /// and `nn.Linear(r, out_features)`, bias off). q_proj h→a·d, k_proj and v_proj h→g·d, o_proj a·d→h, gate_proj and
-/// up_proj h→F, down_proj F→h, with F the MLP width a token runs through (MoE: the top-k experts and the shared
-/// expert, as mlp_width_per_token; PEFT adapts each expert's linears, whose count this per-token width
-/// under-states for the stored adapters of MoE models: adapters on routed experts are counted once per routed
-/// width). Checked against PEFT's recorded Llama-3.2-3B r=32 q,v count (9,175,040, tests/finetune_test.cpp).
-[[nodiscard]] constexpr adapter_shape adapter_shape_of(const model_spec& m, const lora_settings& lora) noexcept {
+/// up_proj h→F, down_proj F→h. Checked against PEFT's recorded Llama-3.2-3B r=32 q,v count (9,175,040,
+/// tests/finetune_test.cpp).
+///
+/// MoE blocks: PEFT adapts every expert's gate/up/down_proj, each an `nn.Linear` of its own (transformers'
+/// `Qwen3MoeSparseMoeBlock`, `MixtralSparseMoeBlock`, DeepSeek's `MoE`: an `nn.ModuleList` of gated MLPs of width
+/// F_e), and the shared expert's (one MLP of width F_s): a block stores `E/ep` routed experts' adapters, `r·(h + F_e)`
+/// per linear and expert, plus the shared expert's `r·(h + F_s)` (expert parallelism places `E/ep` experts, and their
+/// adapters, on a rank). A token runs through its top-k experts' and the shared expert's: `r·(k·(h + F_e) + h + F_s)`
+/// per linear kind (`params_per_token`, the FLOPs), the widths `in_sum` / `out_sum` likewise per token (k + 1 copies of
+/// h in, k·F_e + F_s out for gate and up). The router (an `nn.Linear(h, E)` named `gate` in Qwen3-MoE and Mixtral) is
+/// not one of the seven targets. Dense blocks of a MoE model (DeepSeek's first `first_k_dense_replace`) adapt their
+/// dense MLP; the counts are averaged over blocks as `mlp_width_per_token` averages the widths.
+[[nodiscard]] constexpr adapter_shape adapter_shape_of(const model_spec& m, const lora_settings& lora, int ep = 1) noexcept {
   const double h = static_cast<double>(m.hidden), q = static_cast<double>(m.q_dim()), kv = static_cast<double>(m.kv_dim());
   const double f = detail::mlp_width_per_token(m), r = lora.rank;
   adapter_shape a;
-  auto add = [&](unsigned bit, double din, double dout) {
+  // one adapted linear: `stored` parameters per block, `tok` per token, d_in / d_out per token summed over the copies
+  // a token runs through, and the widths adapter_grad_temp_delta charges (MoE: h and the routed width per token, as
+  // for a dense block of that width: the k copies of h are not one wider input)
+  auto add_linear = [&](unsigned bit, double stored, double tok, double din, double dout, double fac, double wide_in,
+                        double wide_out) {
     if ((lora.targets & bit) == 0) return;
-    a.params += r * (din + dout);
+    a.params += stored;
+    a.params_per_token += tok;
     a.modules += 1;
     a.in_sum += din;
     a.out_sum += dout;
-    a.factored += (r + din) + (dout + r);
-    a.widest_out = std::max(a.widest_out, dout);
-    a.widest_in = std::max(a.widest_in, din);
+    a.factored += fac;
+    a.widest_out = std::max(a.widest_out, wide_out);
+    a.widest_in = std::max(a.widest_in, wide_in);
+  };
+  auto add = [&](unsigned bit, double din, double dout) {
+    add_linear(bit, r * (din + dout), r * (din + dout), din, dout, (r + din) + (dout + r), din, dout);
   };
   add(lora_target::q, h, q);
   add(lora_target::k, h, kv);
   add(lora_target::v, h, kv);
   add(lora_target::o, q, h);
-  if (m.gated_mlp) add(lora_target::gate, h, f);
-  add(lora_target::up, h, f);
-  add(lora_target::down, f, h);
+  if (!m.is_moe()) {
+    if (m.gated_mlp) add(lora_target::gate, h, f);
+    add(lora_target::up, h, f);
+    add(lora_target::down, f, h);
+  } else {
+    // averaged over blocks: Lm MoE blocks, L - Lm dense ones
+    const double L = static_cast<double>(m.layers), wm = static_cast<double>(m.moe_layers) / L, wd = 1 - wm;
+    const double Fd = static_cast<double>(m.intermediate), Fe = static_cast<double>(m.moe_intermediate);
+    const double Fs = static_cast<double>(m.shared_intermediate), shared = Fs > 0 ? 1.0 : 0.0;
+    const double E = static_cast<double>(m.experts) / static_cast<double>(ep < 1 ? 1 : ep), k = static_cast<double>(m.top_k);
+    // one linear kind (h -> width, or width -> h: the same r·(h + width) per module)
+    const double stored = wd * r * (h + Fd) + wm * r * (E * (h + Fe) + shared * (h + Fs));
+    const double tok = wd * r * (h + Fd) + wm * r * (k * (h + Fe) + shared * (h + Fs));
+    const double copies = wd + wm * (k + shared);  // copies of h a token feeds to (or takes from) one linear kind
+    const double fac = wd * (2 * r + h + Fd) + wm * (E * (2 * r + h + Fe) + shared * (2 * r + h + Fs));
+    if (m.gated_mlp) add_linear(lora_target::gate, stored, tok, copies * h, f, fac, h, f);
+    add_linear(lora_target::up, stored, tok, copies * h, f, fac, h, f);
+    add_linear(lora_target::down, stored, tok, f, copies * h, fac, f, h);
+  }
   a.qkv_input = (lora.targets & (lora_target::q | lora_target::k | lora_target::v)) != 0;
   a.gate_up_input = (lora.targets & ((m.gated_mlp ? lora_target::gate : 0u) | lora_target::up)) != 0;
   a.o = (lora.targets & lora_target::o) != 0;

@@ -386,7 +386,7 @@ struct memory_shape {
     s.Pt_block = s.fsdp ? s.block_full : s.Pb;
     s.factored = c.optim == optimizer_kind::adafactor ? adafactor_full_elements(m) / tpd : 0;  // only Adafactor reads it
   } else {
-    s.adapter = adapter_shape_of(m, c.lora);
+    s.adapter = adapter_shape_of(m, c.lora, c.ep);
     s.Pt = static_cast<double>(L) * s.adapter.params;
     s.Pt_block = s.adapter.params;
     s.factored = static_cast<double>(L) * s.adapter.factored;

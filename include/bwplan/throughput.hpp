@@ -571,7 +571,7 @@ struct throughput_shape {
   r.gather = c.fp8_all_gather ? r.Pc + r.root_gemm : 2 * r.Pc;
   if (r.adapters) {
     r.amp = false;  // the frozen base is bf16: no autocast casts of fp32 weights
-    r.adapter = adapter_shape_of(m, c.lora);
+    r.adapter = adapter_shape_of(m, c.lora, c.ep);
     r.Pt = r.L * r.adapter.params;
     r.Ptc = r.Pt;
     const double lin_all = static_cast<double>(pc.block_linear * m.layers + pc.layer_adjust) / c.tp;
@@ -698,8 +698,8 @@ struct block_gemm_seconds {
 ///
 /// A frozen base (LoRA, QLoRA) runs no weight-gradient GEMMs: its blocks and LM head cost forward + input gradient
 /// (autograd skips `mm` outputs whose `should_compute_output` is false; PEFT freezes the base). The adapters
-/// add `6·T·Pt_block` FLOPs per block (forward x·A and (x·A)·B, backward input and weight gradients of both),
-/// skinny rank-r GEMMs bound by HBM: per adapted linear each of the three passes reads the input `2·T·d_in`, and
+/// add `6·T·params_per_token` FLOPs per block (forward x·A and (x·A)·B, backward input and weight gradients of both;
+/// MoE: the top-k experts' adapters a token runs through, adapter_shape), skinny rank-r GEMMs bound by HBM: per adapted linear each of the three passes reads the input `2·T·d_in`, and
 /// reads and writes the output `2·2·T·d_out` (the base output the adapter adds into), at the achieved HBM rate,
 /// or their FLOPs at the bf16 GEMM rate when that is slower.
 [[nodiscard]] inline gemm_terms gemm_time(const throughput_shape& s, const training_config& c,
@@ -749,7 +749,7 @@ struct block_gemm_seconds {
   if (s.adapters) {
     const double hp_rate = r.high_rate.raw() > 0 ? r.high_rate.raw() : hp_peak * k.gemm_max;
     const double runs = L + s.nck;  // every block, again for the recomputed ones (forward only, counted whole)
-    const double fl = 6 * T * s.adapter.params * L + 2 * T * s.adapter.params * s.nck;
+    const double fl = 6 * T * s.adapter.params_per_token * L + 2 * T * s.adapter.params_per_token * s.nck;
     const double by = 3 * T * (2 * s.adapter.in_sum + 4 * s.adapter.out_sum) * runs;
     r.adapter = flops::base(fl);
     r.adapters = seconds::base(std::max(fl / hp_rate, s.hbm > 0 ? by / s.hbm : 0.0));
