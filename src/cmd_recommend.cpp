@@ -590,7 +590,7 @@ std::vector<plan_violation> launch_refusals(const io::training_contract& k, cons
   std::vector<plan_violation> v = io::trainer_refusals(k, p);
   if (c.stack == training_stack::hf && c.modules == module_kernels::fused && !trainer_fuses_norms(m))
     v.push_back({"modules", "/modules", "modules fused: the reference trainer cannot run it (T-modules): " + m.name +
-                                            "'s norms multiply by 1 + weight; use --modules transformers"});
+                                            "'s " + trainer_unfused_norms(m) + "; use --modules transformers"});
   return v;
 }
 
@@ -612,8 +612,8 @@ std::vector<std::vector<std::string>> trainer_refusal_ids(const io::training_con
 /// plans the trainer runs, so the emitted plan can differ from #1). Empty when #1 runs.
 std::string launch_line(const io::training_contract& k, const model_spec& m, const std::vector<plan_candidate>& ranked) {
   if (ranked.empty()) return {};
-  if (m.is_moe())
-    return "the reference trainer runs dense decoder models only (T-model): --emit sagemaker|estimator|modeltrainer refuses " + m.name;
+  if (const std::string why = trainer_model_refusal(m); !why.empty())
+    return why + ": --emit sagemaker|estimator|modeltrainer refuses it";
   const auto v = launch_refusals(k, m, ranked.front().config);
   if (v.empty()) return {};
   std::string what;
@@ -859,9 +859,8 @@ runner register_recommend(CLI::App& app, context& ctx) {
     std::shared_ptr<const io::training_contract> contract;
     if (launcher) {
       contract = std::make_shared<const io::training_contract>(ctx.contract());
-      if (m.is_moe())
-        throw invalid_request(fmt::format("--emit {}: {} is a mixture-of-experts model, and the reference trainer runs dense decoder models "
-                                          "only (T-model)", o->emit, m.name));
+      if (const std::string why = trainer_model_refusal(m); !why.empty())
+        throw invalid_request(fmt::format("--emit {}: {}", o->emit, why));
       // formats the trainer never runs (mxfp8 on the PyTorch 2.11 image) leave the search; naming one is an error
       std::vector<compute_format> runnable;
       for (compute_format f : req.formats) {
@@ -1191,13 +1190,14 @@ runner register_recommend(CLI::App& app, context& ctx) {
                      {"global_batch_tokens", req.global_batch_tokens}, {"seq_lens", req.seq_lens}, {"seconds", secs}};
       j["plans"] = nlohmann::ordered_json::array();
       const auto refusals = contract_for_rows ? trainer_refusal_ids(*contract_for_rows, m, r.ranked) : std::vector<std::vector<std::string>>{};
+      const bool model_refused = !trainer_model_refusal(m).empty();
       for (std::size_t i = 0; i < r.ranked.size(); ++i) {
         const auto& p = r.ranked[i];
         auto x = io::estimate_to_json(m, p.config, p.memory, p.throughput);
         io::add_band_json(x, p.memory, p.throughput, ctx.band(t.gpu.id, p.config));
-        if (contract_for_rows)  // (a MoE model: the trainer refuses the model itself, T-model)
-          x["reference_trainer"] = {{"runs", refusals[i].empty() && !m.is_moe()},
-                                    {"refusals", m.is_moe() ? std::vector<std::string>{"T-model"} : refusals[i]}};
+        if (contract_for_rows)  // (a MoE or non-Llama-layout model: the trainer refuses the model itself, T-model)
+          x["reference_trainer"] = {{"runs", refusals[i].empty() && !model_refused},
+                                    {"refusals", model_refused ? std::vector<std::string>{"T-model"} : refusals[i]}};
         j["plans"].push_back(x);
       }
       if (!launch.empty()) j["launch"] = launch;

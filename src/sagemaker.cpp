@@ -276,13 +276,12 @@ std::string arn_region(std::string_view arn) {
 
 std::vector<plan_violation> launch_violations(const plan_view& plan) {
   std::vector<plan_violation> out = io::trainer_refusals(plan.contract, plan.p);
-  if (plan.model.is_moe())
-    out.push_back({"model", "/model",
-                   fmt::format("{} is a mixture-of-experts model: the reference trainer runs dense decoder models only (T-model)", plan.model.name)});
+  if (std::string why = trainer_model_refusal(plan.model); !why.empty()) out.push_back({"model", "/model", std::move(why)});
   if (plan.config().modules == module_kernels::fused && !trainer_fuses_norms(plan.model))  // (the trainer finds it at start)
     out.push_back({"modules", "/modules",
-                   fmt::format("modules fused: {}'s norms multiply by 1 + weight, which the reference trainer does not fuse "
-                               "(T-modules, apps/train/bwtrain/model.py apply_module_kernels); use --modules transformers", plan.model.name)});
+                   fmt::format("modules fused: {}'s {}, which the reference trainer does not fuse "
+                               "(T-modules, apps/train/bwtrain/model.py apply_module_kernels); use --modules transformers",
+                               plan.model.name, trainer_unfused_norms(plan.model))});
   bwplan::plan q = plan.p;
   q.target.gpu = plan.gpu.id;
   try {

@@ -779,3 +779,39 @@ TEST_CASE("bug: the hyperparameter decoder reads numbers as the trainer does: no
     CHECK_THROWS_AS(io::decode_hyperparameter(*alpha, bad), plan_error);
   }
 }
+
+// The reference trainer's model path needs the Llama layout (model.layers, embed_tokens, norm: check_structure) and
+// fuses only the Llama RMSNorm formula (apply_module_kernels); bwplan emitted GPT-2 and Falcon jobs (blocks under
+// transformer.h) with a warning and StarCoder2 jobs (LayerNorm) under modules fused, which the trainer refuses when
+// the container starts (a helper's audit of the plan loop). Both are refused before a job is written now, and
+// recommend's JSON rows say the trainer does not run them.
+TEST_CASE("bug: jobs for models the reference trainer refuses at start are refused when emitted", "[sagemaker][cli][bugs]") {
+  for (const std::string model : {"gpt2", "falcon-7b"}) {
+    INFO(model);
+    const auto s = run_cli(with({"sagemaker", model, "--instance", "ml.p6-b200.48xlarge", "--seq", "1024", "--modules", "transformers"},
+                                credentials));
+    CHECK(s.code == 2);
+    CHECK(lines(s.err) == 1);
+    CHECK_THAT(s.err, Catch::Contains("keeps its blocks under transformer.h, not model.layers") && Catch::Contains("(T-model"));
+    const auto e = run_cli({"recommend", model, "--instance", "ml.p6-b200.48xlarge", "--seq", "1024", "--emit", "sagemaker"});
+    CHECK(e.code == 2);
+    CHECK_THAT(e.err, Catch::Contains("--emit sagemaker: ") && Catch::Contains("(T-model"));
+    const auto j = run_cli({"recommend", model, "--instance", "ml.p6-b200.48xlarge", "--seq", "1024", "--format", "json"});
+    REQUIRE(j.code == 0);
+    const auto doc = json::parse(j.out);
+    REQUIRE_FALSE(doc["plans"].empty());
+    for (const auto& p : doc["plans"]) {
+      CHECK(p["reference_trainer"]["runs"] == false);
+      CHECK(p["reference_trainer"]["refusals"] == json::array({"T-model"}));
+    }
+  }
+  // a LayerNorm model in the Llama layout: modules fused is refused (T-modules), modules transformers is launched
+  // (Megatron's GPT-3 7B case entered as a starcoder2 config: LayerNorm, GELU MLP, biases)
+  const std::string starcoder = (std::filesystem::path(BWPLAN_SOURCE_DIR) / "tests" / "data" / "megatron-gpt3-7b.json").string();
+  const auto fused = run_cli(with({"sagemaker", starcoder, "--instance", "ml.p6-b200.48xlarge", "--modules", "fused", "--force"}, credentials));
+  CHECK(fused.code == 2);
+  CHECK_THAT(fused.err, Catch::Contains("norms are LayerNorm (mean, weight and bias)") && Catch::Contains("T-modules"));
+  const auto eager = run_cli(with({"sagemaker", starcoder, "--instance", "ml.p6-b200.48xlarge", "--modules", "transformers", "--force"}, credentials));
+  INFO(eager.err);
+  CHECK(eager.code == 0);
+}

@@ -497,9 +497,10 @@ inline std::string_view rule_for(const plan_violation& v) {
   else
     std::snprintf(speed, sizeof speed, "the step %.1f%% %s", std::abs(slower), slower > 0 ? "faster" : "slower");
   char buf[400];
-  if (m.layer_norm)  // RoPE only (the LayerNorm is fused either way)
+  if (m.layer_norm)  // RoPE only (the LayerNorm is fused either way; the trainer refuses modules fused: trainer_fuses_norms)
     std::snprintf(buf, sizeof buf,
-                  fused ? "LayerNorm (ATen's fused kernel in either setting), RoPE in the compute dtype; with transformers' rotary "
+                  fused ? "LayerNorm (ATen's fused kernel in either setting), RoPE in the compute dtype (the reference trainer "
+                          "refuses modules fused for LayerNorm norms, T-modules); with transformers' rotary "
                           "tables (--modules transformers) the peak holds %.2f GiB more and %s"
                         : "LayerNorm (ATen's fused kernel in either setting), transformers' rotary tables; with RoPE in the compute "
                           "dtype (--modules fused) the peak is %.2f GiB lower and %s",

@@ -196,17 +196,42 @@ struct plan {
   return "";
 }
 
+/// Whether the reference trainer can fuse `m`'s norms (modules fused): its block and final norms are the Llama RMSNorm
+/// formula `F.rms_norm` computes. Gemma's `GemmaRMSNorm` multiplies by `1 + weight` (transformers
+/// models/gemma*/modeling_gemma*.py), and a LayerNorm model's `nn.LayerNorm` has a bias and subtracts the mean; the
+/// trainer refuses to fuse either (T-modules, apps/train/bwtrain/model.py `apply_module_kernels`: a norm class outside
+/// `LLAMA_FORMULA_NORMS`): such a plan runs with modules transformers only.
+[[nodiscard]] inline bool trainer_fuses_norms(const model_spec& m) noexcept {
+  return m.family.rfind("gemma", 0) != 0 && !m.layer_norm;
+}
+
+/// What `m`'s norms are, for the T-modules refusal of trainer_fuses_norms ("norms multiply by 1 + weight").
+[[nodiscard]] inline std::string trainer_unfused_norms(const model_spec& m) {
+  return m.layer_norm ? "norms are LayerNorm (mean, weight and bias)" : "norms multiply by 1 + weight";
+}
+
+/// Why the reference trainer refuses model `m` itself (T-model), empty when its model path runs it: a
+/// mixture-of-experts model (apps/train/bwtrain/model.py `model_refusals`: "the reference trainer runs dense models
+/// only"), or a family whose Hugging Face causal-LM class keeps its blocks outside `model.layers` (`GPT2LMHeadModel`
+/// and `FalconForCausalLM` hold `transformer.h`, `transformer.wte`, `transformer.ln_f`), which `check_structure` refuses
+/// when the job starts ("has no model.layers").
+[[nodiscard]] inline std::string trainer_model_refusal(const model_spec& m) {
+  if (m.is_moe())
+    return m.name + " is a mixture-of-experts model: the reference trainer runs dense decoder models only (T-model)";
+  static constexpr std::string_view transformer_h[] = {"gpt2", "falcon", "RefinedWeb", "RefinedWebModel"};
+  for (std::string_view f : transformer_h)
+    if (m.family == f)
+      return m.name + " (" + m.family + ") keeps its blocks under transformer.h, not model.layers: the reference trainer runs "
+             "Llama-layout decoder models only (T-model, apps/train/bwtrain/model.py check_structure)";
+  return {};
+}
+
 /// Every legality rule of a plan for `m`: violations(p.training), then the model's (moe_violations; tp divides
 /// the attention and KV heads; every pipeline stage holds a decoder block, pipeline_violations; learned
 /// positions cap the sequence), the batch arithmetic (global batch = micro-batch × data-parallel size ×
 /// accumulation) and the ranges of plan_limits. What the release does not model (pipeline parallelism with
 /// hybrid or grad-op sharding, adapters or FP8 all-gather) is in violations(). One list, in a fixed order;
 /// empty when the plan is legal.
-/// Whether the reference trainer can fuse `m`'s norms (modules fused): its block and final norms are the Llama RMSNorm
-/// formula `F.rms_norm` computes. Gemma's `GemmaRMSNorm` multiplies by `1 + weight` (transformers
-/// models/gemma*/modeling_gemma*.py) and the trainer refuses to fuse it (T-modules, apps/train/bwtrain/model.py
-/// `apply_module_kernels`): such a plan runs with modules transformers only.
-[[nodiscard]] inline bool trainer_fuses_norms(const model_spec& m) noexcept { return m.family.rfind("gemma", 0) != 0; }
 
 [[nodiscard]] inline std::vector<plan_violation> plan_violations(const model_spec& m, const plan& p) {
   const training_config& c = p.training;
