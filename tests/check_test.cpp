@@ -555,3 +555,20 @@ TEST_CASE("check: BWP012 names the runs its band was measured on", "[check]") {
   const std::string msg = fired(j.report, "BWP012")[0]["message"].get<std::string>();
   CHECK_THAT(msg, Catch::Contains("measured on h200/") && Catch::Contains("no run of h100/") && !Catch::Contains("h100/hf/fsdp from"));
 }
+
+// A SageMaker request never carries "headroom" (planning-only), so check held a job from recommend --emit sagemaker
+// to 5 % while recommend had ranked it at the error band's 3.9 %: BWP002 warned about the plan recommend had just
+// picked, and a CI gate with --fail-on warning failed it (a helper's audit of the plan loop).
+TEST_CASE("bug: check holds a plan without a headroom to the headroom recommend plans with", "[check][bugs]") {
+  const auto rec = test::run_cli({"recommend", "Qwen2.5-72B", "--instance", "ml.p6-b200.48xlarge", "--emit", "sagemaker"});
+  REQUIRE(rec.code == 0);
+  const std::string req = write_file("qwen72-request.json", rec.out);
+  const auto c = test::run_cli({"check", req, "--fail-on", "warning"});
+  INFO(c.out << c.err);
+  CHECK(c.code == 0);
+  CHECK_THAT(c.out, !Catch::Contains("BWP002"));
+  // a plan file's own "headroom" still rules
+  const auto pinned = test::run_cli({"check", write_file("qwen72-plan.json", R"({"model": "Qwen2.5-72B", "instance": "ml.p6-b200.48xlarge",
+    "micro_batch_size": 1, "seq_len": 4096, "activation_checkpointing": "full", "headroom": 0.9})")});
+  CHECK_THAT(pinned.out, Catch::Contains("BWP002"));
+}
