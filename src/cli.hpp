@@ -66,6 +66,12 @@ struct context {
   /// `gpu` and `stack` needs for a plain "fits" (band_headroom, docs/calibration.md#bands), else `fallback`; `source`
   /// says which, in words for the output.
   [[nodiscard]] double default_headroom(const std::string& gpu, training_stack stack, double fallback, std::string& source) const;
+  /// The global options that change an estimate but are no field of a plan file or a SageMaker job (--power-limit,
+  /// --attention-kernel, --calibration), as given ("--power-limit 500"), comma-separated; "" when none was given.
+  [[nodiscard]] std::string unrecorded_options() const;
+  /// Warns (stderr) that `what` (a plan file, a SageMaker job) does not record unrecorded_options(): a reader of it
+  /// (check, estimate --plan, sagemaker --plan) estimates without them unless they are given again. No-op without them.
+  void warn_unrecorded(std::string_view what) const;
 };
 
 /// A registered subcommand: what to run once parsing succeeded.

@@ -234,6 +234,19 @@ runner register_calibrate(CLI::App& app, context& ctx) {
         const double a = get_constant(start, n), b = get_constant(fit.constants, n);
         text += fmt::format("  {:<17} {:>12.6g} -> {:<12.6g} ({:+.1f}%)\n", n, a, b, a > 0 ? 100 * (b / a - 1) : 0.0);
         ej["constants"][n] = {{"before", a}, {"after", b}};
+        // a constant pinned at a bound of its range: the rows ask for a value the model's range excludes (runs 100 x
+        // slower than any GPU allows were fitted to the bounds without a word: a helper's audit)
+        if (const calibration_parameter* cp = find_calibration_parameter(n)) {
+          const bool at_lo = b <= cp->lo * (1 + 1e-9), at_hi = b >= cp->hi * (1 - 1e-9);
+          if (at_lo || at_hi) {
+            const std::string bound = at_lo ? "lower" : "upper";
+            text += fmt::format("  {:<17} at its {} bound {:g}: the rows ask for a value outside its range (check the runs: "
+                                "their GPU, power limit or stack)\n", "", bound, at_lo ? cp->lo : cp->hi);
+            spdlog::warn("calibrate: {} / {}: {} fitted to its {} bound {:g}; the rows ask for a value outside its range", g.gpu, g.stack,
+                         n, bound, at_lo ? cp->lo : cp->hi);
+            ej["constants"][n]["at_bound"] = bound;
+          }
+        }
       }
       for (const auto& n : measured) {
         const double a = get_constant(current(g.gpu, g.stack), n), b = get_constant(start, n);

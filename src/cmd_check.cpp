@@ -85,8 +85,15 @@ plan_outcome evaluate(const context& ctx, const hardware_catalog& cat, const std
     } catch (const invalid_request& e) {
       fail_at(doc, doc.has("instance") ? "/instance" : "/gpu", e.what());
     }
-    for (const auto& v : resolve_world(p, t.instance ? t.instance->gpus_per_node : 0, t.instance ? t.instance->nvlink_domain_gpus : 0))
-      fail_at(doc, v.pointer, v.message);
+    const auto world = resolve_world(p, t.instance ? t.instance->gpus_per_node : 0, t.instance ? t.instance->nvlink_domain_gpus : 0);
+    if (!world.empty() && doc.kind != document_kind::plan && t.instance) {
+      // a SageMaker job: T-world says what the trainer does with a world size other than every GPU of its instances
+      plan q = p;
+      q.training.gpus_per_node = t.instance->gpus_per_node;
+      if (p.target.gpus > 0) q.training.world_size = p.target.gpus;
+      for (const auto& v : io::job_violations(doc, q)) fail_at(doc, v.pointer, v.message);
+    }
+    for (const auto& v : world) fail_at(doc, v.pointer, v.message);
     if (!doc.has("sharding")) p.training.shard = default_sharding(p.training.world_size, p.training.stack);
     (void)cap_default_seq_len(p.training.seq_len, m.max_context, doc.has("seq_len"));  // as estimate: the default at the model's context
     for (const auto& v : io::job_violations(doc, p)) fail_at(doc, v.pointer, v.message);

@@ -704,6 +704,7 @@ int emit(context& ctx, const recommend_options& o, const model_spec& m, const re
          const plan_candidate& best) {
   spdlog::info("emitting plan 1: {}", describe(best.config));
   if (o.emit == "plan") {
+    ctx.warn_unrecorded("the plan file");  // (the SageMaker forms warn in emit_sagemaker)
     plan written = plan_of(o, t, nodes, headroom, best);
     written.model = model_path_for_plan(written.model, o.output);  // (relative to the file, where readers look)
     const std::string text = io::plan_to_json(written).dump(2) + "\n";

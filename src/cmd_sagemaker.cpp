@@ -288,6 +288,7 @@ int emit_sagemaker(const context& ctx, const sagemaker::job_settings& s, const s
   } catch (const plan_error& e) {
     throw flag_error(e.violation());  // what the trainer cannot run: the plan field's flag and the reason
   }
+  ctx.warn_unrecorded("the SageMaker job");
   if (probe) {  // the trainer's probe mode: `train.py --probe probe.json` (the file in the source dir), small runtime
     r.hyperparameters["probe"] = "probe.json";
     r.request["HyperParameters"]["probe"] = sagemaker::sdk_json_encode(nlohmann::ordered_json("probe.json"));

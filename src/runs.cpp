@@ -56,8 +56,19 @@ std::string run_line::dump(const nlohmann::json& v) {
   return d.size() > 40 ? d.substr(0, 40) + "..." : d;
 }
 
+/// The run's micro-batches per step, `grad_accum` (absent or null: 1); an integer in [1, 1048576] (a review: 0 or −5
+/// was taken as 1, 2.5 or "4" ignored, silently; a ground-truth row's was not read at all: an audit).
+static void read_grad_accum(const run_line& rl, training_config& c) {
+  if (auto it = rl.r.find("grad_accum"); it != rl.r.end() && !it->is_null()) {
+    if (!it->is_number_integer() || it->get<std::int64_t>() < 1 || it->get<std::int64_t>() > 1'048'576)
+      throw config_error(rl.where, "/grad_accum", "expected an integer between 1 and 1048576, got " + run_line::dump(*it));
+    c.grad_accum = it->get<std::int64_t>();
+  }
+}
+
 training_config ground_truth_config(const run_line& rl) {
   training_config c;
+  read_grad_accum(rl, c);
   c.micro_batch = rl.integer("mbs");
   c.seq_len = rl.integer("seq");
   const std::string recipe = rl.text("recipe");
@@ -139,12 +150,7 @@ void fill_from_record(const context& ctx, const hardware_catalog& cat, const run
     m.config.gpus_per_node = per_node;
     m.gpu = m.instance->gpu;
   }
-  // the micro-batches the run took per step (a review: 0 or −5 was taken as 1, 2.5 or "4" ignored, silently)
-  if (auto it = r.find("grad_accum"); it != r.end() && !it->is_null()) {
-    if (!it->is_number_integer() || it->get<std::int64_t>() < 1 || it->get<std::int64_t>() > 1'048'576)
-      throw config_error(where, "/grad_accum", "expected an integer between 1 and 1048576, got " + run_line::dump(*it));
-    m.config.grad_accum = it->get<std::int64_t>();
-  }
+  read_grad_accum(rl, m.config);  // the micro-batches the run took per step
   if (auto it = r.find("gpu"); it != r.end() && !it->is_null() && !it->is_string())
     throw config_error(where, "/gpu", std::string("expected the device name (a string), got ") + it->type_name());
   if (auto it = r.find("gpu"); it != r.end() && it->is_string()) {  // the device the record ran on
@@ -198,7 +204,7 @@ void check_measured_rate(const std::string& where, double tokens_per_s, const th
   if (te.tokens_per_s > 0 && te.mfu_format > 0) {
     const double mfu = te.mfu_format * tokens_per_s / te.tokens_per_s;
     if (mfu > 1)
-      throw config_error(where, "/tokens_per_s", fmt::format("{:.6g} tokens/s runs the model's FLOPs at {:.0f}% of the GPUs' dense "
+      throw config_error(where, "/tokens_per_s", fmt::format("{:.6g} tokens/s runs the model's FLOPs at {:.4g}% of the GPUs' dense "
                                                             "peak in the plan's format: not a measurement", tokens_per_s, 100 * mfu));
   }
 }

@@ -14,6 +14,7 @@
 #include <ctime>
 #include <filesystem>
 #include <map>
+#include <set>
 
 namespace bwplan::sagemaker {
 
@@ -359,7 +360,13 @@ job_request build_request(const plan_view& plan, const job_settings& s, std::chr
   r.base_job_name = !s.base_job_name.empty() ? s.base_job_name
                                              : name_stem(fmt::format("{}-{}-{}n", plan.model.name, inst_short, nodes), 39);
   r.job_name = !s.job_name.empty() ? s.job_name : timestamped_name(r.base_job_name, now);
+  if (!s.base_job_name.empty() && s.base_job_name.size() > 39)  // 63 - the 24-character timestamp (cut silently before: an audit)
+    r.warnings.push_back(fmt::format("--base-job-name: {} characters; the job name keeps the first {} before its timestamp ({})",
+                                     s.base_job_name.size(), r.job_name.size() > 24 ? r.job_name.size() - 24 : 0, r.job_name));
   std::string output = s.output_s3;
+  // an s3:// URI needs its bucket: "s3://" alone made the derived checkpoint URI fail, blamed on --checkpoint-s3 (an audit)
+  if (starts_with(output, "s3://") && (output.size() == 5 || output[5] == '/'))
+    throw invalid_request(fmt::format("--output-s3 {}: no bucket; expected s3://BUCKET[/PREFIX]", output));
   if (output.empty()) {
     output = placeholder_output;
     r.warnings.push_back(fmt::format("no --output-s3: OutputDataConfig uses the placeholder {}; replace it before submitting", output));
@@ -558,8 +565,11 @@ job_request build_request(const plan_view& plan, const job_settings& s, std::chr
   }
   // the caching allocator's setting the plan was estimated with (the trainer checks it against its hyperparameter)
   if (c.expandable_segments) env["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True";
+  std::set<std::string> env_given;
   for (const auto& kv : s.env) {
     auto [k, v] = key_value(kv, "--env");
+    if (!env_given.insert(k).second)  // (the last value won without a word: a helper's audit)
+      throw invalid_request(fmt::format("--env {}: given twice; give each variable once", k));
     if (k == "PYTORCH_CUDA_ALLOC_CONF" || k == "PYTORCH_ALLOC_CONF") {  // (torch 2.9+ reads the second first: a review)
       // (a review: backend:cudaMallocAsync and max_split_size_mb passed; io::alloc_conf_problem)
       if (const std::string why = io::alloc_conf_problem(v, c.expandable_segments); !why.empty())
@@ -605,6 +615,11 @@ job_request build_request(const plan_view& plan, const job_settings& s, std::chr
           return std::tolower(static_cast<unsigned char>(a)) == b;
         }))
       throw invalid_request("--tag: keys starting with 'aws:' are reserved by AWS, got '" + k + "'");
+    if (k == "bwplan:version" || k == "bwplan:contract" || k == "bwplan:plan")
+      throw invalid_request("--tag " + k + ": set by bwplan (the version, contract and plan of the job); use another key");
+    // tag keys are unique per resource (SageMaker refuses a request that repeats one; bwplan sent both: a helper's audit)
+    for (const auto& t : tags)
+      if (t["Key"] == k) throw invalid_request("--tag " + k + ": given twice; tag keys must be unique");
     tags.push_back({{"Key", k}, {"Value", v}});
   }
   tags.push_back({{"Key", "bwplan:version"}, {"Value", version_string}});

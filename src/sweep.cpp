@@ -172,7 +172,19 @@ sweep_axis parse_vary(const std::string& spec) {
   for (const auto& p : precisions()) formats.emplace_back(p.name);
   for (const std::string& item : split(values, ',')) {
     if (item.empty()) throw invalid_request("--vary " + spec + ": empty value");
-    if (is_integer_key(a.key)) expand_integers(spec, item, a.values);
+    if (is_integer_key(a.key)) {
+      expand_integers(spec, item, a.values);
+      // the plan's range, with the value given (apply() caps a huge value one past the limit for the rule to refuse,
+      // which then named the capped value, "got 4097" for nodes=99999999: an audit)
+      const std::int64_t hi = a.key == "nodes" ? plan_limits::max_nodes
+                              : a.key == "ac-every" ? plan_limits::max_ac_every
+                              : a.key == "lora-rank" ? 65536
+                              : (a.key == "tp" || a.key == "cp" || a.key == "ep" || a.key == "pp" || a.key == "vpp") ? plan_limits::max_degree
+                              : 0;
+      for (const auto& v : a.values)
+        if (hi > 0 && std::stoll(v) > hi)
+          throw invalid_request(fmt::format("--vary {}: {} must be at most {}, got {}", spec, a.key, hi, v));
+    }
     else if (a.key == "ac") {
       if (parse_checkpointing(item)) a.values.push_back(to_string(*parse_checkpointing(item)));
       else if (!item.empty() && (std::isalpha(static_cast<unsigned char>(item[0])) != 0))

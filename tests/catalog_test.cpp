@@ -356,6 +356,10 @@ TEST_CASE("catalog reader: impossible values are one-line errors naming the file
       {inst_with("gpus_per_node", 0), "user.json: /instances/0/gpus_per_node: must be an integer from 1 to 1024, got 0"},
       {inst_with("gpus_per_node", 2.5), "user.json: /instances/0/gpus_per_node: must be an integer from 1 to 1024, got 2.5"},
       {inst_with("nvlink_domain_gpus", 0), "user.json: /instances/0/nvlink_domain_gpus: must be an integer from 1 to 100000, got 0"},
+      // a domain smaller than the instance, or one splitting instances, was read as the instance's NVLink (an audit)
+      {inst_with("nvlink_domain_gpus", 4), "user.json: /instances/0/nvlink_domain_gpus: must be a multiple of gpus_per_node (8): an "
+                                           "NVLink domain holds whole instances, got 4"},
+      {inst_with("nvlink_domain_gpus", 12), "user.json: /instances/0/nvlink_domain_gpus: must be a multiple of gpus_per_node (8)"},
       {inst_with("price_per_hour_usd", -1), "user.json: /instances/0/price_per_hour_usd: must be a non-negative number, got -1"},
       {inst_with("price_per_hour_usd", 1e9), "user.json: /instances/0/price_per_hour_usd: must be <= 100000, got"},
       {inst_with("price_kind", "spot"), "user.json: /instances/0/price_kind: expected \"ec2-on-demand\", \"ec2-capacity-block\" or \"other\""},

@@ -1140,3 +1140,98 @@ TEST_CASE("bug: recommend refuses SageMaker job settings without an --emit that 
   check_usage_error(run_cli({"recommend", "Llama-3.2-1B", "--gpu", "h100", "--role-arn", "x"}), "--role-arn");
   check_usage_error(run_cli({"recommend", "Llama-3.2-1B", "--gpu", "h100", "--emit", "plan", "--role-arn", "x"}), "not --emit plan");
 }
+
+// A helper's audit of bad and contradictory input (2026-12-07): each of these was accepted with a value silently
+// changed or dropped.
+TEST_CASE("bug: contradictory or repeated input is refused, not silently resolved", "[hardening][cli][bugs]") {
+  const std::vector<std::string> creds{"--role-arn", "arn:aws:iam::111122223333:role/SageMakerTrainingExecutionRole", "--output-s3",
+                                       "s3://amzn-s3-demo-bucket/bwplan/"};
+  auto with = [](std::vector<std::string> a, const std::vector<std::string>& b) {
+    a.insert(a.end(), b.begin(), b.end());
+    return a;
+  };
+  SECTION("a key given twice in one JSON object (nlohmann kept the last value)") {
+    std::string cfg = llama_like;
+    cfg.insert(cfg.find("\"num_hidden_layers\""), "\"hidden_size\": 4096, ");
+    check_usage_error(run_cli({"estimate", write_temp("dup.json", cfg), "--gpu", "h200"}), "/hidden_size: duplicate key 'hidden_size'");
+    const auto plan = write_temp("dup-plan.json", R"({"model": "Llama-3.2-1B", "gpu": "h200", "micro_batch_size": 1,
+  "micro_batch_size": 64})");
+    const auto c = run_cli({"check", plan});
+    CHECK(c.code == 2);
+    CHECK_THAT(c.out + c.err, Catch::Contains("duplicate key 'micro_batch_size'"));
+    // the same key in two objects is fine
+    const auto ok = write_temp("nodup.json", R"({"model": "Llama-3.2-1B", "gpu": "h200", "check": {"disable": []}, "micro_batch_size": 1})");
+    CHECK(run_cli({"check", ok}).code == 0);
+  }
+  SECTION("--gpus that leave instances empty contradict --nodes; a bare GPU's --nodes counts GPUs") {
+    check_usage_error(run_cli({"estimate", "Llama-3.1-8B", "--instance", "ml.p5.48xlarge", "--gpus", "4", "--nodes", "4"}),
+                      "4 GPUs leave 3 of the 4 x ml.p5.48xlarge without a GPU: give gpus above 24 or fewer nodes");
+    const auto part = run_cli({"estimate", "Llama-3.1-8B", "--instance", "ml.p5.48xlarge", "--gpus", "28", "--nodes", "4", "--format", "json"});
+    REQUIRE(part.code == 0);  // a part of the last instance is still a layout
+    CHECK(nlohmann::json::parse(part.out)["config"]["world_size"] == 28);
+    check_usage_error(run_cli({"estimate", "Llama-3.1-8B", "--gpu", "h200", "--gpus", "4", "--nodes", "8"}),
+                      "--nodes 8: with a bare GPU (--gpu h200) nodes count GPUs, and --gpus 4 contradicts it");
+    CHECK(run_cli({"estimate", "Llama-3.1-8B", "--gpu", "h200", "--gpus", "8", "--nodes", "8"}).code == 0);
+    const auto plan = write_temp("empty-nodes.json", R"({"model": "Llama-3.1-8B", "instance": "ml.p5.48xlarge", "gpus": 4, "nodes": 4})");
+    const auto c = run_cli({"check", plan});
+    CHECK(c.code == 2);
+    CHECK_THAT(c.out + c.err, Catch::Contains("without a GPU"));
+  }
+  SECTION("SageMaker tags and environment variables given twice, bwplan's own tags, a long base job name") {
+    const std::vector<std::string> base{"sagemaker", "Llama-3.2-1B", "--instance", "ml.p5.48xlarge"};
+    check_usage_error(run_cli(with(with(base, creds), {"--tag", "a=b", "--tag", "a=c"})), "--tag a: given twice; tag keys must be unique");
+    check_usage_error(run_cli(with(with(base, creds), {"--tag", "bwplan:version=x"})), "--tag bwplan:version: set by bwplan");
+    check_usage_error(run_cli(with(with(base, creds), {"--env", "A=1", "--env", "A=2"})), "--env A: given twice");
+    const auto r = run_cli(with(with(base, creds), {"--base-job-name", std::string(70, 'a')}));
+    INFO(r.err);
+    REQUIRE(r.code == 0);
+    CHECK_THAT(r.err, Catch::Contains("--base-job-name: 70 characters; the job name keeps the first 39 before its timestamp"));
+    CHECK(nlohmann::json::parse(r.out)["TrainingJobName"].get<std::string>().rfind(std::string(39, 'a') + "-", 0) == 0);
+  }
+  SECTION("a ground-truth row's grad_accum is read and checked") {
+    const fs::path dir = temp_path("gt");
+    fs::create_directories(dir / "models");
+    fs::copy_file(fs::path(BWPLAN_SOURCE_DIR) / "configs" / "models" / "llama-3.2-1b.json", dir / "models" / "Llama-3.2-1B.json",
+                  fs::copy_options::overwrite_existing);
+    auto row = [&](const std::string& ga) {
+      std::ofstream(dir / "runs.jsonl") << R"({"model":"Llama-3.2-1B","recipe":"amp","mbs":1,"seq":2048,"ac":"none",)" << ga
+                                        << R"("ok":true,"tokens_per_s":35812.6,"peak_allocated":24251771392,"peak_reserved":25188892672})"
+                                        << "\n";
+      return run_cli({"validate", (dir / "runs.jsonl").string(), "--format", "json"});
+    };
+    check_usage_error(row(R"("grad_accum":0,)"), "/grad_accum: expected an integer between 1 and 1048576, got 0");
+    const auto one = row(""), four = row(R"("grad_accum":4,)");
+    REQUIRE(one.code == 0);
+    REQUIRE(four.code == 0);
+    const double t1 = nlohmann::json::parse(one.out)["rows"][0]["tokens_per_s"]["estimated"];
+    const double t4 = nlohmann::json::parse(four.out)["rows"][0]["tokens_per_s"]["estimated"];
+    CHECK(t4 > t1);  // the optimizer step amortized over 4 micro-batches: the row's grad_accum is estimated
+  }
+  SECTION("calibrate says when a constant is fitted to a bound of its range") {
+    std::ifstream in(fs::path(BWPLAN_SOURCE_DIR) / "tests" / "data" / "probe-records.jsonl");
+    std::ofstream out(temp_path("slow.jsonl"));
+    for (std::string line; std::getline(in, line);) {
+      if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+      auto j = nlohmann::json::parse(line);
+      if (j.contains("tokens_per_s") && j["tokens_per_s"].is_number()) j["tokens_per_s"] = j["tokens_per_s"].get<double>() / 100;
+      out << j.dump() << "\n";
+    }
+    out.close();
+    const auto r = run_cli({"calibrate", temp_path("slow.jsonl").string(), "-o", temp_path("slow.prof.json").string()});
+    INFO(r.out << r.err);
+    CHECK(r.code == 0);
+    CHECK_THAT(r.err, Catch::Contains("fitted to its lower bound"));
+    CHECK_THAT(r.out, Catch::Contains("at its lower bound"));
+  }
+  SECTION("a plan or job emitted under --power-limit, --attention-kernel or --calibration says it does not record them") {
+    const auto e = run_cli({"--power-limit", "500", "--attention-kernel", "fa2", "estimate", "Llama-3.1-8B", "--instance", "ml.p5.48xlarge",
+                            "--emit", "plan"});
+    REQUIRE(e.code == 0);
+    CHECK_THAT(e.err, Catch::Contains("the plan file does not record --power-limit 500, --attention-kernel fa2"));
+    const auto s = run_cli(with({"--power-limit", "500", "sagemaker", "Llama-3.2-1B", "--instance", "ml.p5.48xlarge"}, creds));
+    REQUIRE(s.code == 0);
+    CHECK_THAT(s.err, Catch::Contains("the SageMaker job does not record --power-limit 500"));
+    const auto quiet = run_cli({"estimate", "Llama-3.1-8B", "--instance", "ml.p5.48xlarge", "--emit", "plan"});
+    CHECK_THAT(quiet.err, !Catch::Contains("does not record"));
+  }
+}

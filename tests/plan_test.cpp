@@ -117,9 +117,11 @@ TEST_CASE("plan: resolve_world from the target", "[plan]") {
   CHECK(resolve_world(p, 8).empty());
   CHECK(p.training.world_size == 16);
   CHECK(p.training.gpus_per_node == 8);
-  p.target.gpus = 4;
+  p.target.gpus = 12;  // a part of the last instance
   CHECK(resolve_world(p, 8).empty());
-  CHECK(p.training.world_size == 4);
+  CHECK(p.training.world_size == 12);
+  p.target.gpus = 4;  // an instance left without a GPU contradicts nodes (estimate ran it on one node: an audit)
+  CHECK(has_field(resolve_world(p, 8), "gpus"));
   p.target.gpus = 17;
   CHECK(has_field(resolve_world(p, 8), "gpus"));  // more than 2 x 8
   plan bare;

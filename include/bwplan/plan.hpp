@@ -112,6 +112,12 @@ struct plan {
   if (instance_gpus > 0 && t.gpus > instance_gpus * t.nodes)
     return {{"gpus", "/gpus", std::to_string(t.gpus) + " GPUs exceed the " + std::to_string(instance_gpus * t.nodes) + " GPUs of " +
                                   std::to_string(t.nodes) + " x " + t.instance}};
+  // gpus that leave whole instances without a GPU contradict nodes (estimate ran them on one node, sagemaker refused
+  // them: a helper's audit)
+  if (instance_gpus > 0 && t.nodes > 1 && t.gpus > 0 && t.gpus <= instance_gpus * (t.nodes - 1))
+    return {{"gpus", "/gpus", std::to_string(t.gpus) + " GPUs leave " + std::to_string(t.nodes - (t.gpus + instance_gpus - 1) / instance_gpus) +
+                                  " of the " + std::to_string(t.nodes) + " x " + t.instance + " without a GPU: give gpus above " +
+                                  std::to_string(instance_gpus * (t.nodes - 1)) + " or fewer nodes"}};
   if (instance_gpus == 0 && t.nodes > 1 && t.gpus == 0)
     return {{"nodes", "/nodes", "a bare GPU has no nodes: give the number of GPUs (gpus) or an instance"}};
   p.training.gpus_per_node = instance_gpus > 0 ? instance_gpus : (t.gpus > 0 ? t.gpus : 1);

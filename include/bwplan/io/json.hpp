@@ -110,11 +110,60 @@ inline void check_json_depth(std::string_view text, const std::string& file, std
 
 /// Parses `text` as JSON (comments allowed). Throws config_error naming `file` and the byte offset; also for
 /// a NUL byte (the parser would stop there and ignore the rest) and for nesting deeper than max_json_depth.
+///
+/// A key given twice in one object is an error too (nlohmann keeps the last value, so `"hidden_size": 4096,
+/// "hidden_size": 8192` was read as 8192 without a word: an audit); the error names the key's JSON pointer.
 [[nodiscard]] inline nlohmann::json parse_json(const std::string& text, const std::string& file) {
   detail::reject_nul(text, file);
   detail::check_json_depth(text, file);
+  // the open containers, to name a repeated key's pointer: an array's element index, an object's last key and keys
+  struct frame {
+    bool array = false;
+    std::int64_t index = -1;
+    std::string key;
+    std::vector<std::string> keys;
+  };
+  std::vector<frame> open;
+  std::string duplicate;  // pointer of the first repeated key
+  using ev = nlohmann::json::parse_event_t;
+  const nlohmann::json::parser_callback_t on_event = [&](int, ev e, nlohmann::json& parsed) {
+    switch (e) {
+      case ev::object_start:
+      case ev::array_start:
+        if (!open.empty() && open.back().array) ++open.back().index;
+        open.push_back(frame{e == ev::array_start, -1, {}, {}});
+        break;
+      case ev::object_end:
+      case ev::array_end:
+        if (!open.empty()) open.pop_back();
+        break;
+      case ev::key:
+        if (!open.empty() && parsed.is_string()) {
+          frame& f = open.back();
+          f.key = parsed.get<std::string>();
+          if (std::find(f.keys.begin(), f.keys.end(), f.key) != f.keys.end()) {
+            if (duplicate.empty())
+              for (const frame& g : open) duplicate += "/" + (g.array ? std::to_string(g.index) : pointer_escape(g.key));
+          } else {
+            f.keys.push_back(f.key);
+          }
+        }
+        break;
+      case ev::value:
+        if (!open.empty() && open.back().array) ++open.back().index;
+        break;
+    }
+    return true;
+  };
   try {
-    return nlohmann::json::parse(text, nullptr, true, /*ignore_comments=*/true);
+    nlohmann::json j = nlohmann::json::parse(text, on_event, true, /*ignore_comments=*/true);
+    if (!duplicate.empty()) {
+      const std::string key = duplicate.substr(duplicate.rfind('/') + 1);
+      if (auto l = locate(text, duplicate))
+        throw config_error(file, duplicate, "duplicate key '" + key + "' in one object (give it once)", l->line, l->column, l->byte);
+      throw config_error(file, duplicate, "duplicate key '" + key + "' in one object (give it once)");
+    }
+    return j;
   } catch (const nlohmann::json::parse_error& e) {
     std::string what = e.what();
     // "[json.exception.parse_error.101] parse error at line 1, column 5: syntax error ..." → keep the useful part
@@ -673,6 +722,12 @@ inline void merge_catalog(hardware_catalog& cat, const nlohmann::json& j, const 
       if (!gpu->has_nvlink() && s.nvlink_domain_gpus != 1)
         throw config_error(file, ptr + "/nvlink_domain_gpus",
                            "must be 1 for a PCIe GPU (" + gpu->id + " has no NVLink), got " + std::to_string(s.nvlink_domain_gpus));
+      // a domain is whole instances (HGX: one; NVL72: 18 of 4 GPUs): one smaller than an instance, or one that splits
+      // instances, was read as the instance's own NVLink without a word (an audit)
+      if (gpu->has_nvlink() && s.nvlink_domain_gpus % s.gpus_per_node != 0)
+        throw config_error(file, ptr + "/nvlink_domain_gpus",
+                           "must be a multiple of gpus_per_node (" + std::to_string(s.gpus_per_node) + "): an NVLink domain holds whole "
+                           "instances, got " + std::to_string(s.nvlink_domain_gpus));
       s.host_memory = get_positive(x, file, ptr, "host_memory_gib", L::memory_gib, "1000000", false, 0) * gib;
       s.price_per_hour_usd = get_number(x, file, ptr, "price_per_hour_usd");
       if (s.price_per_hour_usd > L::price_usd_per_hour)
