@@ -1235,3 +1235,18 @@ TEST_CASE("bug: contradictory or repeated input is refused, not silently resolve
     CHECK_THAT(quiet.err, !Catch::Contains("does not record"));
   }
 }
+
+// The same audit: a value changed on the way (sweep named the capped value, "got 4097"; --ac-every overrode --ac
+// every-K; "s3://" blamed --checkpoint-s3, which was not given).
+TEST_CASE("bug: the message names the value and the flag the user gave", "[hardening][cli][bugs]") {
+  check_usage_error(run_cli({"sweep", "Llama-3.2-1B", "--instance", "ml.p5.48xlarge", "--vary", "nodes=99999999"}),
+                    "--vary nodes=99999999: nodes must be at most 4096, got 99999999");
+  check_usage_error(run_cli({"sweep", "Llama-3.2-1B", "--gpu", "h100", "--vary", "lora-rank=99999999"}),
+                    "lora-rank must be at most 65536, got 99999999");
+  check_usage_error(run_cli({"estimate", "Llama-3.1-8B", "--gpu", "h100", "--ac", "every-2", "--ac-every", "4"}),
+                    "--ac-every 4: contradicts --ac every-2");
+  CHECK(run_cli({"estimate", "Llama-3.1-8B", "--gpu", "h100", "--ac", "every-2", "--ac-every", "2"}).code == 0);
+  check_usage_error(run_cli({"sagemaker", "Llama-3.2-1B", "--instance", "ml.p5.48xlarge", "--role-arn",
+                             "arn:aws:iam::111122223333:role/SageMakerTrainingExecutionRole", "--output-s3", "s3://"}),
+                    "--output-s3 s3://: no bucket");
+}
