@@ -195,11 +195,29 @@ std::string hint_line(const batch_hint& h, const plan_candidate& best, int world
   }
   if (h.at16) {
     const auto& t16 = h.at16->throughput;
-    return fmt::format("{} with {}; even 16 times that global batch ({} tokens, {} per GPU) leaves {:.0f}% (MFU {:.1f}% -> {:.1f}%, "
-                       "{}; its step still exposes {}): expert all-to-all, tensor- and context-parallel collectives and FSDP's "
-                       "gathers are paid per micro-batch, so more tokens per step do not hide them",
-                       parts, per_gpu, 16 * h.tokens, 16 * h.tokens / std::max(1, world), 100 * overhead_share(t16), 100 * te.mfu,
-                       100 * t16.mfu, describe(h.at16->config), exposed_parts(*h.at16));
+    const auto& x = t16.exposed;
+    const double floor = 0.01 * t16.step.raw();
+    // why what is left stays (a review: a DDP plan's exposed gradient all-reduce was put down to expert all-to-all,
+    // tensor-parallel collectives and FSDP gathers, none of which it had; and "16 times that" was 16 times the batch
+    // asked, not the plan's own when the node count had rounded it up)
+    std::vector<std::string> why;
+    if (x.expert_parallel.raw() > floor || x.tensor_parallel.raw() > floor || x.context_parallel.raw() > floor)
+      why.emplace_back("expert all-to-all and tensor- and context-parallel collectives are paid per micro-batch");
+    if (x.data_parallel.raw() > floor) {
+      const sharding sh = h.at16->config.shard;
+      why.emplace_back(h.at16->config.grad_accum > 1 && (sh == sharding::full || sh == sharding::hybrid)
+                           ? "FSDP's gathers are paid per micro-batch"
+                           : "the data-parallel collectives of the step outlast the compute they overlap with");
+    }
+    if (te.bubble.raw() > 0 && t16.bubble.raw() > floor) why.emplace_back("the pipeline bubble stays");
+    std::string reason;
+    for (std::size_t i = 0; i < why.size(); ++i) reason += (i == 0 ? "" : i + 1 == why.size() ? " and " : ", ") + why[i];
+    const std::int64_t t16_tokens = 16 * h.tokens;
+    const std::string times = tokens == h.tokens ? "16 times that global batch" : fmt::format("16 times the {} tokens asked", h.tokens);
+    return fmt::format("{} with {}; even {} ({} tokens, {} per GPU) leaves {:.0f}% (MFU {:.1f}% -> {:.1f}%, {}; its step still "
+                       "exposes {}){}",
+                       parts, per_gpu, times, t16_tokens, t16_tokens / std::max(1, world), 100 * overhead_share(t16), 100 * te.mfu,
+                       100 * t16.mfu, describe(h.at16->config), exposed_parts(*h.at16), reason.empty() ? "" : ": " + reason);
   }
   return fmt::format("{} with {}; no plan fits a larger global batch", parts, per_gpu);
 }
@@ -426,6 +444,28 @@ int scale_out(context& ctx, const recommend_options& o, const hardware_catalog& 
     notes.push_back(o.price_per_hour >= 0 ? fmt::format("{}: priced at ${:.2f}/h per instance (--price-per-hour)", inst->id, o.price_per_hour)
                                           : fmt::format("{}: priced at ${:.2f}/h per instance ({})", inst->id, inst->price_per_hour(),
                                                         inst->price_source()));
+  // rows whose plan runs more tokens per step than asked, beyond the accumulation's rounding (> 5 %): one sequence per
+  // GPU and micro-batch already makes more on that many GPUs (an audit: the header's global batch was all the table said)
+  {
+    std::vector<const fleet_row*> over;
+    for (const auto& r : rows)
+      if (r.best && static_cast<double>(global_batch_tokens(r.best->config)) > 1.05 * static_cast<double>(r.global_batch_tokens))
+        over.push_back(&r);
+    if (!over.empty()) {
+      std::string where, runs;
+      for (std::size_t i = 0; i < over.size(); ++i) {
+        const std::int64_t g = global_batch_tokens(over[i]->best->config);
+        where += fmt::format("{}{} x {}", i == 0 ? "" : ", ", over[i]->nodes, over[i]->instance->id);
+        runs += fmt::format("{}{} ({:.3g}x)", i == 0 ? "" : ", ", g,
+                            static_cast<double>(g) / static_cast<double>(over[i]->global_batch_tokens));
+      }
+      bool same = true;
+      for (const fleet_row* r : over) same = same && r->global_batch_tokens == over.front()->global_batch_tokens;
+      notes.push_back(fmt::format("global batch: the plans on {} run {} tokens per step, more than the global batch asked{}: every "
+                                  "GPU takes at least one sequence per micro-batch",
+                                  where, runs, same ? fmt::format(" ({})", over.front()->global_batch_tokens) : std::string()));
+    }
+  }
   if (picked) {  // --emit: the picked plan's payload is the output, not the table
     if (pick == nullptr) {
       ctx.err << fmt::format("bwplan: no configuration of {} fits{} on the instances and node counts searched; nothing emitted\n", m.name,
@@ -466,7 +506,10 @@ int scale_out(context& ctx, const recommend_options& o, const hardware_catalog& 
           x["cost_usd"] = r.cost.usd;
         }
         x["within_constraints"] = r.within;
-        x["global_batch_tokens"] = r.global_batch_tokens;
+        // the plan's own global batch (an audit: the row said the 4194304 asked of a plan running 33554432, one
+        // sequence per GPU on 4,096 nodes), and the one asked
+        x["global_batch_tokens"] = global_batch_tokens(r.best->config);
+        x["global_batch_tokens_asked"] = r.global_batch_tokens;
         if (r.best_pipeline)
           x["best_pipeline_parallel"] = {{"tokens_per_s", r.best_pipeline->throughput.tokens_per_s},
                                          {"mfu", r.best_pipeline->throughput.mfu},

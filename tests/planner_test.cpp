@@ -752,3 +752,33 @@ TEST_CASE("recommend: the count of fitting plans says how many near the line no 
   REQUIRE(html.code == 0);
   CHECK_THAT(html.out, Catch::Contains(" near the line by the cheap bound, not replayed) with "));
 }
+
+// recommend --nodes auto on many nodes (an audit): the rows said the global batch asked (4194304) of plans running up
+// to 8 times more (one 1,024-token sequence per GPU on 4,096 nodes of 8 GPUs), and what 16 times the batch leaves was
+// put down to expert all-to-all, tensor-parallel collectives and FSDP gathers for a DDP plan with none of them, as
+// "16 times that global batch" for 16 times the batch asked.
+TEST_CASE("bug: recommend across nodes says the global batch each plan runs and why a larger one does not help", "[planner][cli][bugs]") {
+  const auto j = test::run_cli({"recommend", "gpt2", "--instance", "ml.g5.48xlarge", "--nodes", "auto", "--max-nodes", "4096", "--format", "json"});
+  REQUIRE(j.code == 0);
+  const auto doc = nlohmann::json::parse(j.out);
+  bool saw_over = false;
+  for (const auto& r : doc["rows"]) {
+    if (!r["fits"].get<bool>()) continue;
+    const auto& c = r["plan"]["config"];
+    CHECK(r["global_batch_tokens"] == c["global_batch_tokens"]);
+    CHECK(r["global_batch_tokens_asked"] == 4194304);
+    if (r["nodes"] == 4096) {
+      CHECK(r["global_batch_tokens"] == 33554432);  // 32,768 GPUs x 1 x 1,024
+      saw_over = true;
+    }
+  }
+  CHECK(saw_over);
+  const auto t = test::run_cli({"recommend", "gpt2", "--instance", "ml.g5.48xlarge", "--nodes", "auto", "--max-nodes", "4096"});
+  REQUIRE(t.code == 0);
+  CHECK_THAT(t.out, Catch::Contains("global batch: the plans on 1024 x ml.g5.48xlarge, 2048 x ml.g5.48xlarge, 4096 x ml.g5.48xlarge "
+                                    "run 8388608 (2x), 16777216 (4x), 33554432 (8x) tokens per step, more than the global batch asked "
+                                    "(4194304)"));
+  CHECK_THAT(t.out, Catch::Contains("even 16 times the 4194304 tokens asked (67108864 tokens"));
+  CHECK_THAT(t.out, Catch::Contains("the data-parallel collectives of the step outlast the compute they overlap with"));
+  CHECK_THAT(t.out, !Catch::Contains("expert all-to-all and tensor"));
+}
