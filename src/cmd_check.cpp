@@ -77,6 +77,11 @@ plan_outcome evaluate(const context& ctx, const hardware_catalog& cat, const std
     try {
       m = ctx.model(p.model);
     } catch (const invalid_request& e) {
+      // a job names its local config by its path in the source dir (an audit: a request for a local config.json could
+      // not be checked, with no word of where its config is)
+      if (doc.kind != document_kind::plan && fs::path(p.model).is_relative() && fs::path(p.model).extension() == ".json")
+        fail_at(doc, "/model", std::string(e.what()) + "; a job's model path is relative to its source dir: check DIR/plan.json, "
+                                                       "or the job saved in DIR, that --source-dir DIR writes with the config");
       fail_at(doc, "/model", e.what());
     }
     resolved_target t;

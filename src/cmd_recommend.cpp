@@ -1196,7 +1196,7 @@ runner register_recommend(CLI::App& app, context& ctx) {
     const std::string launch = contract_for_rows ? launch_line(*contract_for_rows, m, r.ranked) : std::string();
     if (!o->emit.empty()) {
       if (r.ranked.empty()) {
-        ctx.err << fmt::format("bwplan: no configuration of {} fits on {} with {:.0f}% headroom{}; nothing emitted\n", m.name,
+        ctx.err << fmt::format("bwplan: no configuration of {} fits on {} with {:.1f}% headroom{}; nothing emitted\n", m.name,
                                where, 100 * req.headroom, skipped_accumulation_note(r, req));
         return failure;
       }
@@ -1364,7 +1364,7 @@ runner register_recommend(CLI::App& app, context& ctx) {
       // candidates the global batch ruled out (a review: "try more nodes" was the advice when every micro-batch
       // that fits needed more accumulation than a plan takes)
       const std::string skipped = skipped_accumulation_note(r, req);
-      ctx.err << fmt::format("bwplan: no configuration of {} fits on {} with {:.0f}% headroom{}; {}\n", m.name, where, 100 * req.headroom,
+      ctx.err << fmt::format("bwplan: no configuration of {} fits on {} with {:.1f}% headroom{}; {}\n", m.name, where, 100 * req.headroom,
                              skipped, saver ? "see the memory saver above, or try more nodes" : "try more nodes or a larger GPU");
       return failure;
     }

@@ -572,3 +572,19 @@ TEST_CASE("bug: check holds a plan without a headroom to the headroom recommend 
     "micro_batch_size": 1, "seq_len": 4096, "activation_checkpointing": "full", "headroom": 0.9})")});
   CHECK_THAT(pinned.out, Catch::Contains("BWP002"));
 }
+
+// A job for a local config.json names it by its path in the source dir; check of the job outside that dir failed with
+// "neither a file nor a bundled preset" and no word of where the config is (a helper's audit of the plan loop).
+TEST_CASE("bug: check of a job whose config lives in its source dir says where to check it", "[check][sagemaker][bugs]") {
+  const std::string cfg = (fs::path(BWPLAN_SOURCE_DIR) / "configs" / "models" / "llama-3.2-1b.json").string();
+  const fs::path src = fs::path(temp_path("srcdir"));
+  fs::remove_all(src);
+  const auto rec = test::run_cli({"recommend", cfg, "--instance", "ml.p5.48xlarge", "--emit", "sagemaker", "--source-dir", src.string()});
+  REQUIRE(rec.code == 0);
+  const auto outside = test::run_cli({"check", write_file("outside.req.json", rec.out)});
+  CHECK(outside.code == 2);
+  CHECK_THAT(outside.err, Catch::Contains("a job's model path is relative to its source dir: check DIR/plan.json"));
+  CHECK(test::run_cli({"check", (src / "plan.json").string()}).code == 0);
+  std::ofstream(src / "job.json") << rec.out;
+  CHECK(test::run_cli({"check", (src / "job.json").string()}).code == 0);
+}
