@@ -531,7 +531,7 @@ TEST_CASE("bug: Adafactor's step holds one parameter's full-size variance estima
 // adapter_shape_of counted a MoE block's MLP adapters at the routed per-token width (top-k experts), while PEFT puts
 // an adapter on every expert's gate/up/down_proj (each an nn.Linear of transformers' Qwen3MoeSparseMoeBlock): the
 // adapters, their gradients and AdamW states of Qwen3-30B-A3B at r 16 over all linears were counted as 32 M parameters
-// where PEFT trains 844 M (12.6 GB of fp32 states, gradients and masters missing on one GPU). Hand-derived from the
+// where PEFT trains 844 M (13.0 GB of fp32 states, gradients and masters missing on one GPU). Hand-derived from the
 // config (h 2048, q 32 × 128, k/v 4 × 128, 128 experts of width 768, top-8, 48 blocks, no shared expert).
 TEST_CASE("bug: LoRA on a MoE model stored the adapters of the top-k experts only", "[finetune][moe][bugs]") {
   const fs::path configs = fs::path(BWPLAN_SOURCE_DIR) / "configs";
@@ -547,6 +547,7 @@ TEST_CASE("bug: LoRA on a MoE model stored the adapters of the top-k experts onl
   CHECK(a.widest_out == 8 * fe);                               // the routed width per token (gate, up), as before
   CHECK(a.widest_in == 8 * fe);                                // down's input; h, not the 8 copies of it, for gate/up
   CHECK(adapter_shape_of(m, s, 8).params == attn + 3 * r * 16 * (h + fe));  // ep 8: 16 experts (and adapters) a rank
+  CHECK(a.modules_per_token == 4 + 3 * 8);  // each of a token's 8 experts keeps its own x·A (a review: 4 + 3 were counted)
   // a dense model: stored = per token
   const adapter_shape d = adapter_shape_of(llama_1b(), s);
   CHECK(d.params == d.params_per_token);
@@ -554,4 +555,13 @@ TEST_CASE("bug: LoRA on a MoE model stored the adapters of the top-k experts onl
   const auto j = estimate_json({"Qwen3-30B-A3B", "--gpu", "b200", "--gpus", "1", "--sharding", "none", "--mbs", "1", "--seq", "512",
                                 "--finetune", "lora", "--lora-rank", "16", "--lora-targets", "all-linear"});
   CHECK(j["memory"]["breakdown"]["optimizer_states"].get<double>() == Approx(8 * 843'841'536.0).epsilon(1e-9));
+  // under FSDP the whole model's adapters are sharded over the ranks: expert parallelism does not divide them again (a
+  // review: ep 2, 4, 8 halved the states each time, 0.79 -> 0.11 GiB at ep 8 on 8 GPUs)
+  auto states = [](const char* ep) {
+    return estimate_json({"Qwen3-30B-A3B", "--gpu", "h100", "--gpus", "8", "--sharding", "full", "--ep", ep, "--mbs", "1", "--seq", "512",
+                          "--finetune", "lora", "--lora-rank", "16", "--lora-targets", "all-linear"})["memory"]["breakdown"]["optimizer_states"]
+        .get<double>();
+  };
+  CHECK(states("8") == Approx(states("1")).epsilon(1e-9));
+  CHECK(states("1") == Approx(8 * 843'841'536.0 / 8).epsilon(1e-9));
 }

@@ -59,7 +59,9 @@ struct adapter_shape {
                        ///< routed expert's, divided by expert parallelism), averaged over blocks
   double params_per_token = 0;  ///< adapter parameters a token runs through in one block (MoE: its top-k experts and
                                 ///< the shared expert), averaged over blocks: the adapters' FLOPs are 2·this per token
-  double modules = 0;  ///< adapted linears in one block
+  double modules = 0;  ///< adapted linears in one block (kinds: an MoE block's gate of every expert counts once)
+  double modules_per_token = 0;  ///< adapted linears a token runs through in one block (MoE: k experts + the shared one
+                                 ///< per MLP kind), averaged over blocks
   double in_sum = 0;   ///< Σ d_in over the adapted linears (elements per token entering the adapters)
   double out_sum = 0;  ///< Σ d_out over the adapted linears (elements per token the adapters add to)
   double factored = 0; ///< Adafactor factored-state elements of one block's adapters: Σ (r + d_in) + (d_out + r)
@@ -94,11 +96,12 @@ struct adapter_shape {
   // a token runs through, and the widths adapter_grad_temp_delta charges (MoE: h and the routed width per token, as
   // for a dense block of that width: the k copies of h are not one wider input)
   auto add_linear = [&](unsigned bit, double stored, double tok, double din, double dout, double fac, double wide_in,
-                        double wide_out) {
+                        double wide_out, double copies_tok = 1) {
     if ((lora.targets & bit) == 0) return;
     a.params += stored;
     a.params_per_token += tok;
     a.modules += 1;
+    a.modules_per_token += copies_tok;
     a.in_sum += din;
     a.out_sum += dout;
     a.factored += fac;
@@ -127,9 +130,9 @@ struct adapter_shape {
     const double tok = wd * r * (h + Fd) + wm * r * (k * (h + Fe) + shared * (h + Fs));
     const double copies = wd + wm * (k + shared);  // copies of h a token feeds to (or takes from) one linear kind
     const double fac = wd * (2 * r + h + Fd) + wm * (E * (2 * r + h + Fe) + shared * (2 * r + h + Fs));
-    if (m.gated_mlp) add_linear(lora_target::gate, stored, tok, copies * h, f, fac, h, f);
-    add_linear(lora_target::up, stored, tok, copies * h, f, fac, h, f);
-    add_linear(lora_target::down, stored, tok, f, copies * h, fac, f, h);
+    if (m.gated_mlp) add_linear(lora_target::gate, stored, tok, copies * h, f, fac, h, f, copies);
+    add_linear(lora_target::up, stored, tok, copies * h, f, fac, h, f, copies);
+    add_linear(lora_target::down, stored, tok, f, copies * h, fac, f, h, copies);
   }
   a.qkv_input = (lora.targets & (lora_target::q | lora_target::k | lora_target::v)) != 0;
   a.gate_up_input = (lora.targets & ((m.gated_mlp ? lora_target::gate : 0u) | lora_target::up)) != 0;

@@ -386,7 +386,7 @@ struct memory_shape {
     s.Pt_block = s.fsdp ? s.block_full : s.Pb;
     s.factored = c.optim == optimizer_kind::adafactor ? adafactor_full_elements(m) / tpd : 0;  // only Adafactor reads it
   } else {
-    s.adapter = adapter_shape_of(m, c.lora, c.ep);
+    s.adapter = adapter_shape_of(m, c.lora, s.fsdp ? 1 : c.ep);  // (FSDP: the whole model's, divided by the shard count below)
     s.Pt = static_cast<double>(L) * s.adapter.params;
     s.Pt_block = s.adapter.params;
     s.factored = static_cast<double>(L) * s.adapter.factored;
@@ -735,7 +735,7 @@ struct activation_inventory {
   } else {
     d += (a.qkv_input ? 2 * h : 0) + (a.gate_up_input ? 2 * h : 0) + (a.down ? 2 * f : 0);
   }
-  d += a.modules * ab * s.lora_rank;
+  d += a.modules_per_token * ab * s.lora_rank;  // (MoE: each of a token's k experts keeps its own x·A)
   return d;
 }
 

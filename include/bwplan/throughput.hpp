@@ -571,7 +571,7 @@ struct throughput_shape {
   r.gather = c.fp8_all_gather ? r.Pc + r.root_gemm : 2 * r.Pc;
   if (r.adapters) {
     r.amp = false;  // the frozen base is bf16: no autocast casts of fp32 weights
-    r.adapter = adapter_shape_of(m, c.lora, c.ep);
+    r.adapter = adapter_shape_of(m, c.lora, r.fsdp ? 1 : c.ep);  // (FSDP counts the whole model: r.P)
     r.Pt = r.L * r.adapter.params;
     r.Ptc = r.Pt;
     const double lin_all = static_cast<double>(pc.block_linear * m.layers + pc.layer_adjust) / c.tp;
