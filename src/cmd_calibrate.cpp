@@ -237,7 +237,8 @@ runner register_calibrate(CLI::App& app, context& ctx) {
         // a constant pinned at a bound of its range: the rows ask for a value the model's range excludes (runs 100 x
         // slower than any GPU allows were fitted to the bounds without a word: a helper's audit)
         if (const calibration_parameter* cp = find_calibration_parameter(n)) {
-          const bool at_lo = b <= cp->lo * (1 + 1e-9), at_hi = b >= cp->hi * (1 - 1e-9);
+          // (a lower bound of 0 is a value the rows may well ask for: fragmentation 0 is no slack)
+          const bool at_lo = cp->lo > 0 && b <= cp->lo * (1 + 1e-9), at_hi = b >= cp->hi * (1 - 1e-9);
           if (at_lo || at_hi) {
             const std::string bound = at_lo ? "lower" : "upper";
             text += fmt::format("  {:<17} at its {} bound {:g}: the rows ask for a value outside its range (check the runs: "

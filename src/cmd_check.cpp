@@ -120,6 +120,7 @@ plan_outcome evaluate(const context& ctx, const hardware_catalog& cat, const std
       p.headroom = ctx.default_headroom(t.gpu.id, p.training.stack, p.headroom, source);
     }
     in.p.headroom = p.headroom;
+    in.headroom_given = doc.has("headroom");
     in.constants = ctx.constants(t.gpu.id, p.training.stack);
     in.band = ctx.band(t.gpu.id, p.training);
     po.result = check_plan(in);

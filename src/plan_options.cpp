@@ -226,9 +226,8 @@ resolved_plan resolve_plan(const context& ctx, const hardware_catalog& cat, cons
   if (t.instance) p.target.instance = t.instance->id;
   else p.target.gpu = t.gpu.id;
   if (!t.instance && p.target.gpus == 0 && p.target.nodes > 1) p.target.gpus = p.target.nodes;  // --gpu b200 --nodes 2
-  if (!t.instance && p.target.nodes > 1 && p.target.gpus != p.target.nodes)  // --gpu h200 --gpus 4 --nodes 8 ran 4 GPUs
-    throw invalid_request(fmt::format("--nodes {}: with a bare GPU (--gpu {}) nodes count GPUs, and --gpus {} contradicts it; give one "
-                                      "of them, or an instance", p.target.nodes, t.gpu.id, p.target.gpus));
+  if (!t.instance)  // a bare GPU's nodes count GPUs: gpus that contradict them are refused (resolve_world), then one node
+    for (const auto& v : resolve_world(p, 0)) fail(v);
   if (!t.instance) p.target.nodes = 1;
   for (const auto& v : resolve_world(p, t.instance ? t.instance->gpus_per_node : 0, t.instance ? t.instance->nvlink_domain_gpus : 0)) fail(v);
 
@@ -246,8 +245,8 @@ resolved_plan resolve_plan(const context& ctx, const hardware_catalog& cat, cons
     if (given(o, "--ac-every")) {
       if (c.ac.mode != ac_mode::full) throw invalid_request("--ac-every: needs --ac full");
       // --ac every-2 --ac-every 4 ran every-4 without a word (an audit): --ac every-K already names the interval
-      if (given(o, "--ac") && c.ac.every > 1 && o.ac_every != c.ac.every)
-        throw invalid_request(fmt::format("--ac-every {}: contradicts --ac {}; give the interval once", o.ac_every, to_string(c.ac)));
+      if (given(o, "--ac") && o.ac.rfind("every-", 0) == 0 && o.ac_every != c.ac.every)
+        throw invalid_request(fmt::format("--ac-every {}: contradicts --ac {}; give the interval once", o.ac_every, o.ac));
       if (o.ac_every < 1 || o.ac_every > plan_limits::max_ac_every)
         throw invalid_request(fmt::format("--ac-every: must be between 1 and {}, got {}", plan_limits::max_ac_every, o.ac_every));
       c.ac.every = o.ac_every;

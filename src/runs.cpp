@@ -204,8 +204,9 @@ void check_measured_rate(const std::string& where, double tokens_per_s, const th
   if (te.tokens_per_s > 0 && te.mfu_format > 0) {
     const double mfu = te.mfu_format * tokens_per_s / te.tokens_per_s;
     if (mfu > 1)
-      throw config_error(where, "/tokens_per_s", fmt::format("{:.6g} tokens/s runs the model's FLOPs at {:.4g}% of the GPUs' dense "
-                                                            "peak in the plan's format: not a measurement", tokens_per_s, 100 * mfu));
+      throw config_error(where, "/tokens_per_s", fmt::format("{:.6g} tokens/s runs the model's FLOPs at {}% of the GPUs' dense "
+                                                            "peak in the plan's format: not a measurement", tokens_per_s,
+                                                            100 * mfu < 1e6 ? fmt::format("{:.0f}", 100 * mfu) : fmt::format("{:.3g}", 100 * mfu)));
   }
 }
 

@@ -183,7 +183,8 @@ sweep_axis parse_vary(const std::string& spec) {
                               : 0;
       for (const auto& v : a.values)
         if (hi > 0 && std::stoll(v) > hi)
-          throw invalid_request(fmt::format("--vary {}: {} must be at most {}, got {}", spec, a.key, hi, v));
+          throw invalid_request(fmt::format("--vary {}: {} must be at most {}, got {}{}", spec, a.key, hi, v,
+                                            v == item ? std::string() : " (of " + item + ")"));
     }
     else if (a.key == "ac") {
       if (parse_checkpointing(item)) a.values.push_back(to_string(*parse_checkpointing(item)));

@@ -1170,7 +1170,10 @@ TEST_CASE("bug: contradictory or repeated input is refused, not silently resolve
     REQUIRE(part.code == 0);  // a part of the last instance is still a layout
     CHECK(nlohmann::json::parse(part.out)["config"]["world_size"] == 28);
     check_usage_error(run_cli({"estimate", "Llama-3.1-8B", "--gpu", "h200", "--gpus", "4", "--nodes", "8"}),
-                      "--nodes 8: with a bare GPU (--gpu h200) nodes count GPUs, and --gpus 4 contradicts it");
+                      "--nodes: with a bare GPU nodes count GPUs: 8 contradicts gpus 4; give one of them, or an instance");
+    const auto bare = run_cli({"check", write_temp("bare-nodes.json", R"({"model": "Llama-3.1-8B", "gpu": "h100", "nodes": 2, "gpus": 8})")});
+    CHECK(bare.code == 2);  // check read the same plan as 8 GPUs (an audit of this fix)
+    CHECK_THAT(bare.out + bare.err, Catch::Contains("/nodes: with a bare GPU nodes count GPUs: 2 contradicts gpus 8"));
     CHECK(run_cli({"estimate", "Llama-3.1-8B", "--gpu", "h200", "--gpus", "8", "--nodes", "8"}).code == 0);
     const auto plan = write_temp("empty-nodes.json", R"({"model": "Llama-3.1-8B", "instance": "ml.p5.48xlarge", "gpus": 4, "nodes": 4})");
     const auto c = run_cli({"check", plan});
@@ -1245,6 +1248,10 @@ TEST_CASE("bug: the message names the value and the flag the user gave", "[harde
                     "lora-rank must be at most 65536, got 99999999");
   check_usage_error(run_cli({"estimate", "Llama-3.1-8B", "--gpu", "h100", "--ac", "every-2", "--ac-every", "4"}),
                     "--ac-every 4: contradicts --ac every-2");
+  check_usage_error(run_cli({"estimate", "Llama-3.1-8B", "--gpu", "h100", "--ac", "every-1", "--ac-every", "4"}),
+                    "--ac-every 4: contradicts --ac every-1");
+  check_usage_error(run_cli({"sweep", "Llama-3.2-1B", "--instance", "ml.p5.48xlarge", "--vary", "nodes=1..99999999:x2"}),
+                    "nodes must be at most 4096, got 8192 (of 1..99999999:x2)");
   CHECK(run_cli({"estimate", "Llama-3.1-8B", "--gpu", "h100", "--ac", "every-2", "--ac-every", "2"}).code == 0);
   check_usage_error(run_cli({"sagemaker", "Llama-3.2-1B", "--instance", "ml.p5.48xlarge", "--role-arn",
                              "arn:aws:iam::111122223333:role/SageMakerTrainingExecutionRole", "--output-s3", "s3://"}),

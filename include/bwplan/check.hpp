@@ -90,6 +90,7 @@ struct check_input {
   bool grad_accum_given = false;            ///< the plan set grad_accum explicitly (else it follows from the global batch)
   calibration_constants constants;          ///< the constants for this GPU and stack (--calibration; the defaults without)
   std::optional<error_band> band;           ///< the estimate's error band (BWP012); none: no band known
+  bool headroom_given = true;               ///< the plan set "headroom" (else the caller's default: recommend's, from the band)
 };
 
 /// What check_plan found and the numbers it used.
@@ -391,7 +392,9 @@ inline std::string_view rule_for(const plan_violation& v) {
                          : "") +
              detail::memory_savers_hint(c, me) + best_hint,
          {"/micro_batch_size", "/activation_checkpointing", "/model"});
-  } else if (me.headroom() < p.headroom) {
+  } else if (me.headroom() < p.headroom &&
+             // a defaulted headroom is the band's own margin (context::default_headroom): BWP012 says "tight" for it
+             !(!in.headroom_given && in.band && res.verdict == fit_verdict::tight)) {
     const bytes want = (1.0 - p.headroom) * cap;
     const bytes over = me.device_peak() - want;
     fire("BWP002",

@@ -120,6 +120,11 @@ struct plan {
                                   std::to_string(instance_gpus * (t.nodes - 1)) + " or fewer nodes"}};
   if (instance_gpus == 0 && t.nodes > 1 && t.gpus == 0)
     return {{"nodes", "/nodes", "a bare GPU has no nodes: give the number of GPUs (gpus) or an instance"}};
+  // with a bare GPU, nodes count GPUs (--gpu h200 --nodes 8): gpus that say otherwise contradict them (--gpus 4 --nodes 8
+  // ran 4 GPUs, and check passed such a plan file: an audit)
+  if (instance_gpus == 0 && t.nodes > 1 && t.gpus != t.nodes)
+    return {{"nodes", "/nodes", "with a bare GPU nodes count GPUs: " + std::to_string(t.nodes) + " contradicts gpus " +
+                                    std::to_string(t.gpus) + "; give one of them, or an instance"}};
   p.training.gpus_per_node = instance_gpus > 0 ? instance_gpus : (t.gpus > 0 ? t.gpus : 1);
   p.training.world_size = t.gpus > 0 ? t.gpus : (instance_gpus > 0 ? instance_gpus * t.nodes : 1);
   p.training.nvlink_domain = instance_gpus > 0 && domain_gpus > instance_gpus ? domain_gpus : 0;

@@ -22,6 +22,7 @@
 #include <optional>
 #include <sstream>
 #include <string>
+#include <unordered_set>
 #include <vector>
 
 namespace bwplan::io {
@@ -121,10 +122,10 @@ inline void check_json_depth(std::string_view text, const std::string& file, std
     bool array = false;
     std::int64_t index = -1;
     std::string key;
-    std::vector<std::string> keys;
+    std::unordered_set<std::string> keys;
   };
   std::vector<frame> open;
-  std::string duplicate;  // pointer of the first repeated key
+  std::string duplicate, duplicate_key;  // pointer and key of the first repeated key
   using ev = nlohmann::json::parse_event_t;
   const nlohmann::json::parser_callback_t on_event = [&](int, ev e, nlohmann::json& parsed) {
     switch (e) {
@@ -141,11 +142,9 @@ inline void check_json_depth(std::string_view text, const std::string& file, std
         if (!open.empty() && parsed.is_string()) {
           frame& f = open.back();
           f.key = parsed.get<std::string>();
-          if (std::find(f.keys.begin(), f.keys.end(), f.key) != f.keys.end()) {
-            if (duplicate.empty())
-              for (const frame& g : open) duplicate += "/" + (g.array ? std::to_string(g.index) : pointer_escape(g.key));
-          } else {
-            f.keys.push_back(f.key);
+          if (!f.keys.insert(f.key).second && duplicate.empty()) {
+            duplicate_key = f.key;
+            for (const frame& g : open) duplicate += "/" + (g.array ? std::to_string(g.index) : pointer_escape(g.key));
           }
         }
         break;
@@ -158,10 +157,14 @@ inline void check_json_depth(std::string_view text, const std::string& file, std
   try {
     nlohmann::json j = nlohmann::json::parse(text, on_event, true, /*ignore_comments=*/true);
     if (!duplicate.empty()) {
-      const std::string key = duplicate.substr(duplicate.rfind('/') + 1);
-      if (auto l = locate(text, duplicate))
-        throw config_error(file, duplicate, "duplicate key '" + key + "' in one object (give it once)", l->line, l->column, l->byte);
-      throw config_error(file, duplicate, "duplicate key '" + key + "' in one object (give it once)");
+      const std::string what = "duplicate key '" + detail::printable_utf8(duplicate_key) + "' in one object (give it once)";
+      // the repeat: the quoted key after the first occurrence (locate finds the first); the first when not found
+      std::optional<text_location> at = locate(text, duplicate);
+      const std::string quoted = "\"" + duplicate_key + "\"";
+      if (at)
+        if (auto again = text.find(quoted, at->byte + 1); again != std::string::npos) at = location_of(text, again);
+      if (at) throw config_error(file, duplicate, what, at->line, at->column, at->byte);
+      throw config_error(file, duplicate, what);
     }
     return j;
   } catch (const nlohmann::json::parse_error& e) {
