@@ -1257,3 +1257,13 @@ TEST_CASE("bug: the message names the value and the flag the user gave", "[harde
                              "arn:aws:iam::111122223333:role/SageMakerTrainingExecutionRole", "--output-s3", "s3://"}),
                     "--output-s3 s3://: no bucket");
 }
+
+// validate's Markdown header said "Every row is one training configuration measured on one NVIDIA H200" of a file of
+// trainer records (16-GPU runs), and for a file of records only it described "other rows" that did not exist (a review).
+TEST_CASE("bug: validate's header describes the rows the file has", "[hardening][validate][bugs]") {
+  const std::string recs = (fs::path(BWPLAN_SOURCE_DIR) / "tests" / "data" / "probe-records.jsonl").string();
+  const auto r = run_cli({"validate", recs, "--format", "markdown"});
+  REQUIRE(r.code == 0);
+  CHECK_THAT(r.out, Catch::Contains("Every row is one of the reference trainer's records (measurements.jsonl)"));
+  CHECK_THAT(r.out, !Catch::Contains("other rows") && !Catch::Contains("measured on one NVIDIA H200 SXM"));
+}
