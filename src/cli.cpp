@@ -46,8 +46,7 @@ hardware_catalog context::catalog() const {
   if (power_limit_w > 0) {  // --power-limit: the board limit the GPUs run at (gpu_spec::compute_clock_fraction)
     std::vector<gpu_spec> capped = cat.gpus();
     for (auto& g : capped) {
-      if (g.rated_power_w <= 0) g.rated_power_w = g.power_limit_w;
-      g.power_limit_w = power_limit_w;
+      apply_power_limit(g, power_limit_w);
       cat.put(std::move(g));
     }
   }
@@ -126,22 +125,49 @@ std::optional<error_band> context::band(const std::string& gpu, const training_c
   return std::nullopt;
 }
 
-std::string context::unrecorded_options() const {
+std::string context::unrecorded_options(bool plan_file) const {
   std::string given;
   auto add = [&](const std::string& o) { given += (given.empty() ? "" : ", ") + o; };
-  if (power_limit_w > 0) add(fmt::format("--power-limit {:g}", power_limit_w));
-  if (!attention_kernel.empty()) add("--attention-kernel " + attention_kernel);
+  if (power_limit_w > 0 && !plan_file) add(fmt::format("--power-limit {:g}", power_limit_w));
+  if (!attention_kernel.empty() && !plan_file) add("--attention-kernel " + attention_kernel);
   if (!calibration_file.empty()) add("--calibration " + calibration_file);
   return given;
 }
 
-void context::warn_unrecorded(std::string_view what) const {
+void context::warn_unrecorded(std::string_view what, bool plan_file, const plan_target* plan) const {
   // (a helper's audit of the plan loop: a plan emitted under --power-limit 500 read back at the catalog's 700 W, 28 %
-  // faster, without a word)
-  if (const std::string o = unrecorded_options(); !o.empty())
+  // faster, without a word; a plan file records both since, a job cannot carry them)
+  std::string o = unrecorded_options(plan_file);
+  auto add = [&](const std::string& x) { o += (o.empty() ? "" : ", ") + x; };
+  if (plan && power_limit_w <= 0 && plan->power_limit_w > 0) add(fmt::format("the plan's power_limit_w {:g}", plan->power_limit_w));
+  if (plan && attention_kernel.empty() && !plan->attention_kernel.empty()) add("the plan's attention_kernel " + plan->attention_kernel);
+  if (!o.empty())
     spdlog::warn("{} does not record {}: check, estimate --plan and sagemaker --plan estimate it without them unless they "
                  "are given again",
                  what, o);
+}
+
+void context::record_gpu_settings(plan_target& t) const {
+  if (power_limit_w > 0) t.power_limit_w = power_limit_w;
+  if (!attention_kernel.empty()) t.attention_kernel = attention_kernel;
+}
+
+void context::apply_gpu_settings(plan_target& t, gpu_spec& gpu) const {
+  if (power_limit_w <= 0 && t.power_limit_w > 0) {  // the plan's own limit (the flag's is in the catalog already)
+    apply_power_limit(gpu, t.power_limit_w);
+    if (gpu.rated_power_w > 0 && gpu.power_limit_w > gpu.rated_power_w)  // (as require_power_within_rating, for a file)
+      throw invalid_request(fmt::format("{:g} W is above {}'s rated board power, {:g} W (its FLOP/s are rated there and a higher "
+                                        "limit does not raise them); give at most {:g}",
+                                        t.power_limit_w, gpu.id, gpu.rated_power_w, gpu.rated_power_w));
+  }
+  if (attention_kernel.empty() && !t.attention_kernel.empty())
+    gpu.attention = parse_attention_kernel(t.attention_kernel).value_or(bwplan::attention_kernel::fused);
+  record_gpu_settings(t);
+}
+
+void apply_power_limit(gpu_spec& g, double watts) {
+  if (g.rated_power_w <= 0) g.rated_power_w = g.power_limit_w;
+  g.power_limit_w = watts;
 }
 
 double context::default_headroom(const std::string& gpu, training_stack stack, double fallback, std::string& source) const {

@@ -66,12 +66,21 @@ struct context {
   /// `gpu` and `stack` needs for a plain "fits" (band_headroom, docs/calibration.md#bands), else `fallback`; `source`
   /// says which, in words for the output.
   [[nodiscard]] double default_headroom(const std::string& gpu, training_stack stack, double fallback, std::string& source) const;
-  /// The global options that change an estimate but are no field of a plan file or a SageMaker job (--power-limit,
-  /// --attention-kernel, --calibration), as given ("--power-limit 500"), comma-separated; "" when none was given.
-  [[nodiscard]] std::string unrecorded_options() const;
-  /// Warns (stderr) that `what` (a plan file, a SageMaker job) does not record unrecorded_options(): a reader of it
-  /// (check, estimate --plan, sagemaker --plan) estimates without them unless they are given again. No-op without them.
-  void warn_unrecorded(std::string_view what) const;
+  /// The global options that change an estimate but are no field of `what`, as given ("--power-limit 500"),
+  /// comma-separated; "" when none was given. A plan file records --power-limit and --attention-kernel
+  /// (plan_target::power_limit_w, attention_kernel) and not --calibration (a local profile); a SageMaker job records none.
+  [[nodiscard]] std::string unrecorded_options(bool plan_file = false) const;
+  /// Warns (stderr) that `what` does not record unrecorded_options(plan_file): a reader of it (check, estimate --plan,
+  /// sagemaker --plan) estimates without them unless they are given again. No-op without them.
+  /// With `plan`, also the plan's own power limit and attention kernel where no flag set them (a SageMaker job from a
+  /// plan file that records them).
+  void warn_unrecorded(std::string_view what, bool plan_file = false, const plan_target* plan = nullptr) const;
+  /// Records the global --power-limit and --attention-kernel in `t` when given (the flags win over a plan's own).
+  void record_gpu_settings(plan_target& t) const;
+  /// Applies the plan's power limit and attention kernel to `gpu` where the global flags did not set them (the
+  /// catalog() already carries the flags'); writes the flags' values back into `t` (record_gpu_settings). Throws
+  /// invalid_request, as --power-limit does, for a limit above the GPU's rated board power.
+  void apply_gpu_settings(plan_target& t, gpu_spec& gpu) const;
 };
 
 /// A registered subcommand: what to run once parsing succeeded.
@@ -164,6 +173,9 @@ void add_plan_options(CLI::App* sub, const std::shared_ptr<plan_options>& o);
 /// Throws invalid_request when `g` runs at a power limit above its rated board power (`--power-limit`: the rates
 /// are rated there and gpu_spec::compute_clock_fraction does not raise them above 1). resolve_target calls it.
 void require_power_within_rating(const gpu_spec& g);
+/// Sets `g`'s board power limit to `watts` as --power-limit does (the rated power kept in rated_power_w; the rates
+/// scale by gpu_spec::compute_clock_fraction, docs/hardware.md#power). Does not check the rating.
+void apply_power_limit(gpu_spec& g, double watts);
 
 /// A plan resolved against the catalog and the model.
 struct resolved_plan {

@@ -60,16 +60,7 @@ plan_outcome evaluate(const context& ctx, const hardware_catalog& cat, const std
   try {
     const plan_document doc = io::load_plan(file, [&ctx] { return ctx.contract(); });
     plan p = doc.value;
-    for (std::size_t i = 0; i < p.check.disable.size(); ++i) {
-      const std::string& id = p.check.disable[i];
-      if (find_rule(id) == nullptr) {
-        std::vector<std::string> ids;
-        for (const auto& r : check_rules()) ids.emplace_back(r.id);
-        std::string msg = "unknown rule ID '" + id + "'";
-        if (auto c = closest_match(id, ids)) msg += " (did you mean '" + *c + "'?)";
-        fail_at(doc, "/check/disable/" + std::to_string(i), msg);
-      }
-    }
+    if (const auto u = unknown_disabled_rule(p.check)) fail_at(doc, "/check/disable/" + std::to_string(u->first), u->second);
     // A path in a plan is relative to the plan file's folder; a preset name stays as it is.
     if (fs::path(p.model).is_relative())
       if (const fs::path rel = fs::path(file).parent_path() / p.model; fs::exists(rel)) p.model = rel.string();
@@ -89,6 +80,11 @@ plan_outcome evaluate(const context& ctx, const hardware_catalog& cat, const std
       t = resolve_target(cat, {p.target.gpu, p.target.instance, p.target.nodes}, "ml.p6-b200.48xlarge");
     } catch (const invalid_request& e) {
       fail_at(doc, doc.has("instance") ? "/instance" : "/gpu", e.what());
+    }
+    try {  // the plan's power limit and attention kernel where the global flags do not set them
+      ctx.apply_gpu_settings(p.target, t.gpu);
+    } catch (const invalid_request& e) {
+      fail_at(doc, "/power_limit_w", e.what());
     }
     const auto world = resolve_world(p, t.instance ? t.instance->gpus_per_node : 0, t.instance ? t.instance->nvlink_domain_gpus : 0);
     if (!world.empty() && doc.kind != document_kind::plan && t.instance) {

@@ -128,7 +128,7 @@ runner register_estimate(CLI::App& app, context& ctx) {
         refuse_output_over_input(o->output, {o->plan_file, o->model, rp.p.model}, "--output");
         write_output_file(o->output, text, "--output");
       }
-      ctx.warn_unrecorded("the plan file");
+      ctx.warn_unrecorded("the plan file", true);
       // --check still answers whether it fits (a review found exit 0 on a plan that does not fit with --emit plan)
       if (o->check && !estimate_memory(m, c, t.gpu, ctx.constants(t.gpu.id, c.stack).overheads).fits) return failure;
       return success;

@@ -747,8 +747,9 @@ int emit(context& ctx, const recommend_options& o, const model_spec& m, const re
          const plan_candidate& best) {
   spdlog::info("emitting plan 1: {}", describe(best.config));
   if (o.emit == "plan") {
-    ctx.warn_unrecorded("the plan file");  // (the SageMaker forms warn in emit_sagemaker)
+    ctx.warn_unrecorded("the plan file", true);  // (the SageMaker forms warn in emit_sagemaker)
     plan written = plan_of(o, t, nodes, headroom, best);
+    ctx.record_gpu_settings(written.target);  // --power-limit and --attention-kernel, as estimated
     written.model = model_path_for_plan(written.model, o.output);  // (relative to the file, where readers look)
     const std::string text = io::plan_to_json(written).dump(2) + "\n";
     if (o.output.empty() || o.output == "-") {  // ("-": stdout, as report takes it)

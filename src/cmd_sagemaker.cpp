@@ -99,6 +99,8 @@ std::vector<std::string> write_source_dir(const context& ctx, const std::filesys
   // the plan the job runs, as a plan file (bwplan check DIR/plan.json)
   plan sent = p;
   if (!r.model_in_source_dir.empty()) sent.model = r.model_in_source_dir;
+  sent.target.power_limit_w = 0;  // as the job: planning only, not carried (warned, emit_sagemaker)
+  sent.target.attention_kernel.clear();
   write_text(dir / "plan.json", io::plan_to_json(sent).dump(2) + "\n");
   written.emplace_back("plan.json");
   return written;
@@ -288,7 +290,7 @@ int emit_sagemaker(const context& ctx, const sagemaker::job_settings& s, const s
   } catch (const plan_error& e) {
     throw flag_error(e.violation());  // what the trainer cannot run: the plan field's flag and the reason
   }
-  ctx.warn_unrecorded("the SageMaker job");
+  ctx.warn_unrecorded("the SageMaker job", false, &plan.p.target);
   if (probe) {  // the trainer's probe mode: `train.py --probe probe.json` (the file in the source dir), small runtime
     r.hyperparameters["probe"] = "probe.json";
     r.request["HyperParameters"]["probe"] = sagemaker::sdk_json_encode(nlohmann::ordered_json("probe.json"));

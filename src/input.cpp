@@ -3,6 +3,7 @@
 // "did you mean" for unknown commands and options.
 #include "input.hpp"
 
+#include <bwplan/check.hpp>
 #include <bwplan/error.hpp>
 #include <bwplan/io/file.hpp>
 #include <bwplan/io/service_model.hpp>
@@ -222,6 +223,19 @@ std::vector<std::string> unique_instances(const hardware_catalog& cat, const std
     if (std::find(out.begin(), out.end(), canonical) == out.end()) out.push_back(canonical);
   }
   return out;
+}
+
+std::optional<std::pair<std::size_t, std::string>> unknown_disabled_rule(const check_settings& s) {
+  for (std::size_t i = 0; i < s.disable.size(); ++i) {
+    const std::string& id = s.disable[i];
+    if (find_rule(id) != nullptr) continue;
+    std::vector<std::string> ids;
+    for (const auto& r : check_rules()) ids.emplace_back(r.id);
+    std::string msg = "unknown rule ID '" + id + "'";
+    if (auto c = closest_match(id, ids)) msg += " (did you mean '" + *c + "'?)";
+    return std::pair{i, msg};
+  }
+  return std::nullopt;
 }
 
 }  // namespace bwplan::cli

@@ -3,11 +3,13 @@
 #pragma once
 
 #include <bwplan/hardware.hpp>
+#include <bwplan/plan.hpp>
 
 #include <CLI/CLI.hpp>
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -92,5 +94,10 @@ void refuse_output_over_input(const std::string& output, const std::vector<std::
 /// `ids` resolved against the catalog, duplicates (also by alias or case) removed, in first-seen order.
 /// Throws invalid_request for an unknown id or an empty one.
 [[nodiscard]] std::vector<std::string> unique_instances(const hardware_catalog& cat, const std::vector<std::string>& ids);
+
+/// The first rule ID of a plan's check.disable that names no check rule (check_rules): its index in the list and the
+/// message ("unknown rule ID 'BWP07' (did you mean 'BWP007'?)"); nullopt when every ID names a rule. check and every
+/// command that reads a plan file (resolve_plan) refuse such a plan with it.
+[[nodiscard]] std::optional<std::pair<std::size_t, std::string>> unknown_disabled_rule(const check_settings& s);
 
 }  // namespace bwplan::cli

@@ -185,6 +185,11 @@ resolved_plan resolve_plan(const context& ctx, const hardware_catalog& cat, cons
   std::optional<plan_document> doc;
   if (!o.plan_file.empty()) doc = io::load_plan(o.plan_file, [&ctx] { return ctx.contract(); });
   plan p = doc ? doc->value : plan{};
+  if (const auto u = doc ? unknown_disabled_rule(p.check) : std::nullopt) {  // as check refuses it (estimate --plan took it)
+    const std::string ptr = "/check/disable/" + std::to_string(u->first);
+    if (auto l = doc->where(ptr)) throw config_error(doc->file, doc->pointer(ptr), u->second, l->line, l->column, l->byte);
+    throw config_error(doc->file, doc->pointer(ptr), u->second);
+  }
   training_config& c = p.training;
   // A setting comes from its flag when the flag was given or the file does not set it (the flag's default).
   auto from_flag = [&](const char* flag, const char* key) { return given(o, flag) || !doc || !doc->has(key); };
@@ -225,6 +230,13 @@ resolved_plan resolve_plan(const context& ctx, const hardware_catalog& cat, cons
   }();
   if (t.instance) p.target.instance = t.instance->id;
   else p.target.gpu = t.gpu.id;
+  try {  // the plan file's power limit and attention kernel where the global flags do not set them; recorded in p
+    ctx.apply_gpu_settings(p.target, t.gpu);
+  } catch (const invalid_request& e) {
+    if (!doc) throw;
+    if (auto l = doc->where("/power_limit_w")) throw config_error(doc->file, doc->pointer("/power_limit_w"), e.what(), l->line, l->column, l->byte);
+    throw config_error(doc->file, doc->pointer("/power_limit_w"), e.what());
+  }
   if (!t.instance && p.target.gpus == 0 && p.target.nodes > 1) p.target.gpus = p.target.nodes;  // --gpu b200 --nodes 2
   if (!t.instance)  // a bare GPU's nodes count GPUs: gpus that contradict them are refused (resolve_world), then one node
     for (const auto& v : resolve_world(p, 0)) fail(v);

@@ -162,7 +162,10 @@ bool within(const sweep_point& p, double headroom) {
 
 std::string report_command_line(const plan& p, double headroom, int top, std::int64_t global_batch_tokens,
                                 std::int64_t sweep_max_mbs, const std::string& output) {
-  std::string s = "bwplan report";
+  std::string s = "bwplan";  // the plan's power limit and attention kernel are global options, before the subcommand
+  if (p.target.power_limit_w > 0) s += fmt::format(" --power-limit {:g}", p.target.power_limit_w);
+  if (!p.target.attention_kernel.empty()) s += " --attention-kernel " + p.target.attention_kernel;
+  s += " report";
   for (const auto& a : to_cli_args(p)) s += " " + shell_quote(a);
   s += fmt::format(" --headroom {} --top {} --global-batch-tokens {} --sweep-max-mbs {} -o {}", bwplan::detail::shortest(headroom), top,
                    global_batch_tokens, sweep_max_mbs, shell_quote(output));

@@ -481,6 +481,8 @@ job_request build_request(const plan_view& plan, const job_settings& s, std::chr
   bwplan::plan sent = plan.p;
   sent.model = model;
   sent.target.gpu = plan.gpu.id;
+  sent.target.power_limit_w = 0;  // planning only: the job runs at SageMaker's own limit and kernel (warned, emit_sagemaker)
+  sent.target.attention_kernel.clear();
   ojson hp = io::plan_hyperparameters(contract, sent);
   hp["max_steps"] = r.steps;
   std::string data = "synthetic";

@@ -1226,16 +1226,94 @@ TEST_CASE("bug: contradictory or repeated input is refused, not silently resolve
     CHECK_THAT(r.err, Catch::Contains("fitted to its lower bound"));
     CHECK_THAT(r.out, Catch::Contains("at its lower bound"));
   }
-  SECTION("a plan or job emitted under --power-limit, --attention-kernel or --calibration says it does not record them") {
+  SECTION("a job emitted under --power-limit, --attention-kernel or --calibration says it does not record them; a plan file only --calibration") {
     const auto e = run_cli({"--power-limit", "500", "--attention-kernel", "fa2", "estimate", "Llama-3.1-8B", "--instance", "ml.p5.48xlarge",
                             "--emit", "plan"});
     REQUIRE(e.code == 0);
-    CHECK_THAT(e.err, Catch::Contains("the plan file does not record --power-limit 500, --attention-kernel fa2"));
+    CHECK_THAT(e.err, !Catch::Contains("does not record"));  // (recorded: power_limit_w, attention_kernel)
+    const auto c = run_cli({"--calibration", "none.json", "estimate", "Llama-3.1-8B", "--instance", "ml.p5.48xlarge", "--emit", "plan"});
+    CHECK_THAT(c.err, Catch::Contains("the plan file does not record --calibration none.json:"));
     const auto s = run_cli(with({"--power-limit", "500", "sagemaker", "Llama-3.2-1B", "--instance", "ml.p5.48xlarge"}, creds));
     REQUIRE(s.code == 0);
     CHECK_THAT(s.err, Catch::Contains("the SageMaker job does not record --power-limit 500"));
     const auto quiet = run_cli({"estimate", "Llama-3.1-8B", "--instance", "ml.p5.48xlarge", "--emit", "plan"});
     CHECK_THAT(quiet.err, !Catch::Contains("does not record"));
+  }
+}
+
+// The plan loop dropped two global options (an audit): a plan emitted under --power-limit 500 read back at the catalog's
+// 700 W, 28 % faster, and --attention-kernel fa2 as the fused kernel; a warning said so, the plan did not keep them.
+TEST_CASE("bug: a plan file keeps --power-limit and --attention-kernel, and estimate --plan and check use them", "[hardening][plan][bugs]") {
+  auto tokens = [](const test::cli_result& r) {
+    INFO(r.out << r.err);
+    REQUIRE(r.code == 0);
+    return nlohmann::json::parse(r.out)["throughput"]["tokens_per_s"].get<double>();
+  };
+  const std::vector<std::string> base{"estimate", "Llama-3.1-8B", "--gpu", "h100", "--gpus", "8", "--mbs", "2", "--seq", "8192", "--ac", "full"};
+  auto args = [&](std::vector<std::string> pre, std::vector<std::string> post) {
+    pre.insert(pre.end(), base.begin(), base.end());
+    pre.insert(pre.end(), post.begin(), post.end());
+    return pre;
+  };
+  const double capped = tokens(run_cli(args({"--power-limit", "500", "--attention-kernel", "fa2"}, {"--format", "json"})));
+  const double plain = tokens(run_cli(args({}, {"--format", "json"})));
+  CHECK(capped < 0.9 * plain);  // 500 of 700 W and FlashAttention-2: a different estimate
+  const std::string file = temp_path("capped.plan.json").string();
+  const auto emitted = run_cli(args({"--power-limit", "500", "--attention-kernel", "fa2"}, {"--emit", "plan", "-o", file}));
+  REQUIRE(emitted.code == 0);
+  const auto j = io::read_json_file(file);
+  CHECK(j["power_limit_w"] == 500);
+  CHECK(j["attention_kernel"] == "fa2");
+  // read back without the flags: the plan's own limit and kernel (it was the catalog's 700 W and fused kernel)
+  CHECK(tokens(run_cli({"estimate", "--plan", file, "--format", "json"})) == Approx(capped).epsilon(1e-9));
+  // a flag given as well wins over the file, as every flag does
+  CHECK(tokens(run_cli({"--power-limit", "700", "--attention-kernel", "fused", "estimate", "--plan", file, "--format", "json"})) ==
+        Approx(plain).epsilon(1e-9));
+  // check holds the plan to the same estimate
+  const auto chk = run_cli({"check", file, "--format", "json"});
+  INFO(chk.out << chk.err);
+  REQUIRE(chk.code == 0);
+  CHECK(nlohmann::json::parse(chk.out)["plans"][0]["estimate"]["throughput"]["tokens_per_s"].get<double>() == Approx(capped).epsilon(1e-9));
+  // a SageMaker job cannot carry them (the instance runs at its own limit): it says so, its plan.json leaves them out
+  const fs::path src = temp_path("capped-src");
+  fs::remove_all(src);
+  const auto job = run_cli({"sagemaker", "--plan", file, "--instance", "ml.p5.48xlarge", "--role-arn",
+                            "arn:aws:iam::111122223333:role/SageMakerTrainingExecutionRole", "--output-s3", "s3://amzn-s3-demo-bucket/bwplan/",
+                            "--source-dir", src.string()});
+  INFO(job.err);
+  REQUIRE(job.code == 0);
+  CHECK_THAT(job.err, Catch::Contains("the SageMaker job does not record the plan's power_limit_w 500, the plan's attention_kernel fa2"));
+  const auto sent = io::read_json_file(src / "plan.json");
+  CHECK(!sent.contains("power_limit_w"));
+  CHECK(!sent.contains("attention_kernel"));
+  CHECK(job.out.find("power_limit") == std::string::npos);
+  // a limit above the GPU's rating names the file and the member, as the flag's does
+  auto bad = j;
+  bad["power_limit_w"] = 900;
+  const std::string bad_file = temp_path("over.plan.json").string();
+  std::ofstream(bad_file) << bad.dump(2);
+  const auto over = run_cli({"estimate", "--plan", bad_file});
+  CHECK(over.code == 2);
+  CHECK_THAT(over.err, Catch::Contains(bad_file) && Catch::Contains("/power_limit_w") && Catch::Contains("above h100's rated board power, 700 W"));
+  const auto over_check = run_cli({"check", bad_file});
+  CHECK(over_check.code == 2);
+  CHECK_THAT(over_check.out + over_check.err, Catch::Contains("/power_limit_w") && Catch::Contains("above h100's rated board power"));
+  bad["power_limit_w"] = 500;
+  bad["attention_kernel"] = "fa3";
+  std::ofstream(bad_file) << bad.dump(2);
+  CHECK_THAT(run_cli({"estimate", "--plan", bad_file}).err, Catch::Contains("/attention_kernel") && Catch::Contains("unknown value 'fa3'"));
+}
+
+// estimate --plan (and report, sweep, sagemaker --plan) took a plan whose check.disable names no rule, which check
+// refuses (an audit): the same file was fine for one command and unusable for the next.
+TEST_CASE("bug: every command that reads a plan file refuses an unknown rule ID in check.disable, as check does", "[hardening][plan][bugs]") {
+  const std::string file = temp_path("badrule.plan.json").string();
+  std::ofstream(file) << R"({"model": "Llama-3.2-1B", "gpu": "h100", "gpus": 1, "check": {"disable": ["BWP004", "BWP07"]}})";
+  for (const std::vector<std::string>& args : {std::vector<std::string>{"estimate", "--plan", file}, {"check", file}, {"sweep", "--plan", file, "--vary", "mbs=1,2"}}) {
+    const auto r = run_cli(args);
+    INFO(args[0] << ": " << r.out << r.err);
+    CHECK(r.code == 2);
+    CHECK_THAT(r.out + r.err, Catch::Contains("/check/disable/1: unknown rule ID 'BWP07' (did you mean 'BWP007'?)"));
   }
 }
 

@@ -160,7 +160,7 @@ TEST_CASE("contract: every plan field has a contract entry, and every contract p
   plan p;
   p.name = "all keys";
   p.model = "Llama-3.1-8B";
-  p.target = {"ml.p6-b200.48xlarge", "b200", 2, 16};
+  p.target = {"ml.p6-b200.48xlarge", "b200", 2, 16, 800, "fa2"};  // (power limit and attention kernel: written when set)
   p.training.bf16_layers = bf16_blocks{0, 2, -1};
   p.training.shard = sharding::hybrid;
   p.training.shard_group = 8;

@@ -65,6 +65,12 @@ struct plan_target {
   std::string gpu;       ///< catalog GPU id: the bare GPU, or (with an instance) a cross-check of its GPU
   int nodes = 1;         ///< instances
   int gpus = 0;          ///< world size; 0 = every GPU of the instances (1 for a bare GPU)
+  /// The GPUs' board power limit, W (`--power-limit`, nvidia-smi -pl; gpu_spec::compute_clock_fraction); 0 = the
+  /// catalog's. Planning only: a SageMaker job cannot set it and does not carry it.
+  double power_limit_w = 0;
+  /// The attention kernel the stack runs, "fused" or "fa2" (`--attention-kernel`, gpu_spec::attention); "" = the
+  /// catalog's. Planning only, as power_limit_w.
+  std::string attention_kernel;
   [[nodiscard]] bool operator==(const plan_target&) const = default;
 };
 

@@ -19,7 +19,7 @@ import contract as C  # noqa: E402
 CONTRACT = C.load_contract(os.path.join(ROOT, "configs", "training-contract.json"))
 
 # The plan-file keys the contract must carry (the issue's list), and its own keys.
-PLAN_KEYS = ["model", "instance", "gpu", "nodes", "gpus", "precision", "master_weights", "micro_batch_size", "seq_len",
+PLAN_KEYS = ["model", "instance", "gpu", "nodes", "gpus", "power_limit_w", "attention_kernel", "precision", "master_weights", "micro_batch_size", "seq_len",
              "global_batch_size", "grad_accum", "activation_checkpointing", "sharding", "shard_group", "tp", "cp", "ep", "pp", "pp_schedule", "vpp",
              "optimizer", "optimizer_impl", "loss", "finetune", "lora_rank", "lora_alpha", "lora_targets", "lora_dropout",
              "stack", "compile", "modules", "expandable_segments", "offload", "optimizer_in_backward", "sequence_parallel", "fsdp_embedding_units", "tp_comm_overlap", "moe_a2a_overlap", "bf16_layers", "fp8_all_gather", "headroom"]
@@ -352,6 +352,18 @@ class CommandLineTest(unittest.TestCase):
         with self.assertRaises(C.ContractError) as cm:
             C.plan_from_dict({"model": "Llama-3.2-1B", "instance": "ml.nope.1xlarge"}, CONTRACT)
         self.assertIn("'instance'", str(cm.exception))
+
+    def test_planning_only_gpu_settings_are_not_sent(self):
+        """A plan file records bwplan's --power-limit and --attention-kernel (power_limit_w, attention_kernel): the
+        trainer reads such a plan without them and refuses them as hyperparameters (a job cannot carry them)."""
+        plan = C.plan_from_dict({"model": "Llama-3.2-1B", "gpu": "h100", "gpus": 8, "power_limit_w": 500, "attention_kernel": "fa2"}, CONTRACT)
+        self.assertNotIn("power_limit_w", plan)
+        self.assertNotIn("attention_kernel", plan)
+        self.assertNotIn("power_limit_w", C.plan_to_hyperparameters({"model": "Llama-3.2-1B", "gpus": 8, "power_limit_w": 500}, contract=CONTRACT))
+        for name in ("power_limit_w", "attention_kernel"):
+            with self.subTest(name=name), self.assertRaises(C.ContractError) as cm:
+                C.parse_hyperparameters({"contract_version": "1", "model": "Llama-3.2-1B", "gpus": "8", name: "500"}, CONTRACT)
+            self.assertIn("planning-only", str(cm.exception))
 
     def test_main_prints_the_plan(self):
         hps = {"contract_version": "1", "model": "Llama-3.2-1B", "gpus": "8", "precision": "fp8", "fp8_all_gather": "True"}

@@ -84,7 +84,7 @@ namespace io {
 /// The top-level keys of a plan, in the order of docs/plan.schema.json.
 [[nodiscard]] inline const std::vector<std::string>& plan_keys() {
   static const std::vector<std::string> k{
-      "$schema", "schema_version", "name", "model", "instance", "gpu", "nodes", "gpus", "precision",
+      "$schema", "schema_version", "name", "model", "instance", "gpu", "nodes", "gpus", "power_limit_w", "attention_kernel", "precision",
       "bf16_layers", "fp8_all_gather", "master_weights", "micro_batch_size", "seq_len", "global_batch_size",
       "grad_accum", "activation_checkpointing", "ac_every", "sharding", "shard_group", "tp", "cp", "ep", "pp",
       "pp_schedule", "vpp", "optimizer", "optimizer_impl", "loss", "finetune", "lora_rank", "lora_alpha", "lora_targets", "lora_dropout",
@@ -189,6 +189,8 @@ T plan_enum(const nlohmann::json& v, const std::string& file, const std::string&
     else if (k == "gpu") p.target.gpu = plan_string(v, file, ptr);
     else if (k == "nodes") p.target.nodes = static_cast<int>(plan_int(v, file, ptr, 1, L::max_nodes));
     else if (k == "gpus") p.target.gpus = static_cast<int>(plan_int(v, file, ptr, 1, L::max_gpus));
+    else if (k == "power_limit_w") p.target.power_limit_w = plan_number(v, file, ptr, 50, 5000, false, "between 50 and 5000 W");
+    else if (k == "attention_kernel") p.target.attention_kernel = to_string(plan_enum<bwplan::attention_kernel>(v, file, ptr, {"fused", "fa2"}, {bwplan::attention_kernel::fused, bwplan::attention_kernel::flash2}));
     else if (k == "precision") {
       std::vector<std::string> names;
       std::vector<compute_format> values;
@@ -326,6 +328,8 @@ T plan_enum(const nlohmann::json& v, const std::string& file, const std::string&
     if (p.target.nodes != 1) j["nodes"] = p.target.nodes;
     j["gpus"] = p.target.gpus > 0 ? p.target.gpus : c.world_size;
   }
+  if (p.target.power_limit_w > 0) j["power_limit_w"] = p.target.power_limit_w;  // (planning only: set when given)
+  if (!p.target.attention_kernel.empty()) j["attention_kernel"] = p.target.attention_kernel;
   j["precision"] = to_string(c.format);
   if (c.bf16_layers) j["bf16_layers"] = to_string(*c.bf16_layers);
   j["fp8_all_gather"] = c.fp8_all_gather;
