@@ -91,7 +91,10 @@ MOE_A2A_OVERLAP = {
 
 
 def moe_a2a_overlap(row):
-    """Whether the row's Megatron-Bridge preset overlaps the MoE all-to-all (None: no preset known)."""
+    """Whether the row's Megatron-Bridge preset overlaps the MoE all-to-all (None: no preset known); a row's own
+    `moe_a2a_overlap` field wins (null: the preset of its container is not known)."""
+    if "moe_a2a_overlap" in row:
+        return row["moe_a2a_overlap"]
     for key in ((row["model"], row["gpu"], row["precision"]), (row["model"], row["gpu"], None)):
         if key in MOE_A2A_OVERLAP:
             return MOE_A2A_OVERLAP[key]
@@ -348,7 +351,8 @@ def section(bwplan, rows, scale=False):
             f"Tokens/s per GPU of the {len(rows)} runs in `{SCALE_RUNS}` and `{SCALE_RUNS_TORCHTITAN}`: NVIDIA",
             "Megatron-Bridge's published pre-training benchmarks (25.11 and 26.02 containers,",
             "docs/performance-summary-archive.md at the commit each row cites) with pipeline parallelism (interleaved 1F1B,",
-            "the table's VP), Llama 3 70B and 405B at 64–1,024 GPUs and MoE with expert parallelism across nodes, and",
+            "the table's VP), Llama 3 70B and 405B at 64–1,024 GPUs, MoE with expert parallelism across nodes, Qwen3-30B-A3B",
+            "on one node at micro-batches 1, 4 and 8 (the host-bound MoE series of docs/scaling.md §7), and",
             "torchtitan's 2-D, 3-D and 4-D runs of the same benchmark page as the shared torchtitan rows (Tables 4–6: Llama",
             "3.1 70B FSDP × TP on 256 GPUs, 405B FSDP × TP × PP and × CP on 512): the kinds of run issue 13 holds back, from",
             "the sources of the shared rows. Megatron-Bridge's scale-out is InfiniBand on DGX systems, estimated on the",
