@@ -8,6 +8,7 @@
 #include <bwplan/io/json.hpp>
 
 #include <catch2/catch.hpp>
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include <sys/stat.h>
@@ -1344,4 +1345,26 @@ TEST_CASE("bug: validate's header describes the rows the file has", "[hardening]
   REQUIRE(r.code == 0);
   CHECK_THAT(r.out, Catch::Contains("Every row is one of the reference trainer's records (measurements.jsonl)"));
   CHECK_THAT(r.out, !Catch::Contains("other rows") && !Catch::Contains("measured on one NVIDIA H200 SXM"));
+}
+
+// The table printed "tensor … s (exposed), … expert … s (exposed)" without a figure: under --tp-comm-overlap and
+// --moe-a2a-overlap it read as all of it exposed (DeepSeek-V3 on 1,024 H100s: expert 25.1 s, of which 7.6 exposed).
+TEST_CASE("bug: the table gives the exposed tensor- and expert-parallel time, as the JSON does", "[hardening][output][bugs]") {
+  const std::vector<std::string> args{"estimate", "Qwen3-30B-A3B", "--instance", "ml.p5.48xlarge", "--nodes", "2", "--ep", "8", "--tp", "2",
+                                      "--grad-accum", "4", "--moe-a2a-overlap", "--tp-comm-overlap", "--stack", "megatron",
+                                      "--sharding", "optimizer"};
+  const auto table = run_cli(args);
+  std::vector<std::string> json_args = args;
+  json_args.insert(json_args.end(), {"--format", "json"});
+  const auto js = run_cli(json_args);
+  INFO(table.out << table.err << js.err);
+  REQUIRE(table.code == 0);
+  REQUIRE(js.code == 0);
+  const auto ex = nlohmann::json::parse(js.out)["throughput"]["exposed_by_parallelism_s"];
+  const double expert = ex["expert_parallel"].get<double>(), tensor = ex["tensor_parallel"].get<double>();
+  const auto comm = nlohmann::json::parse(js.out)["throughput"]["communication_by_parallelism_s"];
+  REQUIRE(expert < 0.9 * comm["expert_parallel"].get<double>());  // overlapped: a part of it exposed
+  CHECK_THAT(table.out, Catch::Contains(fmt::format("expert {:.3f} s (exposed {:.3f})", comm["expert_parallel"].get<double>(), expert)));
+  CHECK_THAT(table.out, Catch::Contains(fmt::format("tensor {:.3f} s (exposed {:.3f})", comm["tensor_parallel"].get<double>(), tensor)));
+  CHECK_THAT(table.out, !Catch::Contains("s (exposed),"));
 }
