@@ -46,6 +46,7 @@ hardware_catalog context::catalog() const {
   if (power_limit_w > 0) {  // --power-limit: the board limit the GPUs run at (gpu_spec::compute_clock_fraction)
     std::vector<gpu_spec> capped = cat.gpus();
     for (auto& g : capped) {
+      if (g.power_limit_w <= 0 && g.rated_power_w <= 0) unpowered_gpus.push_back(g.id);
       apply_power_limit(g, power_limit_w);
       cat.put(std::move(g));
     }
@@ -141,7 +142,11 @@ void context::warn_unrecorded(std::string_view what, bool plan_file, const plan_
   auto add = [&](const std::string& x) { o += (o.empty() ? "" : ", ") + x; };
   if (plan && power_limit_w <= 0 && plan->power_limit_w > 0) add(fmt::format("the plan's power_limit_w {:g}", plan->power_limit_w));
   if (plan && attention_kernel.empty() && !plan->attention_kernel.empty()) add("the plan's attention_kernel " + plan->attention_kernel);
-  if (!o.empty())
+  if (!o.empty() && plan)  // a job: its instances run at their own limit and kernels; its runtime was sized with these
+    spdlog::warn("{} does not record {}: its instances run at their own power limit and kernels (its MaxRuntimeInSeconds was "
+                 "sized with them); check and sagemaker --plan estimate it without them unless they are given again",
+                 what, o);
+  else if (!o.empty())
     spdlog::warn("{} does not record {}: check, estimate --plan and sagemaker --plan estimate it without them unless they "
                  "are given again",
                  what, o);
@@ -153,16 +158,38 @@ void context::record_gpu_settings(plan_target& t) const {
 }
 
 void context::apply_gpu_settings(plan_target& t, gpu_spec& gpu) const {
-  if (power_limit_w <= 0 && t.power_limit_w > 0) {  // the plan's own limit (the flag's is in the catalog already)
-    apply_power_limit(gpu, t.power_limit_w);
-    if (gpu.rated_power_w > 0 && gpu.power_limit_w > gpu.rated_power_w)  // (as require_power_within_rating, for a file)
+  if (power_limit_w > 0 && std::find(unpowered_gpus.begin(), unpowered_gpus.end(), gpu.id) != unpowered_gpus.end())
+    throw invalid_request(fmt::format("--power-limit {:g}: {} has no board power in the catalog (power_limit_w, rated_power_w), so a "
+                                      "power limit cannot scale its rates; give the GPU's rated power in a --hardware file",
+                                      power_limit_w, gpu.id));
+  plan_target own;  // the plan's own values where the flags do not set them (the flags' are in the catalog already)
+  if (power_limit_w <= 0) own.power_limit_w = t.power_limit_w;
+  if (attention_kernel.empty()) own.attention_kernel = t.attention_kernel;
+  apply_plan_gpu_settings(own, gpu);
+  record_gpu_settings(t);
+}
+
+void apply_plan_gpu_settings(const plan_target& t, gpu_spec& g) {
+  if (t.power_limit_w > 0) {
+    if (g.power_limit_w <= 0 && g.rated_power_w <= 0)  // compute_clock_fraction would be 1: the limit would do nothing
+      throw invalid_request(fmt::format("{:g} W: {} has no board power in the catalog (power_limit_w, rated_power_w), so a power "
+                                        "limit cannot scale its rates; give the GPU's rated power in a --hardware file",
+                                        t.power_limit_w, g.id));
+    apply_power_limit(g, t.power_limit_w);
+    if (g.rated_power_w > 0 && g.power_limit_w > g.rated_power_w)  // (as require_power_within_rating, for a file)
       throw invalid_request(fmt::format("{:g} W is above {}'s rated board power, {:g} W (its FLOP/s are rated there and a higher "
                                         "limit does not raise them); give at most {:g}",
-                                        t.power_limit_w, gpu.id, gpu.rated_power_w, gpu.rated_power_w));
+                                        t.power_limit_w, g.id, g.rated_power_w, g.rated_power_w));
   }
-  if (attention_kernel.empty() && !t.attention_kernel.empty())
-    gpu.attention = parse_attention_kernel(t.attention_kernel).value_or(bwplan::attention_kernel::fused);
-  record_gpu_settings(t);
+  if (!t.attention_kernel.empty()) g.attention = parse_attention_kernel(t.attention_kernel).value_or(bwplan::attention_kernel::fused);
+}
+
+std::string gpu_settings_note(const gpu_spec& g) {
+  std::string note;
+  if (g.compute_clock_fraction() < 1)
+    note = fmt::format("at {:g} W of its rated {:g} W", g.power_limit_w, g.rated_power_w > 0 ? g.rated_power_w : g.power_limit_w);
+  if (g.attention == bwplan::attention_kernel::flash2) note += std::string(note.empty() ? "" : ", ") + "FlashAttention-2";
+  return note;
 }
 
 void apply_power_limit(gpu_spec& g, double watts) {
@@ -270,11 +297,12 @@ int run_command(const std::vector<std::string>& args, std::ostream& out, std::os
   app.add_option("--hardware", ctx.hardware_files, "extra hardware catalog JSON merged over the bundled one (repeatable)")
       ->check(non_empty());
   app.add_option("--power-limit", ctx.power_limit_w,
-                 "GPU board power limit in W (nvidia-smi -pl): GEMM and attention rates scale by limit / rated power")
+                 "GPU board power limit in W (nvidia-smi -pl): GEMM and attention rates scale by limit / rated power; a plan "
+                 "file records it (power_limit_w), a SageMaker job cannot")
       ->check(finite_range(50, 5000));
   app.add_option("--attention-kernel", ctx.attention_kernel,
                  "attention kernel the training stack runs: fused (FlashAttention-3 / cuDNN, the catalog default) or fa2 "
-                 "(FlashAttention-2, as PyTorch's flash backend and ring attention ran in 2024)")
+                 "(FlashAttention-2, as PyTorch's flash backend and ring attention ran in 2024); a plan file records it")
       ->check(CLI::IsMember({"fused", "fa2"}));
   app.add_option("--calibration", ctx.calibration_file,
                  "calibration profile from `bwplan calibrate` (docs/calibration.md): its constants replace the built-in ones "

@@ -38,6 +38,9 @@ struct context {
   mutable std::shared_ptr<const calibration_profile> profile_cache{};  ///< the --calibration profile, once read
   mutable std::shared_ptr<const error_bands> bands_cache{};            ///< <configs>/error-bands.json, once read
   mutable bool bands_read = false;
+  /// GPUs of the catalog with no board power (neither power_limit_w nor rated_power_w) that --power-limit capped:
+  /// the limit cannot act on them (compute_clock_fraction is 1), apply_gpu_settings refuses them.
+  mutable std::vector<std::string> unpowered_gpus{};
 
   /// The directory holding configs/ data.
   [[nodiscard]] std::filesystem::path configs() const;
@@ -173,6 +176,13 @@ void add_plan_options(CLI::App* sub, const std::shared_ptr<plan_options>& o);
 /// Throws invalid_request when `g` runs at a power limit above its rated board power (`--power-limit`: the rates
 /// are rated there and gpu_spec::compute_clock_fraction does not raise them above 1). resolve_target calls it.
 void require_power_within_rating(const gpu_spec& g);
+/// Applies a plan's recorded power limit and attention kernel (plan_target::power_limit_w, attention_kernel; the global
+/// flags' values once recorded) to `g`: idempotent over a catalog the flags already capped. Throws invalid_request for a
+/// limit above the GPU's rated board power or a GPU whose catalog entry has no board power (the limit could not act).
+void apply_plan_gpu_settings(const plan_target& t, gpu_spec& g);
+/// The hardware line's note on the GPU's power limit and attention kernel where they are not the defaults ("at 500 W
+/// of its rated 700 W, FlashAttention-2"); "" otherwise.
+[[nodiscard]] std::string gpu_settings_note(const gpu_spec& g);
 /// Sets `g`'s board power limit to `watts` as --power-limit does (the rated power kept in rated_power_w; the rates
 /// scale by gpu_spec::compute_clock_fraction, docs/hardware.md#power). Does not check the rating.
 void apply_power_limit(gpu_spec& g, double watts);

@@ -84,6 +84,7 @@ plan_outcome evaluate(const context& ctx, const hardware_catalog& cat, const std
     try {  // the plan's power limit and attention kernel where the global flags do not set them
       ctx.apply_gpu_settings(p.target, t.gpu);
     } catch (const invalid_request& e) {
+      if (ctx.power_limit_w > 0 || !doc.has("power_limit_w")) throw;  // the flag's (named by the message)
       fail_at(doc, "/power_limit_w", e.what());
     }
     const auto world = resolve_world(p, t.instance ? t.instance->gpus_per_node : 0, t.instance ? t.instance->nvlink_domain_gpus : 0);

@@ -35,16 +35,24 @@ int nodes_of(const training_config& c, const resolved_target& t) {
 }
 
 /// "8 x b200 (1 x ml.p6-b200.48xlarge)", "4 x h100 (4 of the 8 GPUs of 1 x ml.p5.48xlarge)", or for a bare GPU
-/// "4 x h100 (one node on NVLink, no network: ...)".
+/// "4 x h100 (one node on NVLink, no network: ...)"; with "; at 500 W of its rated 700 W, FlashAttention-2" where the
+/// GPU's power limit or attention kernel is not the default (gpu_settings_note).
 std::string hardware_line(const training_config& c, const resolved_target& t, int nodes) {
+  std::string line;
   if (!t.instance) {  // a bare GPU: one node of its interconnect (resolve_world), no network
-    if (c.world_size <= 1) return fmt::format("{} x {}", c.world_size, t.gpu.id);
-    return fmt::format("{} x {} (one node on {}, no network: a bare GPU; --instance for nodes)", c.world_size, t.gpu.id,
-                       t.gpu.has_nvlink() ? "NVLink" : "PCIe");
+    line = c.world_size <= 1 ? fmt::format("{} x {}", c.world_size, t.gpu.id)
+                             : fmt::format("{} x {} (one node on {}, no network: a bare GPU; --instance for nodes)", c.world_size,
+                                           t.gpu.id, t.gpu.has_nvlink() ? "NVLink" : "PCIe");
+  } else if (c.world_size == nodes * c.gpus_per_node) {
+    line = fmt::format("{} x {} ({} x {})", c.world_size, t.gpu.id, nodes, t.instance->id);
+  } else {
+    line = fmt::format("{} x {} ({} of the {} GPUs of {} x {})", c.world_size, t.gpu.id, c.world_size, nodes * c.gpus_per_node, nodes,
+                       t.instance->id);
   }
-  if (c.world_size == nodes * c.gpus_per_node) return fmt::format("{} x {} ({} x {})", c.world_size, t.gpu.id, nodes, t.instance->id);
-  return fmt::format("{} x {} ({} of the {} GPUs of {} x {})", c.world_size, t.gpu.id, c.world_size, nodes * c.gpus_per_node, nodes,
-                     t.instance->id);
+  // the GPU's power limit and attention kernel where they are not the defaults (a review: a plan's 500 W gave 20 % less
+  // throughput with nothing in the output to say why)
+  if (const std::string note = gpu_settings_note(t.gpu); !note.empty()) line += "; " + note;
+  return line;
 }
 
 void print_table(std::ostream& out, const model_spec& m, const resolved_target& t, const training_config& c, int nodes,
@@ -170,6 +178,8 @@ runner register_estimate(CLI::App& app, context& ctx) {
       io::add_band_json(j, me, te, band);
       if (!modules_note.empty()) j["memory"]["modules_note"] = modules_note;
       j["hardware"] = {{"gpu", t.gpu.id}, {"instance", t.instance ? t.instance->id : ""}, {"nodes", nodes}};
+      if (t.gpu.power_limit_w > 0) j["hardware"]["power_limit_w"] = t.gpu.power_limit_w;  // the limit and kernel estimated at
+      j["hardware"]["attention_kernel"] = to_string(t.gpu.attention);
       if (cost) {
         // a bare --gpu counts GPU-hours (nodes_of: one "node" per GPU), not instance-hours
         j["training"] = {{"tokens", cost->tokens}, {"seconds", cost->seconds}, {"hours", cost->seconds / 3600},

@@ -1231,6 +1231,8 @@ runner register_recommend(CLI::App& app, context& ctx) {
       nlohmann::ordered_json j;
       j["model"] = m.name;
       j["hardware"] = {{"gpu", t.gpu.id}, {"instance", t.instance ? t.instance->id : ""}, {"nodes", req.nodes}, {"world_size", world}};
+      if (t.gpu.power_limit_w > 0) j["hardware"]["power_limit_w"] = t.gpu.power_limit_w;  // what the plans were estimated at
+      j["hardware"]["attention_kernel"] = to_string(t.gpu.attention);
       j["search"] = {{"evaluated", r.evaluated}, {"fitting", r.fitting}, {"fitting_unreplayed", r.fitting_unreplayed}, {"headroom", req.headroom}, {"headroom_source", o->headroom_source},
                      {"global_batch_tokens", req.global_batch_tokens}, {"seq_lens", req.seq_lens}, {"seconds", secs}};
       j["plans"] = nlohmann::ordered_json::array();

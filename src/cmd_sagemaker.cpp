@@ -117,7 +117,9 @@ probe_job probe_plans(const plan& base, const model_spec& m, const resolved_targ
     const memory_estimate me = estimate_memory(m, p.training, t.gpu, k.overheads);
     if (!me.fits) return;
     nlohmann::ordered_json j = io::plan_to_json(p);
-    for (const char* drop : {"$schema", "schema_version", "name", "check", "headroom", "instance", "nodes", "global_batch_size"}) j.erase(drop);
+    for (const char* drop : {"$schema", "schema_version", "name", "check", "headroom", "instance", "nodes", "global_batch_size",
+                             "power_limit_w", "attention_kernel"})  // (planning only, as the job: not the trainer's)
+      j.erase(drop);
     for (const auto& have : job.plans)
       if (have == j) return;
     job.plans.push_back(j);

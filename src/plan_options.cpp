@@ -230,10 +230,24 @@ resolved_plan resolve_plan(const context& ctx, const hardware_catalog& cat, cons
   }();
   if (t.instance) p.target.instance = t.instance->id;
   else p.target.gpu = t.gpu.id;
+  if (doc && doc->has("power_limit_w") && ctx.power_limit_w <= 0 && !target_from_file) {
+    // --gpu / --instance over a plan: the file's limit is its hosts' (a review: an h100 plan's 500 W ran a b200 at half
+    // its rating without a word); kept for the same GPU, else dropped with a warning
+    std::string file_gpu;
+    try {
+      file_gpu = resolve_target(cat, {doc->value.target.gpu, doc->value.target.instance, doc->value.target.nodes}, "ml.p6-b200.48xlarge").gpu.id;
+    } catch (const error&) {
+    }
+    if (file_gpu != t.gpu.id) {
+      spdlog::warn("{}: power_limit_w {:g} is the plan's limit for {}; {} runs at the catalog's limit (give --power-limit to set one)",
+                   doc->file, p.target.power_limit_w, file_gpu.empty() ? std::string("its GPU") : file_gpu, t.gpu.id);
+      p.target.power_limit_w = 0;
+    }
+  }
   try {  // the plan file's power limit and attention kernel where the global flags do not set them; recorded in p
     ctx.apply_gpu_settings(p.target, t.gpu);
   } catch (const invalid_request& e) {
-    if (!doc) throw;
+    if (!doc || ctx.power_limit_w > 0 || !doc->has("power_limit_w")) throw;  // (the flag's: named by the message)
     if (auto l = doc->where("/power_limit_w")) throw config_error(doc->file, doc->pointer("/power_limit_w"), e.what(), l->line, l->column, l->byte);
     throw config_error(doc->file, doc->pointer("/power_limit_w"), e.what());
   }

@@ -121,6 +121,11 @@ void fill_from_record(const context& ctx, const hardware_catalog& cat, const run
   auto pl = r.find("plan");
   if (pl == r.end() || !pl->is_object()) throw config_error(where, "/plan", "missing required field");
   nlohmann::json pj = nlohmann::json::object();
+  for (const char* k : {"power_limit_w", "attention_kernel"})  // planning only: a trainer record never has them (a review:
+    if (auto it = pl->find(k); it != pl->end() && !it->is_null())  // they were read and then ignored)
+      throw config_error(where, std::string("/plan/") + k,
+                         "not read from a measured run (the trainer does not record it); give the global --power-limit or "
+                         "--attention-kernel for the runs instead");
   for (const auto& k : io::plan_keys())
     if (auto it = pl->find(k); it != pl->end() && !it->is_null() && k != "check" && k != "headroom") pj[k] = *it;
   const plan_document d = io::plan_from_json(pj, where + " /plan");

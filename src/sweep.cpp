@@ -275,6 +275,9 @@ std::vector<sweep_point> run_sweep(const hardware_catalog& cat, const model_spec
       } catch (const error& e) { throw bad(e.what()); }
       pt.target.gpu = cat.gpu(pt.target.instance->gpu);
       pt.p.target.instance = pt.target.instance->id;
+      try {  // the plan's power limit and attention kernel, as resolve_plan applied them to the base (a review: dropped here)
+        apply_plan_gpu_settings(pt.p.target, pt.target.gpu);
+      } catch (const error& e) { throw bad(e.what()); }
     }
     for (const auto& v : resolve_world(pt.p, pt.target.instance ? pt.target.instance->gpus_per_node : 0,
                                        pt.target.instance ? pt.target.instance->nvlink_domain_gpus : 0))
@@ -397,6 +400,8 @@ nlohmann::ordered_json sweep_json(const model_spec& m, const resolved_target& t,
   nlohmann::ordered_json j;
   j["model"] = m.name;
   j["hardware"] = {{"gpu", t.gpu.id}, {"instance", t.instance ? t.instance->id : ""}};
+  if (t.gpu.power_limit_w > 0) j["hardware"]["power_limit_w"] = t.gpu.power_limit_w;  // the base's (a --vary instance point: its GPU's)
+  j["hardware"]["attention_kernel"] = to_string(t.gpu.attention);
   j["vary"] = nlohmann::ordered_json::object();
   for (const auto& a : axes) j["vary"][a.key] = a.values;
   j["points"] = nlohmann::ordered_json::array();

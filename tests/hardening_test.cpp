@@ -1368,3 +1368,76 @@ TEST_CASE("bug: the table gives the exposed tensor- and expert-parallel time, as
   CHECK_THAT(table.out, Catch::Contains(fmt::format("tensor {:.3f} s (exposed {:.3f})", comm["tensor_parallel"].get<double>(), tensor)));
   CHECK_THAT(table.out, !Catch::Contains("s (exposed),"));
 }
+
+// A review of the plan's power limit and attention kernel (the test case above): sweep --vary instance fetched the GPU
+// again and dropped them (74,883 tokens/s at 700 W for a 500 W plan); --gpu b200 over an h100 plan ran the B200 at the
+// h100's 500 W; a limit on a GPU with no board power did nothing; no output said what limit was estimated; the probe
+// file of a job and a measured run's plan carried or took them silently.
+TEST_CASE("bug: a plan's power limit reaches every point, follows its GPU and shows", "[hardening][plan][bugs]") {
+  const std::string file = temp_path("p5-500.plan.json").string();
+  REQUIRE(run_cli({"--power-limit", "500", "--attention-kernel", "fa2", "estimate", "Llama-3.1-8B", "--instance", "ml.p5.48xlarge",
+                   "--emit", "plan", "-o", file}).code == 0);
+  auto tokens_at = [](const test::cli_result& r, std::size_t i) {
+    INFO(r.out << r.err);
+    REQUIRE(r.code == 0);
+    return nlohmann::json::parse(r.out)["points"][i]["tokens_per_s"].get<double>();
+  };
+  const double plain = tokens_at(run_cli({"sweep", "--plan", file, "--vary", "mbs=1,2", "--format", "json"}), 0);
+  CHECK(tokens_at(run_cli({"sweep", "--plan", file, "--vary", "instance=ml.p5.48xlarge", "--vary", "mbs=1,2", "--format", "json"}), 0) ==
+        Approx(plain).epsilon(1e-12));
+  // another GPU than the plan's: its limit was the h100 hosts', dropped with a warning; the same GPU keeps it
+  const auto b200 = run_cli({"estimate", "--plan", file, "--gpu", "b200", "--gpus", "8", "--format", "json"});
+  const auto b200_plain = run_cli({"--attention-kernel", "fa2", "estimate", "Llama-3.1-8B", "--gpu", "b200", "--gpus", "8", "--format", "json"});
+  INFO(b200.err);
+  REQUIRE(b200.code == 0);
+  CHECK_THAT(b200.err, Catch::Contains("power_limit_w 500 is the plan's limit for h100; b200 runs at the catalog's limit"));
+  CHECK(nlohmann::json::parse(b200.out)["hardware"]["power_limit_w"] == 1000);
+  CHECK(nlohmann::json::parse(b200.out)["throughput"]["tokens_per_s"] == nlohmann::json::parse(b200_plain.out)["throughput"]["tokens_per_s"]);
+  const auto same = run_cli({"estimate", "--plan", file, "--gpu", "h100", "--gpus", "8", "--format", "json"});
+  CHECK_THAT(same.err, !Catch::Contains("is the plan's limit"));
+  CHECK(nlohmann::json::parse(same.out)["hardware"]["power_limit_w"] == 500);
+  CHECK(nlohmann::json::parse(same.out)["hardware"]["attention_kernel"] == "fa2");
+  // the text says what was estimated
+  CHECK_THAT(run_cli({"estimate", "--plan", file}).out, Catch::Contains("x ml.p5.48xlarge); at 500 W of its rated 700 W, FlashAttention-2"));
+  // a GPU with no board power: a limit cannot act on it (compute_clock_fraction 1), refused for the flag and the file
+  auto cat = io::read_json_file(fs::path(BWPLAN_SOURCE_DIR) / "configs" / "hardware" / "catalog.json");
+  nlohmann::json g;
+  for (const auto& x : cat["gpus"])
+    if (x["id"] == "h100") g = x;
+  g["id"] = "h100-nopower";
+  g.erase("power_limit_w");
+  g["sources"].erase("power_limit_w");
+  const std::string hw = temp_path("nopower.json").string();
+  std::ofstream(hw) << nlohmann::json{{"gpus", {g}}}.dump();
+  const auto flag = run_cli({"--hardware", hw, "--power-limit", "300", "estimate", "Llama-3.2-1B", "--gpu", "h100-nopower"});
+  CHECK(flag.code == 2);
+  CHECK_THAT(flag.err, Catch::Contains("--power-limit 300: h100-nopower has no board power in the catalog"));
+  const std::string np = temp_path("nopower.plan.json").string();
+  std::ofstream(np) << R"({"model": "Llama-3.2-1B", "gpu": "h100-nopower", "gpus": 1, "power_limit_w": 300})";
+  const auto from_file = run_cli({"--hardware", hw, "estimate", "--plan", np});
+  CHECK(from_file.code == 2);
+  CHECK_THAT(from_file.err, Catch::Contains(np + ": /power_limit_w: 300 W: h100-nopower has no board power in the catalog"));
+  // a probe job's plans leave them out as its plan.json does
+  const fs::path src = temp_path("p5-500-probe");
+  fs::remove_all(src);
+  const auto probe = run_cli({"sagemaker", "--plan", file, "--probe", "--source-dir", src.string(), "--role-arn",
+                              "arn:aws:iam::111122223333:role/SageMakerTrainingExecutionRole", "--output-s3", "s3://amzn-s3-demo-bucket/bwplan/"});
+  INFO(probe.err);
+  REQUIRE(probe.code == 0);
+  const std::string probe_text = io::read_text_file(src / "probe.json");
+  CHECK(probe_text.find("power_limit_w") == std::string::npos);
+  CHECK(probe_text.find("attention_kernel") == std::string::npos);
+  // a measured run's plan with them: refused, not read and ignored
+  std::ifstream in(fs::path(BWPLAN_SOURCE_DIR) / "tests" / "data" / "probe-records.jsonl");
+  std::string line;
+  nlohmann::json rec;
+  while (std::getline(in, line) && !(rec = nlohmann::json::parse(line)).contains("plan")) {
+  }  // (the first line is the env record)
+  REQUIRE(rec.contains("plan"));
+  rec["plan"]["power_limit_w"] = 300;
+  const std::string recs = temp_path("capped-records.jsonl").string();
+  std::ofstream(recs) << rec.dump() << "\n";
+  const auto v = run_cli({"validate", recs});
+  CHECK(v.code == 2);
+  CHECK_THAT(v.err, Catch::Contains("/plan/power_limit_w: not read from a measured run"));
+}
