@@ -41,6 +41,7 @@ struct plan_outcome {
   std::string error;         ///< the one-line error
   std::size_t error_line = 1;
   std::string model, gpu, instance;
+  std::string gpu_note;  ///< the GPU's power limit and attention kernel where not the defaults (gpu_settings_note)
   model_spec spec;
   check_result result;
   std::vector<located_finding> findings;
@@ -102,6 +103,7 @@ plan_outcome evaluate(const context& ctx, const hardware_catalog& cat, const std
     po.model = m.name;
     po.spec = m;
     po.gpu = t.gpu.id;
+    po.gpu_note = gpu_settings_note(t.gpu);
     po.instance = t.instance ? t.instance->id : "";
     check_input in;
     in.model = m;
@@ -183,7 +185,9 @@ void write_text(std::ostream& out, const std::vector<plan_outcome>& all) {
     const auto& r = po.result;
     if (r.memory && r.throughput)
       out << fmt::format("{}: {}: {} on {}, {}: peak {} of {} ({}), {:.0f} tokens/s, MFU {:.1f}%{}\n", po.file,
-                         status_word(po), po.model, po.instance.empty() ? po.gpu : po.instance, describe(r.config),
+                         status_word(po), po.model,
+                         (po.instance.empty() ? po.gpu : po.instance) + (po.gpu_note.empty() ? "" : " (" + po.gpu_note + ")"),
+                         describe(r.config),
                          human(r.memory->device_peak()), human(r.memory->capacity),
                          !r.memory->fits ? std::string("does not fit")
                          : r.band ? fmt::format("{:.1f}% free; {} with the error band +{:.1f}%", 100 * r.memory->headroom(),

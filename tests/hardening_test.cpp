@@ -1275,6 +1275,7 @@ TEST_CASE("bug: a plan file keeps --power-limit and --attention-kernel, and esti
   INFO(chk.out << chk.err);
   REQUIRE(chk.code == 0);
   CHECK(nlohmann::json::parse(chk.out)["plans"][0]["estimate"]["throughput"]["tokens_per_s"].get<double>() == Approx(capped).epsilon(1e-9));
+  CHECK_THAT(run_cli({"check", file}).out, Catch::Contains("on h100 (at 500 W of its rated 700 W, FlashAttention-2), mbs 2"));
   // a SageMaker job cannot carry them (the instance runs at its own limit): it says so, its plan.json leaves them out
   const fs::path src = temp_path("capped-src");
   fs::remove_all(src);
