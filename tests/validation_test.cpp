@@ -104,9 +104,8 @@ TEST_CASE("validation: docs/validation.md is current", "[validation]") {
   std::ifstream in(std::filesystem::path(BWPLAN_SOURCE_DIR) / "docs" / "validation.md");
   REQUIRE(in);
   const std::string doc((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  INFO("regenerate with: ./build/bwplan validate ../shared/groundtruth/h200-calibration.jsonl --format markdown > docs/validation.md"
-       " && tools/public_runs.py build/bwplan --write docs/validation.md"
-       " (then append the hand-kept sections from the marker line on)");
+  INFO("regenerate the part before the public-runs marker with: ./build/bwplan validate ../shared/groundtruth/h200-calibration.jsonl "
+       "--format markdown (replace that part only: the rest of the file is tools/public_runs.py's and hand-kept)");
   // The generated part (validate's output), then the public-runs section (tools/public_runs.py, checked by the
   // public_runs_table test), then hand-kept sections (fine-tuning cases, tests/data/finetune-memory.json) after
   // the marker.
