@@ -55,6 +55,17 @@ std::string hardware_line(const training_config& c, const resolved_target& t, in
   return line;
 }
 
+/// What the throughput model leaves out for Megatron-Core MoE (docs/scaling.md §7, "MoE at small micro-batches"): the
+/// host time of the dropless dispatch, which waits for the token counts on the host in every MoE layer's forward
+/// (megatron/core/transformer/moe/token_dispatcher.py `_maybe_dtoh_and_synchronize`); "" for other plans.
+std::string moe_host_note(const model_spec& m, const training_config& c) {
+  if (!m.is_moe() || c.stack != training_stack::megatron) return {};
+  return "the host time of Megatron-Core's dropless MoE dispatch is not modelled: it waits for the token counts on the host "
+         "in every MoE layer, which small micro-batches do not hide; without CUDA graphs Megatron-Bridge measured Qwen3-30B-A3B "
+         "at 0.37-0.39 of this model's tokens/s at micro-batch 1 x 4096 (B200), 0.76-0.84 at 4 x 4096 (GB200), 0.90-0.92 at 8 x 4096 "
+         "(docs/scaling.md section 7)";
+}
+
 void print_table(std::ostream& out, const model_spec& m, const resolved_target& t, const training_config& c, int nodes,
                  const memory_estimate& me, const throughput_estimate& te, term_style st, const std::optional<error_band>& band,
                  const std::string& modules_note) {
@@ -177,6 +188,7 @@ runner register_estimate(CLI::App& app, context& ctx) {
       auto j = io::estimate_to_json(m, c, me, te);
       io::add_band_json(j, me, te, band);
       if (!modules_note.empty()) j["memory"]["modules_note"] = modules_note;
+      if (const std::string note = moe_host_note(m, c); !note.empty()) j["throughput"]["not_modelled"] = note;
       j["hardware"] = {{"gpu", t.gpu.id}, {"instance", t.instance ? t.instance->id : ""}, {"nodes", nodes}};
       if (t.gpu.power_limit_w > 0) j["hardware"]["power_limit_w"] = t.gpu.power_limit_w;  // the limit and kernel estimated at
       j["hardware"]["attention_kernel"] = to_string(t.gpu.attention);
@@ -204,6 +216,7 @@ runner register_estimate(CLI::App& app, context& ctx) {
                                te.comm.data_parallel.raw(), te.exposed.data_parallel.raw(), te.comm.tensor_parallel.raw(),
                                te.exposed.tensor_parallel.raw(), te.comm.context_parallel.raw(), te.exposed.context_parallel.raw(),
                                te.comm.expert_parallel.raw(), te.exposed.expert_parallel.raw());
+      if (const std::string note = moe_host_note(m, c); !note.empty()) ctx.out << "  not modelled: " << note << "\n";
       if (c.offload != 0)  // CPU offload: host memory against the node's RAM, and what the step waits for
         ctx.out << fmt::format("  CPU offload {}: host memory {:.2f} GiB per GPU, {:.2f} GiB per node{}; the step waits {:.3f} s for it "
                                "(CPU optimizer step {:.3f} s, not overlapped; host-device copies {:.3f} s before overlap)\n",
