@@ -55,17 +55,6 @@ std::string hardware_line(const training_config& c, const resolved_target& t, in
   return line;
 }
 
-/// What the throughput model leaves out for Megatron-Core MoE (docs/scaling.md §7, "MoE at small micro-batches"): the
-/// host time of the dropless dispatch, which waits for the token counts on the host in every MoE layer's forward
-/// (megatron/core/transformer/moe/token_dispatcher.py `_maybe_dtoh_and_synchronize`); "" for other plans.
-std::string moe_host_note(const model_spec& m, const training_config& c) {
-  if (!m.is_moe() || c.stack != training_stack::megatron) return {};
-  return "the host time of Megatron-Core's dropless MoE dispatch is not modelled: it waits for the token counts on the host "
-         "in every MoE layer, which small micro-batches do not hide; without CUDA graphs Megatron-Bridge measured Qwen3-30B-A3B "
-         "at 0.37-0.39 of this model's tokens/s at micro-batch 1 x 4096 (B200), 0.76-0.84 at 4 x 4096 (GB200), 0.90-0.92 at 8 x 4096 "
-         "(docs/scaling.md section 7)";
-}
-
 void print_table(std::ostream& out, const model_spec& m, const resolved_target& t, const training_config& c, int nodes,
                  const memory_estimate& me, const throughput_estimate& te, term_style st, const std::optional<error_band>& band,
                  const std::string& modules_note) {

@@ -1242,6 +1242,7 @@ runner register_recommend(CLI::App& app, context& ctx) {
         const auto& p = r.ranked[i];
         auto x = io::estimate_to_json(m, p.config, p.memory, p.throughput);
         io::add_band_json(x, p.memory, p.throughput, ctx.band(t.gpu.id, p.config));
+        if (const std::string note = moe_host_note(m, p.config); !note.empty()) x["throughput"]["not_modelled"] = note;  // as estimate
         if (contract_for_rows)  // (a MoE or non-Llama-layout model: the trainer refuses the model itself, T-model)
           x["reference_trainer"] = {{"runs", refusals[i].empty() && !model_refused},
                                     {"refusals", model_refused ? std::vector<std::string>{"T-model"} : refusals[i]}};
@@ -1338,6 +1339,7 @@ runner register_recommend(CLI::App& app, context& ctx) {
         if (!hint_text.empty()) ctx.out << "communication: " << hint_text << "\n";
         if (!launch.empty()) ctx.out << "launch: " << launch << "\n";
         if (!pipeline_line.empty()) ctx.out << "pipeline parallelism: " << pipeline_line << "\n";
+        if (const std::string note = moe_host_note(m, r.ranked[0].config); !note.empty()) ctx.out << "not modelled: " << note << "\n";
       }
     }
     if (r.ranked.empty()) {

@@ -114,6 +114,7 @@ std::string estimate_markdown(const model_spec& m, const resolved_target& t, con
                        {"MFU (bf16 peak, bf16-equivalent)", fmt::format("{:.1f}%", 100 * te.mfu)},
                        {fmt::format("MFU ({} peak)", to_string(c.format)), fmt::format("{:.1f}%", 100 * te.mfu_format)},
                        {"exposed communication", fmt::format("{:.3f} s", te.exposed_communication.raw())}});
+  if (const std::string note = moe_host_note(m, c); !note.empty()) s += "\nNot modelled: " + md_escape(note) + ".\n";
   s += fmt::format("\n<sub>bwplan {}</sub>\n", version_string);
   return s;
 }
@@ -187,6 +188,17 @@ std::string band_line(const memory_estimate& me, const throughput_estimate& te, 
                      to_string(v), group, band.rows, 100 * band.memory, 100 * band.tokens_per_s,
                      band_top(me, band.memory).in(gib), me.capacity.in(gib), 100 * (1 - tight_margin),
                      grouped(te.tokens_per_s * std::max(0.0, 1 - band.tokens_per_s)), grouped(te.tokens_per_s * (1 + band.tokens_per_s)));
+}
+
+/// What the throughput model leaves out for Megatron-Core MoE (docs/scaling.md §7, "MoE at small micro-batches"): the
+/// host time of the dropless dispatch, which waits for the token counts on the host in every MoE layer's forward
+/// (megatron/core/transformer/moe/token_dispatcher.py `_maybe_dtoh_and_synchronize`); "" for other plans.
+std::string moe_host_note(const model_spec& m, const training_config& c) {
+  if (!m.is_moe() || c.stack != training_stack::megatron) return {};
+  return "the host time of Megatron-Core's dropless MoE dispatch (a wait for the token counts on the host in every MoE "
+         "layer, not hidden at small micro-batches); without CUDA graphs Megatron-Bridge measured Qwen3-30B-A3B at 0.37-0.39 "
+         "of this model's tokens/s at micro-batch 1 x 4096 (B200), 0.76-0.84 at 4 x 4096 (GB200), 0.90-0.92 at 8 x 4096 "
+         "(docs/scaling.md section 7)";
 }
 
 }  // namespace bwplan::cli

@@ -44,6 +44,9 @@ struct md_column {
 /// One line on the error band of an estimate and its three-state verdict (docs/calibration.md#bands), e.g.
 /// "tight: with the error band of h200/hf/single (22 measured runs, 90 %: peak reserved +1.4 %, tokens/s ±6.2 %) the
 /// device peak may reach 137.10 GiB of 139.80 GiB; tokens/s 45,100 – 51,100". Shared by every output.
+/// What the throughput model leaves out for Megatron-Core MoE (docs/scaling.md section 7): the host time of the
+/// dropless dispatch, with the measured ratios; "" for other plans. estimate and recommend print it.
+[[nodiscard]] std::string moe_host_note(const model_spec& m, const training_config& c);
 [[nodiscard]] std::string band_line(const memory_estimate& me, const throughput_estimate& te, const error_band& band);
 
 /// `recommend --format markdown`: a heading naming `where`, the search summary, the ranked plans as a

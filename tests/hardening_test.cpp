@@ -1373,6 +1373,9 @@ TEST_CASE("bug: the table gives the exposed tensor- and expert-parallel time, as
   CHECK_THAT(nlohmann::json::parse(js.out)["throughput"]["not_modelled"].get<std::string>(), Catch::Contains("0.37-0.39"));
   const auto dense = run_cli({"estimate", "Llama-3.1-8B", "--gpu", "h100", "--gpus", "8", "--stack", "megatron", "--sharding", "optimizer"});
   CHECK_THAT(dense.out, !Catch::Contains("not modelled"));
+  const auto rec = run_cli({"recommend", "Qwen3-30B-A3B", "--instance", "ml.p5.48xlarge", "--stack", "megatron", "--top", "2"});
+  INFO(rec.err);
+  CHECK_THAT(rec.out, Catch::Contains("not modelled: the host time of Megatron-Core's dropless MoE dispatch"));
 }
 
 // A review of the plan's power limit and attention kernel (the test case above): sweep --vary instance fetched the GPU
