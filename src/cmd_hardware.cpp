@@ -25,6 +25,8 @@ runner register_hardware(CLI::App& app, context& ctx) {
                              {"hbm_total_bytes", g.hbm_total.raw()}, {"cuda_capacity_bytes", g.cuda_capacity().raw()},
                              {"hbm_bandwidth_bytes_per_s", g.hbm_bandwidth.raw()},
                              {"nvlink_bytes_per_s_per_direction", g.nvlink_per_direction.raw()}, {"dense", d}});
+        // the measured matmul rate the throughput model runs the GPU at (docs/hardware.md#sustained-matmul)
+        if (g.mamf_bf16.raw() > 0) j["gpus"].back()["mamf_bf16_tflop_per_s"] = g.mamf_bf16.in(tflop_per_s);
       }
       j["instances"] = nlohmann::ordered_json::array();
       for (const auto& i : cat.instances()) {

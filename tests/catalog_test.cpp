@@ -247,7 +247,7 @@ TEST_CASE("catalog: every number has a source key that docs/hardware.md resolves
   for (const auto& g : doc.at("gpus"))
     check_entry(g, {"hbm_total_mib", "driver_reserved_mib", "hbm_bandwidth_tb_per_s", "nvlink_gb_per_s_per_direction",
                     "pcie_gb_per_s_per_direction", "power_limit_w", "rated_power_w", "attention_speedup", "dense_tflop_per_s",
-                    "host_link_gb_per_s_per_direction"});
+                    "mamf_bf16_tflop_per_s", "host_link_gb_per_s_per_direction"});
   for (const auto& i : doc.at("instances"))
     check_entry(i, {"gpus_per_node", "efa_gbit_per_s", "nvlink_domain_gpus", "host_memory_gib", "price_per_hour_usd",
                     "sagemaker_price_per_hour_usd"});
@@ -255,7 +255,7 @@ TEST_CASE("catalog: every number has a source key that docs/hardware.md resolves
   const std::set<std::string> gpu_fields{"id", "name", "architecture", "hbm_total_mib", "driver_reserved_mib", "hbm_bandwidth_tb_per_s",
                                          "interconnect", "nvlink_gb_per_s_per_direction", "pcie_gb_per_s_per_direction",
                                          "power_limit_w", "rated_power_w", "attention_speedup", "dense_tflop_per_s",
-                                         "host_link_gb_per_s_per_direction", "sources"};
+                                         "mamf_bf16_tflop_per_s", "host_link_gb_per_s_per_direction", "sources"};
   const std::set<std::string> inst_fields{"id", "gpu", "gpus_per_node", "efa_gbit_per_s", "nvlink_domain_gpus", "host_memory_gib",
                                           "price_per_hour_usd", "price_kind", "price_region", "price_note",
                                           "sagemaker_price_per_hour_usd", "sagemaker_price_region", "sagemaker_price_note", "sources"};
@@ -263,6 +263,56 @@ TEST_CASE("catalog: every number has a source key that docs/hardware.md resolves
     for (auto it = g.begin(); it != g.end(); ++it) CHECK(gpu_fields.count(it.key()) == 1);
   for (const auto& i : doc.at("instances"))
     for (auto it = i.begin(); it != i.end(); ++it) CHECK(inst_fields.count(it.key()) == 1);
+}
+
+TEST_CASE("catalog: a GPU's measured matmul rate (MAMF) sets its tensor-core rates against the calibration H200's", "[catalog][throughput]") {
+  const hardware_catalog cat = bundled();
+  // stas00/ml-engineering's MAMF table (bf16): GB200 1,822 of 2,500; B200 1,745 of 2,250; H100 794.5 of 989, "H200 is the same"
+  CHECK(cat.gpu("gb200").mamf_fraction() == Approx(1822.0 / 2500));
+  CHECK(cat.gpu("b200").mamf_fraction() == Approx(1745.0 / 2250));
+  CHECK(cat.gpu("h200").mamf_fraction() == Approx(794.5 / 989));
+  CHECK(cat.gpu("gb300").mamf_fraction() == 0);  // not measured: its datasheet rate, as calibrated
+  const throughput_calibration k;
+  const model_spec m = test::llama_8b();
+  training_config c;
+  c.micro_batch = 2;
+  c.seq_len = 8192;
+  c.world_size = 8;
+  c.gpus_per_node = 8;
+  c.shard = sharding::full;
+  c.ac = checkpointing::full();
+  auto terms = [&](const gpu_spec& g) { return compose_throughput(compute_throughput_terms(m, c, g, nullptr, k)); };
+  auto unmeasured = [](gpu_spec g) { g.mamf_bf16 = flop_rate{}; return g; };
+  SECTION("hardware --format json shows the measurement where the catalog has one") {
+    const auto r = run_cli({"hardware", "--format", "json"});
+    REQUIRE(r.code == 0);
+    const auto j = nlohmann::json::parse(r.out);
+    for (const auto& g : j.at("gpus")) {
+      INFO(g.at("id"));
+      if (g.at("id") == "gb200") CHECK(g.at("mamf_bf16_tflop_per_s").get<double>() == Approx(1822));
+      if (g.at("id") == "gb300") CHECK(!g.contains("mamf_bf16_tflop_per_s"));
+    }
+  }
+  SECTION("the calibration GPU is unchanged") {
+    const auto h200 = terms(cat.gpu("h200"));
+    CHECK(h200.gemm.raw() == Approx(terms(unmeasured(cat.gpu("h200"))).gemm.raw()));
+    CHECK(h200.attention.raw() == Approx(terms(unmeasured(cat.gpu("h200"))).attention.raw()));
+  }
+  SECTION("GB200's GEMMs and attention run at 0.729 / 0.803 = 0.907 of its datasheet-scaled rates") {
+    const double f = (1822.0 / 2500) / (794.5 / 989);
+    const auto measured = terms(cat.gpu("gb200")), datasheet = terms(unmeasured(cat.gpu("gb200")));
+    CHECK(measured.gemm.raw() == Approx(datasheet.gemm.raw() / f));
+    CHECK(measured.attention.raw() == Approx(datasheet.attention.raw() / f));
+    CHECK(measured.memory_bound.raw() == Approx(datasheet.memory_bound.raw()));  // HBM-bound work is not a matmul
+    // GB200 over B200: 2,500 / 2,250 = 1.11 on the datasheets, 1,822 / 1,745 = 1.04 measured
+    const auto b200 = terms(cat.gpu("b200"));
+    CHECK(b200.gemm.raw() / measured.gemm.raw() == Approx(1.044).epsilon(0.01));
+  }
+  SECTION("an A100's GEMMs run faster, its FlashAttention-2 rates are its own") {
+    const auto measured = terms(cat.gpu("a100-80gb")), datasheet = terms(unmeasured(cat.gpu("a100-80gb")));
+    CHECK(measured.gemm.raw() == Approx(datasheet.gemm.raw() / ((271.2 / 312) / (794.5 / 989))));
+    CHECK(measured.attention.raw() == Approx(datasheet.attention.raw()));
+  }
 }
 
 TEST_CASE("catalog: supports() follows the tensor cores (A100 bf16 only, L40S and H800 FP8, MX/NV FP4 on Blackwell)", "[catalog][precision]") {
@@ -345,6 +395,10 @@ TEST_CASE("catalog reader: impossible values are one-line errors naming the file
       {gpu_with("interconnect", "infiniband"), "user.json: /gpus/0/interconnect: expected \"nvlink\" or \"pcie\", got \"infiniband\""},
       {gpu_with("interconnect", "pcie"), "user.json: /gpus/0/nvlink_gb_per_s_per_direction: a PCIe GPU has no NVLink"},
       {gpu_with("power_limit_w", 0), "user.json: /gpus/0/power_limit_w: must be a positive number, got 0"},
+      {gpu_with("mamf_bf16_tflop_per_s", 0), "user.json: /gpus/0/mamf_bf16_tflop_per_s: must be a positive number, got 0"},
+      // a measured matmul rate above the datasheet's would make the GPU faster than its rating
+      {gpu_with("mamf_bf16_tflop_per_s", 2500),
+       "user.json: /gpus/0/mamf_bf16_tflop_per_s: above the bf16 dense peak (2000 TFLOP/s): a measured matmul rate cannot exceed the datasheet's"},
       {gpu_with("power_limit_w", 7e5), "user.json: /gpus/0/power_limit_w: must be <= 100000, got"},
       {inst_with("efa_gbit_per_s", 0), "user.json: /instances/0/efa_gbit_per_s: must be a positive number, got 0"},
       {inst_with("efa_gbit_per_s", inf), "user.json: /instances/0/efa_gbit_per_s: must be a finite number"},

@@ -62,6 +62,13 @@ struct gpu_spec {
   /// `--attention-kernel` sets it for every GPU of one command, as `--power-limit` sets the power limit).
   attention_kernel attention = attention_kernel::fused;
   std::map<std::string, flop_rate, std::less<>> dense_flops;  ///< dense tensor-core rate per format ("bf16", "fp8", "fp4")
+  /// Measured maximum achievable bf16 matmul rate (MAMF: the best `torch.matmul` over a brute-force search of shapes,
+  /// mean of 100 iterations after 50 warm-up, at the GPU's default power; catalog `mamf_bf16_tflop_per_s`, from
+  /// stas00/ml-engineering compute/accelerator/README.md "Maximum Achievable Matmul FLOPS comparison table",
+  /// docs/hardware.md#sustained-matmul). Zero where no measurement is known. A GPU whose datasheet assumes clocks
+  /// it cannot hold under matmul load reaches a smaller fraction of its `dense_flops` (GB200: 1,822 of 2,500, 72.9 %;
+  /// B200 1,745 of 2,250, 77.6 %; H100 794.5 of 989, 80.3 %).
+  flop_rate mamf_bf16;
 
   /// Dense rate for `format`, or nullopt if the GPU has no tensor-core support for it.
   [[nodiscard]] std::optional<flop_rate> peak(std::string_view format) const {
@@ -84,6 +91,13 @@ struct gpu_spec {
     const double rated = rated_power_w > 0 ? rated_power_w : power_limit_w;
     if (power_limit_w <= 0 || rated <= 0) return 1.0;
     return std::min(1.0, power_limit_w / rated);
+  }
+  /// The measured matmul rate over the datasheet bf16 peak, mamf_bf16 / dense_flops["bf16"] (0.729 for GB200), or 0
+  /// when either is unknown. throughput_shape_of scales tensor-core rates by it relative to the calibration GPU's.
+  [[nodiscard]] double mamf_fraction() const noexcept {
+    const auto p = peak("bf16");
+    if (!p || p->raw() <= 0 || mamf_bf16.raw() <= 0) return 0;
+    return mamf_bf16.raw() / p->raw();
   }
   /// Whether the GPUs of a node talk over NVLink (false: over PCIe).
   [[nodiscard]] bool has_nvlink() const noexcept { return std::string_view(interconnect) == "nvlink"; }

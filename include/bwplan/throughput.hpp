@@ -34,6 +34,11 @@ struct throughput_calibration {
   /// Asymptotic GEMM efficiency, pinned by the one GEMM measured on the calibration machine: gemm_efficiency of an
   /// 8192³ bf16 matmul is 790/989 (../shared/groundtruth/README.md).
   double gemm_max = 0.80 / ((8192.0 / (8192.0 + gemm_half_k)) * (8192.0 * 8192 / (8192.0 * 8192 + gemm_half_mn)));
+  /// The calibration GPU's measured matmul fraction (gpu_spec::mamf_fraction): the H200's, which the MAMF table gives
+  /// as the H100 SXM's 794.5 of 989 TFLOP/s ("H200 is the same"; stas00/ml-engineering, docs/hardware.md#sustained-matmul),
+  /// as the 8192³ matmul measured on the calibration machine (790) agrees. A GPU with a measured fraction runs its
+  /// tensor-core work at gpu.mamf_fraction() / matmul_reference of the rates calibrated here (throughput_shape::matmul).
+  double matmul_reference = 794.5 / 989.0;
   /// Achieved fraction of the FlashAttention-3 paper's rates (fused_attention_rates) by the fused kernels on the
   /// calibration machine (PyTorch 2.11 eager on the H200); fitted with `memory` and `launch_s`, pinned by the runs that
   /// differ only in sequence length (same tokens, more attention).
@@ -427,6 +432,11 @@ struct throughput_shape {
   double hbm = 0;    ///< achieved HBM bandwidth (byte/s): datasheet × calibration `memory`
   double clock = 1;  ///< tensor-core rate sustained at the power limit over the rated one (gpu_spec::compute_clock_fraction)
   double attention_speedup = 1;  ///< gpu_spec::attention_speedup (Blackwell Ultra's doubled softmax exponentials)
+  /// The GPU's measured matmul fraction over the calibration GPU's (gpu_spec::mamf_fraction /
+  /// throughput_calibration::matmul_reference; 1 when the catalog has no measurement): GB200 0.907, B200 0.966,
+  /// B300 0.979, A100 1.082. Scales the GEMM rates and, where the attention rates were measured on an H100 (every
+  /// kernel but Ampere's FlashAttention-2, whose rates are the A100's own), the attention rates.
+  double matmul = 1;
   double d = 0;      ///< head dimension (q·k per head)
   double tp = 1;     ///< tensor-parallel degree
   double cp = 1;     ///< context-parallel degree
@@ -546,6 +556,7 @@ struct throughput_shape {
   r.peak_lp = gpu.peak(r.format.rate_key).value_or(flop_rate::base(r.peak)).raw();
   r.hbm = gpu.hbm_bandwidth.raw() * k.memory;
   r.clock = gpu.compute_clock_fraction();
+  if (const double f = gpu.mamf_fraction(); f > 0 && k.matmul_reference > 0) r.matmul = f / k.matmul_reference;
   r.attention_speedup = gpu.attention_speedup;
   r.recompute_passes =
       (c.ac.mode == ac_mode::selective_op || c.ac.mode == ac_mode::selective_attn) ? 0.5 * r.L : r.nck;
@@ -694,7 +705,8 @@ struct block_gemm_seconds {
 /// own peak, with the half-widths grown by √(peak ratio) (a faster tensor core needs a larger GEMM to amortize the
 /// same fixed costs; docs/precision.md#speed) and its `relative_gemm_efficiency`. FLOP fields count `2·T·lin` per
 /// block forward (Narayanan et al. 2021, arXiv:2104.04473), the rates are FLOPs over time. Every rate is scaled by
-/// the power limit's clock fraction (`clock`, gpu_spec::compute_clock_fraction).
+/// the power limit's clock fraction (`clock`, gpu_spec::compute_clock_fraction) and by the GPU's measured matmul
+/// fraction over the calibration GPU's (`matmul`, docs/hardware.md#sustained-matmul).
 ///
 /// A frozen base (LoRA, QLoRA) runs no weight-gradient GEMMs: its blocks and LM head cost forward + input gradient
 /// (autograd skips `mm` outputs whose `should_compute_output` is false; PEFT freezes the base). The adapters
@@ -710,8 +722,9 @@ struct block_gemm_seconds {
   const double block_gemm = 2 * T * s.lin;
   const double head_gemm = 2 * T * s.V * h;
   const double ratio = peak > 0 ? peak_lp / peak : 1;
-  const block_gemm_seconds hp = block_gemms(s, s.clock * peak, 1.0, 1.0, k);
-  const block_gemm_seconds lp = nq > 0 ? block_gemms(s, s.clock * peak_lp, std::sqrt(ratio), ft.relative_gemm_efficiency, k) : block_gemm_seconds{};
+  const double clock = s.clock * s.matmul;
+  const block_gemm_seconds hp = block_gemms(s, clock * peak, 1.0, 1.0, k);
+  const block_gemm_seconds lp = nq > 0 ? block_gemms(s, clock * peak_lp, std::sqrt(ratio), ft.relative_gemm_efficiency, k) : block_gemm_seconds{};
   const bool frozen = s.adapters;  // a frozen base: forward + input gradient only
   const double hp_block = hp.forward + hp.input_grad + (frozen ? 0 : hp.weight_grad);
   const double lp_block = lp.forward + lp.input_grad + (frozen ? 0 : lp.weight_grad);
@@ -739,7 +752,7 @@ struct block_gemm_seconds {
   r.high_precision = seconds::base((L - nq) * hp_block + recompute_hp_s);
   r.low_precision = seconds::base(nq * lp_block + recompute_lp_s);
   // LM head (vocabulary-parallel under tp): m = the tensor-parallel group's tokens, n = V/tp, k = h
-  const double rows = T * s.tp, Vl = s.V / s.tp, hp_peak = s.clock * peak;
+  const double rows = T * s.tp, Vl = s.V / s.tp, hp_peak = s.clock * s.matmul * peak;
   const double head_f = head_gemm / std::max(hp_peak, 1.0);
   // (the hf stack's chunked loss runs each chunk's head GEMM again in its recompute: Tc = ceil(T/8) rows each)
   const double head_s = gemm_seconds(head_f, h, rows * Vl, k) + gemm_seconds(head_f, Vl, rows * h, k) +
@@ -772,7 +785,8 @@ struct attention_terms {
 /// forward (the FlashAttention convention, Dao 2023), recompute for checkpointed blocks (Megatron selective
 /// recompute: every block's core attention, Korthikanti et al. 2022), at the published rate of the kernel that runs
 /// (attention_rates for `s.sdpa` at the model's head_dim, × attention_causal_factor for a causal call, ×
-/// attention_length_efficiency of its key length), times the power limit's clock fraction and the GPU's
+/// attention_length_efficiency of its key length), times the power limit's clock fraction, the GPU's measured matmul
+/// fraction over the H100's the rates were published on (throughput_shape::matmul; not for Ampere's own rates) and the GPU's
 /// `attention_speedup` (Blackwell Ultra). Context parallel (load-balanced ring attention, torch
 /// `_templated_ring_attention`): each rank does 1/cp of the causal work in one causal call on its own s/cp tokens
 /// (step 0) and the rest in cp − 1 non-causal calls of s/cp queries × s/(2cp) keys or s/(2cp) queries × s/cp keys,
@@ -784,7 +798,7 @@ struct attention_terms {
   if (c.ac.mode == ac_mode::selective_attn) recompute_attn = s.L * attn_fwd;
   const bool fused = s.sdpa == attention_kernel::fused && !s.ampere_attention;
   const attention_rates& kr = s.ampere_attention ? flash2_ampere_rates : fused ? fused_attention_rates : flash2_rates;
-  const double base = s.clock * s.attention_speedup * s.peak * (fused ? k.attention : 1.0);
+  const double base = s.clock * (s.ampere_attention ? 1.0 : s.matmul) * s.attention_speedup * s.peak * (fused ? k.attention : 1.0);
   const double keys = s.s / s.cp;  // keys of the causal call (the whole sequence without cp)
   auto rate = [&](bool backward) {
     const double causal = base * kr.at(s.d, backward) * attention_causal_factor * attention_length_efficiency(keys, backward, true);

@@ -582,7 +582,7 @@ struct catalog_limits {
 /// GPU fields: `id`, `architecture` (ampere | ada | hopper | blackwell), `hbm_total_mib`, `hbm_bandwidth_tb_per_s`,
 /// `dense_tflop_per_s` (with `bf16`) are required; `interconnect` ("nvlink", the default, with
 /// `nvlink_gb_per_s_per_direction`; or "pcie" with `pcie_gb_per_s_per_direction`), `driver_reserved_mib`
-/// (default 0, below `hbm_total_mib`), `power_limit_w`, `rated_power_w` (the power the FLOP/s are rated at, default `power_limit_w`), `host_link_gb_per_s_per_direction` (the GPU's link to its host, for CPU offload), `attention_speedup` (default 1), `attention_kernel` ("fused", the default, or "fa2") and `name` are optional. Instance fields: `id` (ml.*),
+/// (default 0, below `hbm_total_mib`), `power_limit_w`, `rated_power_w` (the power the FLOP/s are rated at, default `power_limit_w`), `host_link_gb_per_s_per_direction` (the GPU's link to its host, for CPU offload), `attention_speedup` (default 1), `mamf_bf16_tflop_per_s` (measured maximum achievable bf16 matmul rate, at most the bf16 peak; gpu_spec::mamf_bf16), `attention_kernel` ("fused", the default, or "fa2") and `name` are optional. Instance fields: `id` (ml.*),
 /// `gpu`, `gpus_per_node`, `efa_gbit_per_s`, `price_per_hour_usd` are required; `nvlink_domain_gpus` (default:
 /// gpus_per_node for NVLink GPUs, 1 for PCIe GPUs), `host_memory_gib`, `price_note`, `price_kind`
 /// (ec2-on-demand | ec2-capacity-block | other), `price_region`, `sagemaker_price_per_hour_usd` (with
@@ -669,6 +669,11 @@ inline void merge_catalog(hardware_catalog& cat, const nlohmann::json& j, const 
         s.dense_flops[it.key()] = get_positive(*d, file, ptr + "/dense_tflop_per_s", it.key(), L::tflop_per_s, "1000000") * tflop_per_s;
       }
       if (!s.peak("bf16")) throw config_error(file, ptr + "/dense_tflop_per_s/bf16", "missing required field");
+      // a measured matmul rate above the datasheet's would make the GPU faster than its rating (gpu_spec::mamf_bf16)
+      s.mamf_bf16 = get_positive(x, file, ptr, "mamf_bf16_tflop_per_s", L::tflop_per_s, "1000000", false, 0) * tflop_per_s;
+      if (s.mamf_bf16.raw() > s.peak("bf16")->raw())
+        throw config_error(file, ptr + "/mamf_bf16_tflop_per_s",
+                           "above the bf16 dense peak (" + d->at("bf16").dump() + " TFLOP/s): a measured matmul rate cannot exceed the datasheet's");
       {  // an alias of that name would keep resolving to its GPU (a review: --gpu h100-sxm stayed the bundled h100)
         std::string low = s.id;
         std::transform(low.begin(), low.end(), low.begin(), [](unsigned char ch) { return static_cast<char>(std::tolower(ch)); });
