@@ -166,6 +166,8 @@ std::string plans_markdown(const model_spec& m, const std::string& where, const 
     }
     s += markdown_table(cols, rows);
     if (!explanation.empty()) s += "\n**Why #1:** " + md_escape(explanation) + "\n";
+    // what the model leaves out for the plans (Megatron MoE), as estimate's Markdown and recommend's table say
+    if (const std::string note = moe_host_note(m, r.ranked[0].config); !note.empty()) s += "\nNot modelled: " + md_escape(note) + ".\n";
   }
   s += fmt::format("\n<sub>bwplan {}</sub>\n", version_string);
   return s;

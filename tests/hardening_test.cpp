@@ -1376,6 +1376,15 @@ TEST_CASE("bug: the table gives the exposed tensor- and expert-parallel time, as
   const auto rec = run_cli({"recommend", "Qwen3-30B-A3B", "--instance", "ml.p5.48xlarge", "--stack", "megatron", "--top", "2"});
   INFO(rec.err);
   CHECK_THAT(rec.out, Catch::Contains("not modelled: the host time of Megatron-Core's dropless MoE dispatch"));
+  // recommend's Markdown said nothing of it (a closing note's loose end)
+  const auto rec_md = run_cli({"recommend", "Qwen3-30B-A3B", "--instance", "ml.p5.48xlarge", "--stack", "megatron", "--top", "2",
+                               "--format", "markdown"});
+  INFO(rec_md.err);
+  REQUIRE(rec_md.code == 0);
+  CHECK_THAT(rec_md.out, Catch::Contains("Not modelled: the host time of Megatron") && Catch::Contains("0.37-0.39"));
+  const auto dense_md = run_cli({"recommend", "Llama-3.1-8B", "--instance", "ml.p5.48xlarge", "--stack", "megatron", "--top", "2",
+                                 "--format", "markdown"});
+  CHECK_THAT(dense_md.out, !Catch::Contains("Not modelled"));
 }
 
 // A review of the plan's power limit and attention kernel (the test case above): sweep --vary instance fetched the GPU
