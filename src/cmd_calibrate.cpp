@@ -213,6 +213,9 @@ runner register_calibrate(CLI::App& app, context& ctx) {
       e.gpu = g.gpu;
       e.stack = g.stack;
       e.constants = fit.constants;
+      // the matmul factor the fit ran under (the GPU's measured one, or a --calibration profile's), recorded so that the
+      // profile keeps giving these rates if the catalog's measurement changes (docs/calibration.md#profile)
+      e.constants.throughput.fitted_matmul = terms::matmul_factor(gpu, fit.constants.throughput);
       e.fitted = fit.fitted;
       e.measured = measured;
       e.rows = static_cast<int>(g.rows.size());

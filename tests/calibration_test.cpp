@@ -753,3 +753,64 @@ TEST_CASE("bug: validate names an env line's unknown GPU as calibrate does, and 
   CHECK(cli::gpu_id_from_device(cat, "NVIDIA H100 80GB HBM3") == "h100");
   CHECK(cli::gpu_id_from_device(cat, "Tesla V100-SXM2-16GB").empty());
 }
+
+// A review of the measured matmul rates (docs/hardware.md#sustained-matmul): a profile stores constants fitted under
+// the GPU's rates of its day. A GB200 profile written before bwplan scaled GB200 by its measured 1,822 of 2,500
+// TFLOP/s was applied with that factor on top (×0.907 on its fitted GEMM and attention rates), and one written since
+// moved when a --hardware file dropped the measurement. The profile now records the factor it was fitted under.
+TEST_CASE("bug: a calibration profile keeps the rates it was fitted to whatever the GPU's measured matmul rate", "[calibration]") {
+  const hardware_catalog cat = catalog();
+  const gpu_spec& gb200 = cat.gpu("gb200");
+  gpu_spec datasheet = gb200;  // the same GPU without the measurement (as before it, or a --hardware override)
+  datasheet.mamf_bf16 = flop_rate{};
+  const model_spec m = test::llama_8b();
+  training_config c;
+  c.micro_batch = 2;
+  c.seq_len = 4096;
+  c.world_size = 4;
+  c.gpus_per_node = 4;
+  c.shard = sharding::full;
+  auto tps = [&](const gpu_spec& g, const throughput_calibration& k) { return estimate_throughput(m, c, g, nullptr, k).tokens_per_s; };
+  REQUIRE(tps(gb200, {}) < 0.95 * tps(datasheet, {}));  // the built-in constants take the GPU's factor
+  calibration_profile p = one_entry_profile();
+  p.entries.front().gpu = "gb200";
+  SECTION("a profile without matmul_factor was fitted at the datasheet rates, and keeps them") {
+    auto j = io::profile_to_json(p);
+    j["entries"][0].erase("matmul_factor");
+    const calibration_profile old = io::profile_from_json(j, "old.json");
+    const throughput_calibration& k = old.entries.front().constants.throughput;
+    CHECK(k.fitted_matmul == 1.0);
+    CHECK(tps(gb200, k) == Approx(tps(datasheet, {})));
+  }
+  SECTION("the factor round-trips and holds when the catalog's measurement is gone") {
+    p.entries.front().constants.throughput.fitted_matmul = terms::matmul_factor(gb200, {});
+    const calibration_profile back = io::profile_from_json(io::profile_to_json(p), "p.json");
+    const throughput_calibration& k = back.entries.front().constants.throughput;
+    CHECK(k.fitted_matmul == Approx((1822.0 / 2500) / (794.5 / 989)));
+    CHECK(tps(gb200, k) == Approx(tps(gb200, {})));
+    CHECK(tps(datasheet, k) == Approx(tps(gb200, {})));
+  }
+  SECTION("a bad factor is one line naming the member") {
+    auto j = io::profile_to_json(p);
+    j["entries"][0]["matmul_factor"] = 7;
+    CHECK_THROWS_WITH(io::profile_from_json(j, "p.json"), Catch::Contains("p.json: /entries/0/matmul_factor"));
+  }
+  SECTION("calibrate records the factor its fit ran under") {
+    if (!test::have_shared()) return;
+    std::ifstream in(gt_file());  // the H200 rows relabelled as GB200's
+    const fs::path rows = out_dir() / "as-gb200.jsonl";
+    std::ofstream o(rows);
+    for (std::string line; std::getline(in, line);) {
+      if (line.empty()) continue;
+      auto r = nlohmann::json::parse(line);
+      if (r.value("kind", "") == "env") r["gpu"] = "NVIDIA GB200";
+      o << r.dump() << "\n";
+    }
+    o.close();
+    const fs::path prof = out_dir() / "gb200-profile.json";
+    (void)calibrate_json({rows.string(), "-o", prof.string()});
+    const auto j = nlohmann::json::parse(slurp(prof));
+    REQUIRE(j["entries"][0]["gpu"] == "gb200");
+    CHECK(j["entries"][0]["matmul_factor"].get<double>() == Approx((1822.0 / 2500) / (794.5 / 989)));
+  }
+}

@@ -39,6 +39,10 @@ struct throughput_calibration {
   /// as the 8192³ matmul measured on the calibration machine (790) agrees. A GPU with a measured fraction runs its
   /// tensor-core work at gpu.mamf_fraction() / matmul_reference of the rates calibrated here (throughput_shape::matmul).
   double matmul_reference = 794.5 / 989.0;
+  /// A calibration profile's entry: the GPU's matmul factor (matmul_factor) its constants were fitted under, so that
+  /// they give the rates they were fitted to whatever the catalog's measurement says now (profiles written before
+  /// bwplan recorded it were fitted under 1). 0 for the built-in constants: the GPU's own factor applies.
+  double fitted_matmul = 0;
   /// Achieved fraction of the FlashAttention-3 paper's rates (fused_attention_rates) by the fused kernels on the
   /// calibration machine (PyTorch 2.11 eager on the H200); fitted with `memory` and `launch_s`, pinned by the runs that
   /// differ only in sequence length (same tokens, more attention).
@@ -434,8 +438,8 @@ struct throughput_shape {
   double attention_speedup = 1;  ///< gpu_spec::attention_speedup (Blackwell Ultra's doubled softmax exponentials)
   /// The GPU's measured matmul fraction over the calibration GPU's (gpu_spec::mamf_fraction /
   /// throughput_calibration::matmul_reference; 1 when the catalog has no measurement): GB200 0.907, B200 0.966,
-  /// B300 0.979, A100 1.082. Scales the GEMM rates and, where the attention rates were measured on an H100 (every
-  /// kernel but Ampere's FlashAttention-2, whose rates are the A100's own), the attention rates.
+  /// B300 0.979, A100 1.082; matmul_factor). Scales the GEMM rates and, where the attention rates were measured on an
+  /// H100 (every kernel but the FlashAttention-2 of Ampere and Ada GPUs, whose rates are the A100's), the attention rates.
   double matmul = 1;
   double d = 0;      ///< head dimension (q·k per head)
   double tp = 1;     ///< tensor-parallel degree
@@ -509,6 +513,15 @@ struct throughput_shape {
   double checkpoint_bytes = 0;  ///< bytes of the checkpoints of one micro-batch (recomputed blocks × T·h·(2 or 4))
 };
 
+/// The factor by which `gpu` runs the tensor-core rates calibrated on the calibration GPU (throughput_shape::matmul):
+/// `k.fitted_matmul` for a calibration profile's constants, else gpu.mamf_fraction() / k.matmul_reference, else 1
+/// (no measurement). docs/hardware.md#sustained-matmul
+[[nodiscard]] inline double matmul_factor(const gpu_spec& gpu, const throughput_calibration& k) noexcept {
+  if (k.fitted_matmul > 0) return k.fitted_matmul;
+  const double f = gpu.mamf_fraction();
+  return f > 0 && k.matmul_reference > 0 ? f / k.matmul_reference : 1.0;
+}
+
 /// The shape of configuration `c` of `m` on `gpu` (see throughput_shape). Does not validate `c`. With pipeline
 /// parallelism, of pipeline rank `stage` (rank 0 when null): its blocks and parameters, the LM head and the loss
 /// on the last rank only.
@@ -556,7 +569,7 @@ struct throughput_shape {
   r.peak_lp = gpu.peak(r.format.rate_key).value_or(flop_rate::base(r.peak)).raw();
   r.hbm = gpu.hbm_bandwidth.raw() * k.memory;
   r.clock = gpu.compute_clock_fraction();
-  if (const double f = gpu.mamf_fraction(); f > 0 && k.matmul_reference > 0) r.matmul = f / k.matmul_reference;
+  r.matmul = matmul_factor(gpu, k);
   r.attention_speedup = gpu.attention_speedup;
   r.recompute_passes =
       (c.ac.mode == ac_mode::selective_op || c.ac.mode == ac_mode::selective_attn) ? 0.5 * r.L : r.nck;
@@ -786,7 +799,7 @@ struct attention_terms {
 /// recompute: every block's core attention, Korthikanti et al. 2022), at the published rate of the kernel that runs
 /// (attention_rates for `s.sdpa` at the model's head_dim, × attention_causal_factor for a causal call, ×
 /// attention_length_efficiency of its key length), times the power limit's clock fraction, the GPU's measured matmul
-/// fraction over the H100's the rates were published on (throughput_shape::matmul; not for Ampere's own rates) and the GPU's
+/// fraction over the H100's the rates were published on (throughput_shape::matmul; not for the A100 rates Ampere and Ada run) and the GPU's
 /// `attention_speedup` (Blackwell Ultra). Context parallel (load-balanced ring attention, torch
 /// `_templated_ring_attention`): each rank does 1/cp of the causal work in one causal call on its own s/cp tokens
 /// (step 0) and the rest in cp − 1 non-causal calls of s/cp queries × s/(2cp) keys or s/(2cp) queries × s/cp keys,

@@ -194,6 +194,8 @@ inline error_band band_from_json(const nlohmann::json& j, const std::string& fil
     nlohmann::ordered_json c;
     for (const auto& par : calibration_parameters()) c[std::string(par.name)] = get_constant(e.constants, par.name);
     x["constants"] = c;
+    // the GPU's matmul factor the constants were fitted under (throughput_calibration::fitted_matmul)
+    x["matmul_factor"] = e.constants.throughput.fitted_matmul > 0 ? e.constants.throughput.fitted_matmul : 1.0;
     x["error"] = {{"tokens_per_s", {{"before", e.tps_before}, {"after", e.tps_after}}},
                   {"peak_reserved", {{"before", e.reserved_before}, {"after", e.reserved_after}}}};
     if (e.band) x["band"] = {{"rows", e.band->rows}, {"memory", e.band->memory}, {"tokens_per_s", e.band->tokens_per_s}};
@@ -246,6 +248,9 @@ inline error_band band_from_json(const nlohmann::json& j, const std::string& fil
       if (!par) throw config_error(file, cp, "unknown constant (known: gemm_max, gemm_half_k, gemm_half_mn, attention, memory, launch_s, nvlink, efa, cublas_workspace, fragmentation, cuda_context, nccl)");
       set_constant(e.constants, par->name, number_in(*it, file, cp, par->lo, par->hi));
     }
+    // absent in the profiles written before bwplan ran GPUs at their measured matmul rates: fitted under 1
+    e.constants.throughput.fitted_matmul =
+        x.contains("matmul_factor") ? number_in(x.at("matmul_factor"), file, ptr + "/matmul_factor", 0.05, 2.0) : 1.0;
     if (auto it = x.find("measured"); it != x.end()) {
       if (!it->is_array()) throw config_error(file, ptr + "/measured", "expected an array of constant names");
       for (std::size_t k = 0; k < it->size(); ++k) {
