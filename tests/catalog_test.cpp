@@ -399,6 +399,9 @@ TEST_CASE("catalog reader: impossible values are one-line errors naming the file
       // a measured matmul rate above the datasheet's would make the GPU faster than its rating
       {gpu_with("mamf_bf16_tflop_per_s", 2500),
        "user.json: /gpus/0/mamf_bf16_tflop_per_s: above the bf16 dense peak (2000 TFLOP/s): a measured matmul rate cannot exceed the datasheet's"},
+      // the fraction the docs quote, or PFLOP/s, for TFLOP/s: a GPU a thousand times slower (a review)
+      {gpu_with("mamf_bf16_tflop_per_s", 0.729),
+       "user.json: /gpus/0/mamf_bf16_tflop_per_s: below a tenth of the bf16 dense peak (2000 TFLOP/s): give the measured rate in TFLOP/s"},
       {gpu_with("power_limit_w", 7e5), "user.json: /gpus/0/power_limit_w: must be <= 100000, got"},
       {inst_with("efa_gbit_per_s", 0), "user.json: /instances/0/efa_gbit_per_s: must be a positive number, got 0"},
       {inst_with("efa_gbit_per_s", inf), "user.json: /instances/0/efa_gbit_per_s: must be a finite number"},

@@ -582,7 +582,7 @@ struct catalog_limits {
 /// GPU fields: `id`, `architecture` (ampere | ada | hopper | blackwell), `hbm_total_mib`, `hbm_bandwidth_tb_per_s`,
 /// `dense_tflop_per_s` (with `bf16`) are required; `interconnect` ("nvlink", the default, with
 /// `nvlink_gb_per_s_per_direction`; or "pcie" with `pcie_gb_per_s_per_direction`), `driver_reserved_mib`
-/// (default 0, below `hbm_total_mib`), `power_limit_w`, `rated_power_w` (the power the FLOP/s are rated at, default `power_limit_w`), `host_link_gb_per_s_per_direction` (the GPU's link to its host, for CPU offload), `attention_speedup` (default 1), `mamf_bf16_tflop_per_s` (measured maximum achievable bf16 matmul rate, at most the bf16 peak; gpu_spec::mamf_bf16), `attention_kernel` ("fused", the default, or "fa2") and `name` are optional. Instance fields: `id` (ml.*),
+/// (default 0, below `hbm_total_mib`), `power_limit_w`, `rated_power_w` (the power the FLOP/s are rated at, default `power_limit_w`), `host_link_gb_per_s_per_direction` (the GPU's link to its host, for CPU offload), `attention_speedup` (default 1), `mamf_bf16_tflop_per_s` (measured maximum achievable bf16 matmul rate, TFLOP/s, from a tenth of the bf16 peak to the peak; gpu_spec::mamf_bf16), `attention_kernel` ("fused", the default, or "fa2") and `name` are optional. Instance fields: `id` (ml.*),
 /// `gpu`, `gpus_per_node`, `efa_gbit_per_s`, `price_per_hour_usd` are required; `nvlink_domain_gpus` (default:
 /// gpus_per_node for NVLink GPUs, 1 for PCIe GPUs), `host_memory_gib`, `price_note`, `price_kind`
 /// (ec2-on-demand | ec2-capacity-block | other), `price_region`, `sagemaker_price_per_hour_usd` (with
@@ -674,6 +674,12 @@ inline void merge_catalog(hardware_catalog& cat, const nlohmann::json& j, const 
       if (s.mamf_bf16.raw() > s.peak("bf16")->raw())
         throw config_error(file, ptr + "/mamf_bf16_tflop_per_s",
                            "above the bf16 dense peak (" + d->at("bf16").dump() + " TFLOP/s): a measured matmul rate cannot exceed the datasheet's");
+      // a fraction (0.729) or PFLOP/s (1.822) for TFLOP/s ran the GPU at a thousandth of its rate (a review); measured
+      // rates are 50-90 % of the peak, so below a tenth the unit is wrong
+      if (s.mamf_bf16.raw() > 0 && s.mamf_bf16.raw() < 0.1 * s.peak("bf16")->raw())
+        throw config_error(file, ptr + "/mamf_bf16_tflop_per_s",
+                           "below a tenth of the bf16 dense peak (" + d->at("bf16").dump() +
+                               " TFLOP/s): give the measured rate in TFLOP/s, not a fraction of the peak or PFLOP/s");
       {  // an alias of that name would keep resolving to its GPU (a review: --gpu h100-sxm stayed the bundled h100)
         std::string low = s.id;
         std::transform(low.begin(), low.end(), low.begin(), [](unsigned char ch) { return static_cast<char>(std::tolower(ch)); });
