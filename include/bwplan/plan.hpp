@@ -344,7 +344,9 @@ inline std::string shortest(double v) {
 
 /// The one command-line form of a plan: the arguments of `bwplan estimate` (after the subcommand) that
 /// reproduce it exactly: MODEL, the target, and every training setting, defaults included, so the line does
-/// not depend on the defaults of a later release. Used by the report's reproduce line.
+/// not depend on the defaults of a later release. Used by the report's reproduce line. The plan's GPU settings
+/// (`target.power_limit_w`, `target.attention_kernel`) are not among them: `--power-limit` and `--attention-kernel`
+/// are global options that go before the subcommand, which the reproduce line writes there (src/report.cpp).
 [[nodiscard]] inline std::vector<std::string> to_cli_args(const plan& p) {
   const training_config& c = p.training;
   std::vector<std::string> a{p.model};
