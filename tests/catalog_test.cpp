@@ -293,6 +293,14 @@ TEST_CASE("catalog: a GPU's measured matmul rate (MAMF) sets its tensor-core rat
       if (g.at("id") == "gb300") CHECK(!g.contains("mamf_bf16_tflop_per_s"));
     }
   }
+  SECTION("a measurement of exactly a tenth of the peak is kept (0.1 × 328 rounds above 32.8)") {
+    hardware_catalog c2 = bundled();
+    nlohmann::json g = user_gpu();
+    g["dense_tflop_per_s"] = {{"bf16", 328}};
+    g["mamf_bf16_tflop_per_s"] = 32.8;
+    io::merge_catalog(c2, gpus_doc(g), "user.json");
+    CHECK(c2.gpu("mygpu").mamf_fraction() == Approx(0.1));
+  }
   SECTION("the calibration GPU is unchanged") {
     const auto h200 = terms(cat.gpu("h200"));
     CHECK(h200.gemm.raw() == Approx(terms(unmeasured(cat.gpu("h200"))).gemm.raw()));

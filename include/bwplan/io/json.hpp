@@ -676,7 +676,7 @@ inline void merge_catalog(hardware_catalog& cat, const nlohmann::json& j, const 
                            "above the bf16 dense peak (" + d->at("bf16").dump() + " TFLOP/s): a measured matmul rate cannot exceed the datasheet's");
       // a fraction (0.729) or PFLOP/s (1.822) for TFLOP/s ran the GPU at a thousandth of its rate (a review); measured
       // rates are 50-90 % of the peak, so below a tenth the unit is wrong
-      if (s.mamf_bf16.raw() > 0 && s.mamf_bf16.raw() < 0.1 * s.peak("bf16")->raw())
+      if (s.mamf_bf16.raw() > 0 && s.mamf_bf16.raw() < 0.1 * (1 - 1e-9) * s.peak("bf16")->raw())  // (a tenth itself is kept)
         throw config_error(file, ptr + "/mamf_bf16_tflop_per_s",
                            "below a tenth of the bf16 dense peak (" + d->at("bf16").dump() +
                                " TFLOP/s): give the measured rate in TFLOP/s, not a fraction of the peak or PFLOP/s");
