@@ -466,6 +466,13 @@ int scale_out(context& ctx, const recommend_options& o, const hardware_catalog& 
                                   where, runs, same ? fmt::format(" ({})", over.front()->global_batch_tokens) : std::string()));
     }
   }
+  // what the model leaves out for Megatron MoE, once (docs/scaling.md section 7), as the one-instance listing says it
+  for (const auto& r : rows)
+    if (r.best)
+      if (const std::string note = moe_host_note(m, r.best->config); !note.empty()) {
+        notes.push_back("not modelled: " + note);
+        break;
+      }
   if (picked) {  // --emit: the picked plan's payload is the output, not the table
     if (pick == nullptr) {
       ctx.err << fmt::format("bwplan: no configuration of {} fits{} on the instances and node counts searched; nothing emitted\n", m.name,

@@ -1385,6 +1385,16 @@ TEST_CASE("bug: the table gives the exposed tensor- and expert-parallel time, as
   const auto dense_md = run_cli({"recommend", "Llama-3.1-8B", "--instance", "ml.p5.48xlarge", "--stack", "megatron", "--top", "2",
                                  "--format", "markdown"});
   CHECK_THAT(dense_md.out, !Catch::Contains("Not modelled"));
+  // nor did its comparison of instances (a review): the note is one of the comparison's notes, in every format
+  for (const char* format : {"table", "markdown", "json"}) {
+    const auto cmp = run_cli({"recommend", "Qwen3-30B-A3B", "--instance", "ml.p5.48xlarge,ml.p6-b200.48xlarge", "--stack", "megatron",
+                              "--format", format});
+    INFO(format << cmp.err);
+    REQUIRE(cmp.code == 0);
+    CHECK_THAT(cmp.out, Catch::Contains("not modelled: the host time of Megatron-Core's dropless MoE dispatch"));
+  }
+  const auto cmp_dense = run_cli({"recommend", "Llama-3.1-8B", "--instance", "ml.p5.48xlarge,ml.p6-b200.48xlarge", "--stack", "megatron"});
+  CHECK_THAT(cmp_dense.out, !Catch::Contains("not modelled"));
 }
 
 // A review of the plan's power limit and attention kernel (the test case above): sweep --vary instance fetched the GPU
