@@ -764,12 +764,7 @@ TEST_CASE("bug: a calibration profile keeps the rates it was fitted to whatever 
   gpu_spec datasheet = gb200;  // the same GPU without the measurement (as before it, or a --hardware override)
   datasheet.mamf_bf16 = flop_rate{};
   const model_spec m = test::llama_8b();
-  training_config c;
-  c.micro_batch = 2;
-  c.seq_len = 4096;
-  c.world_size = 4;
-  c.gpus_per_node = 4;
-  c.shard = sharding::full;
+  const training_config c = test::fsdp_config(2, 4096, 4, 4, false);
   auto tps = [&](const gpu_spec& g, const throughput_calibration& k) { return estimate_throughput(m, c, g, nullptr, k).tokens_per_s; };
   REQUIRE(tps(gb200, {}) < 0.95 * tps(datasheet, {}));  // the built-in constants take the GPU's factor
   calibration_profile p = one_entry_profile();

@@ -274,13 +274,7 @@ TEST_CASE("catalog: a GPU's measured matmul rate (MAMF) sets its tensor-core rat
   CHECK(cat.gpu("gb300").mamf_fraction() == 0);  // not measured: its datasheet rate, as calibrated
   const throughput_calibration k;
   const model_spec m = test::llama_8b();
-  training_config c;
-  c.micro_batch = 2;
-  c.seq_len = 8192;
-  c.world_size = 8;
-  c.gpus_per_node = 8;
-  c.shard = sharding::full;
-  c.ac = checkpointing::full();
+  const training_config c = test::fsdp_config(2, 8192, 8, 8);
   auto terms = [&](const gpu_spec& g) { return compose_throughput(compute_throughput_terms(m, c, g, nullptr, k)); };
   auto unmeasured = [](gpu_spec g) { g.mamf_bf16 = flop_rate{}; return g; };
   SECTION("hardware --format json shows the measurement where the catalog has one") {

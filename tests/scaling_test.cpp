@@ -433,13 +433,7 @@ TEST_CASE("tensor and context parallel divide memory and add their communication
   const model_spec m = cli::context{std::cout, std::cerr}.model("Llama-3.1-70B");
   const gpu_spec g = h100();
   const instance_spec i = p5();
-  training_config c;
-  c.micro_batch = 1;
-  c.seq_len = 8192;
-  c.world_size = 32;
-  c.gpus_per_node = 8;
-  c.shard = sharding::full;
-  c.ac = checkpointing::full();
+  const training_config c = test::fsdp_config(1, 8192, 32, 8);
   const auto base_m = estimate_memory(m, c, g);
   const auto base_t = estimate_throughput(m, c, g, &i);
   training_config t = c;

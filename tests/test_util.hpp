@@ -82,6 +82,19 @@ inline model_spec llama_8b() {
   return m;
 }
 
+/// An FSDP full-shard configuration of `world` GPUs, `per_node` to a node, micro-batch `mbs` × `seq` tokens, with
+/// full activation checkpointing unless `full_ac` is false (the other settings at their defaults).
+inline training_config fsdp_config(int mbs, int seq, int world, int per_node, bool full_ac = true) {
+  training_config c;
+  c.micro_batch = mbs;
+  c.seq_len = seq;
+  c.world_size = world;
+  c.gpus_per_node = per_node;
+  c.shard = sharding::full;
+  if (full_ac) c.ac = checkpointing::full();
+  return c;
+}
+
 /// `bwplan estimate ARGS… --format json` (a leading `--hardware FILE` goes before the subcommand), parsed; the test
 /// fails (with the CLI's stderr) unless it exits 0.
 inline nlohmann::json estimate_json(std::vector<std::string> args) {
